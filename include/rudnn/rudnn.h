@@ -1,0 +1,13 @@
+// ruDNN: neural-network operators for CUDA GPUs, with a CPU reference for every op.
+// Include this for everything, or the per-family headers for less.
+#pragma once
+
+#include "rudnn/allocator.h"
+#include "rudnn/device.h"
+#include "rudnn/dlpack.h"
+#include "rudnn/dtype.h"
+#include "rudnn/error.h"
+#include "rudnn/normalization.h"
+#include "rudnn/stream.h"
+#include "rudnn/tensor.h"
+#include "rudnn/version.h"

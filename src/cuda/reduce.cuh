@@ -1,0 +1,154 @@
+// Warp and thread-group reductions in FP32. Every reduction here combines values in a fixed
+// order, so a kernel's result does not depend on scheduling.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace rudnn::cuda {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+struct SumOp {
+  __host__ __device__ static constexpr float identity() { return 0.0f; }
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+
+// Maximum that propagates NaN (fmaxf would drop it): softmax and log-sum-exp must turn a NaN
+// anywhere in a row into NaN.
+struct MaxOp {
+  __host__ __device__ static constexpr float identity() { return -__builtin_huge_valf(); }
+  __device__ __forceinline__ float operator()(float a, float b) const { return (a > b || a != a) ? a : b; }
+};
+
+template <class Op>
+__device__ __forceinline__ float warp_reduce(float v, Op op) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(kFullMask, v, offset));
+  return v;
+}
+
+// Reduces over the kThreads threads that share a row and returns the result to all of
+// them. kThreads is 32 (one warp: no shared memory, no barrier) or a multiple of 32 up to
+// 1024 covering the whole block; then `scratch` holds 32 floats, and the function has a
+// barrier on both sides so that calls can follow one another with the same scratch.
+template <int kThreads, class Op>
+__device__ __forceinline__ float group_reduce(float v, Op op, float* scratch) {
+  v = warp_reduce(v, op);
+  if constexpr (kThreads > 32) {
+    constexpr int kWarps = kThreads / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < kWarps ? scratch[lane] : Op::identity();
+    v = warp_reduce(v, op);  // every warp folds the same partials in the same order
+    __syncthreads();
+  }
+  return v;
+}
+
+// (max, sum of exp(x - max)) pairs, the state of an online softmax. Merging is exact for
+// -inf maxima: a side whose max is the merged max keeps its sum unscaled, so -inf - -inf
+// never reaches exp.
+struct SoftmaxState {
+  float max;
+  float sum;
+};
+
+__device__ __forceinline__ SoftmaxState merge(SoftmaxState a, SoftmaxState b) {
+  const float m = MaxOp{}(a.max, b.max);
+  const float sa = a.max == m ? a.sum : a.sum * __expf(a.max - m);
+  const float sb = b.max == m ? b.sum : b.sum * __expf(b.max - m);
+  return {m, sa + sb};
+}
+
+// Folds W values into an online softmax state, with one rescale of the running sum per
+// call rather than per value.
+template <int W>
+__device__ __forceinline__ void fold(SoftmaxState& s, const float (&v)[W]) {
+  float m = s.max;
+#pragma unroll
+  for (int j = 0; j < W; ++j) m = MaxOp{}(m, v[j]);
+  if (m == -__builtin_huge_valf()) return;  // everything so far is -inf: the sum stays 0
+  float sum = s.max == m ? s.sum : s.sum * __expf(s.max - m);
+#pragma unroll
+  for (int j = 0; j < W; ++j) sum += __expf(v[j] - m);
+  s = {m, sum};
+}
+
+// log(sum(exp(x))) of a merged state. A max of -inf (all -inf), +inf or NaN is the result
+// itself, as in PyTorch.
+__device__ __forceinline__ float log_sum_exp(SoftmaxState s) { return isfinite(s.max) ? s.max + __logf(s.sum) : s.max; }
+
+template <int kThreads>
+__device__ __forceinline__ SoftmaxState group_reduce(SoftmaxState s, float2* scratch) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    SoftmaxState other{__shfl_xor_sync(kFullMask, s.max, offset), __shfl_xor_sync(kFullMask, s.sum, offset)};
+    s = merge(s, other);
+  }
+  if constexpr (kThreads > 32) {
+    constexpr int kWarps = kThreads / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) scratch[warp] = make_float2(s.max, s.sum);
+    __syncthreads();
+    s = lane < kWarps ? SoftmaxState{scratch[lane].x, scratch[lane].y} : SoftmaxState{MaxOp::identity(), 0.0f};
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      SoftmaxState other{__shfl_xor_sync(kFullMask, s.max, offset), __shfl_xor_sync(kFullMask, s.sum, offset)};
+      s = merge(s, other);
+    }
+    __syncthreads();
+  }
+  return s;
+}
+
+// Welford / Chan running (count, mean, M2) for a numerically stable variance in one pass.
+struct WelfordState {
+  float count;
+  float mean;
+  float m2;
+};
+
+__device__ __forceinline__ WelfordState merge(WelfordState a, WelfordState b) {
+  const float n = a.count + b.count;
+  if (n == 0.0f) return a;
+  const float delta = b.mean - a.mean;
+  const float wb = b.count / n;
+  return {n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.count * wb};
+}
+
+// Chan's merge is not symmetric bit for bit, so after a butterfly the lanes hold slightly
+// different states: lane 0's is handed to all, so that every thread of a row normalises
+// with the same statistics.
+__device__ __forceinline__ WelfordState broadcast_lane0(WelfordState s) {
+  return {__shfl_sync(kFullMask, s.count, 0), __shfl_sync(kFullMask, s.mean, 0), __shfl_sync(kFullMask, s.m2, 0)};
+}
+
+template <int kThreads>
+__device__ __forceinline__ WelfordState group_reduce(WelfordState s, float4* scratch) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    WelfordState other{__shfl_xor_sync(kFullMask, s.count, offset), __shfl_xor_sync(kFullMask, s.mean, offset),
+                       __shfl_xor_sync(kFullMask, s.m2, offset)};
+    s = merge(s, other);
+  }
+  s = broadcast_lane0(s);
+  if constexpr (kThreads > 32) {
+    constexpr int kWarps = kThreads / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) scratch[warp] = make_float4(s.count, s.mean, s.m2, 0.0f);
+    __syncthreads();
+    s = lane < kWarps ? WelfordState{scratch[lane].x, scratch[lane].y, scratch[lane].z} : WelfordState{0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      WelfordState other{__shfl_xor_sync(kFullMask, s.count, offset), __shfl_xor_sync(kFullMask, s.mean, offset),
+                         __shfl_xor_sync(kFullMask, s.m2, offset)};
+      s = merge(s, other);
+    }
+    s = broadcast_lane0(s);
+    __syncthreads();
+  }
+  return s;
+}
+
+}  // namespace rudnn::cuda

@@ -1,0 +1,31 @@
+// Device element types and their conversions to and from FP32.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "rudnn/dtype.h"
+
+namespace rudnn::cuda {
+
+// The device type that stores a rudnn::DType: float, __half or __nv_bfloat16.
+template <DType D> struct DeviceType;
+template <> struct DeviceType<DType::f32> { using type = float; };
+template <> struct DeviceType<DType::f16> { using type = __half; };
+template <> struct DeviceType<DType::bf16> { using type = __nv_bfloat16; };
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <class T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Rounds an FP32 value to T and back: what storing and reloading it as T yields.
+template <class T> __device__ __forceinline__ float round_to(float v) { return to_float(from_float<T>(v)); }
+
+}  // namespace rudnn::cuda

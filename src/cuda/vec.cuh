@@ -1,0 +1,78 @@
+// Packed vector loads and stores: W consecutive elements in one access (16 bytes when
+// W * sizeof(T) == 16), converted to and from FP32 registers.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/types.cuh"
+
+namespace rudnn::cuda {
+
+template <class T, int W>
+struct alignas(sizeof(T) * W) Pack {
+  T v[W];
+};
+
+// Loads W elements at p (aligned to W * sizeof(T)) as floats.
+template <class T, int W>
+__device__ __forceinline__ void load_pack(const T* p, float (&out)[W]) {
+  const Pack<T, W> pack = *reinterpret_cast<const Pack<T, W>*>(p);
+#pragma unroll
+  for (int j = 0; j < W; ++j) out[j] = to_float(pack.v[j]);
+}
+
+// Streaming variant for data read exactly once: evict-first in the caches.
+template <class T, int W>
+__device__ __forceinline__ void load_pack_streaming(const T* p, float (&out)[W]) {
+  if constexpr (sizeof(T) * W == 16) {
+    const uint4 raw = __ldcs(reinterpret_cast<const uint4*>(p));
+    const Pack<T, W> pack = *reinterpret_cast<const Pack<T, W>*>(&raw);
+#pragma unroll
+    for (int j = 0; j < W; ++j) out[j] = to_float(pack.v[j]);
+  } else {
+    load_pack<T, W>(p, out);
+  }
+}
+
+// Stores W floats at p (aligned to W * sizeof(T)), rounded to T.
+template <class T, int W>
+__device__ __forceinline__ void store_pack(T* p, const float (&in)[W]) {
+  Pack<T, W> pack;
+#pragma unroll
+  for (int j = 0; j < W; ++j) pack.v[j] = from_float<T>(in[j]);
+  *reinterpret_cast<Pack<T, W>*>(p) = pack;
+}
+
+// Loads W elements of an affine parameter stored as T or as float (chosen at run time;
+// the branch is uniform across the grid).
+template <class T, int W>
+__device__ __forceinline__ void load_param(const void* p, bool is_float, int64_t index, float (&out)[W]) {
+  if (is_float) {
+    if constexpr (W % 4 == 0) {
+#pragma unroll
+      for (int q = 0; q < W / 4; ++q) {
+        float part[4];
+        load_pack<float, 4>(static_cast<const float*>(p) + index + 4 * q, part);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) out[4 * q + j] = part[j];
+      }
+    } else {
+      load_pack<float, W>(static_cast<const float*>(p) + index, out);
+    }
+  } else {
+    load_pack<T, W>(static_cast<const T*>(p) + index, out);
+  }
+}
+
+// Stores W floats of a parameter gradient as T or as float.
+template <class T, int W>
+__device__ __forceinline__ void store_param(void* p, bool is_float, int64_t index, const float (&in)[W]) {
+  if (is_float) {
+#pragma unroll
+    for (int j = 0; j < W; ++j) static_cast<float*>(p)[index + j] = in[j];
+  } else {
+    store_pack<T, W>(static_cast<T*>(p) + index, in);
+  }
+}
+
+}  // namespace rudnn::cuda

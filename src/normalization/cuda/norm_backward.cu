@@ -1,0 +1,339 @@
+// LayerNorm and RMSNorm backward.
+//
+// Register tiles (rows that fit in registers): a persistent grid of P row slots; each slot
+// walks its rows, writes dx, and keeps its columns' dgamma/dbeta sums in registers; at the
+// end every slot writes one FP32 partial row, and reduce_partials sums the P partials per
+// column in slot order. Bytes: x and dy read once, dx written once, plus P * H * 4 per
+// parameter gradient.
+//
+// Loop tiles (long or unaligned rows): the row kernel makes three passes over x and dy
+// (statistics, the two row sums, dx) and records each row's mean and rstd; a column kernel
+// then forms dgamma/dbeta partials over chunks of rows, summed by reduce_partials.
+//
+// Both orders are fixed by the grid, so the gradients are deterministic run to run on one
+// device.
+#include "normalization/cuda/launch.h"
+#include "normalization/cuda/row_tile.cuh"
+#include "rudnn/tensor.h"
+
+namespace rudnn::norm::cuda {
+
+namespace {
+
+using rudnn::cuda::group_reduce;
+using rudnn::cuda::SumOp;
+using rudnn::cuda::WelfordState;
+
+// Two sums reduced together (one pair of barriers instead of two).
+template <int kThreads>
+__device__ __forceinline__ float2 group_reduce_pair(float2 v, float2* scratch) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v.x += __shfl_xor_sync(rudnn::cuda::kFullMask, v.x, offset);
+    v.y += __shfl_xor_sync(rudnn::cuda::kFullMask, v.y, offset);
+  }
+  if constexpr (kThreads > 32) {
+    constexpr int kWarps = kThreads / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < kWarps ? scratch[lane] : make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      v.x += __shfl_xor_sync(rudnn::cuda::kFullMask, v.x, offset);
+      v.y += __shfl_xor_sync(rudnn::cuda::kFullMask, v.y, offset);
+    }
+    __syncthreads();
+  }
+  return v;
+}
+
+template <class T, class Tile, NormKind kKind>
+__global__ void __launch_bounds__(Tile::kBlockThreads)
+    norm_backward_tile(NormBackward p, float* __restrict__ dgamma_part, float* __restrict__ dbeta_part) {
+  constexpr int V = Tile::kVecs, W = Tile::kWidth;
+  __shared__ float scratch[32];
+  __shared__ float2 scratch2[32];
+  const RowThread<Tile> t;
+  const int cols = static_cast<int>(p.cols);
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+  float dg[V][W] = {}, db[V][W] = {};
+
+  for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
+    float x[V][W], dy[V][W];
+    load_row(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, x);
+    load_row(t, static_cast<const T*>(p.dy.data) + row * p.dy.stride, cols, dy);
+
+    float mean = 0.0f;
+    if constexpr (kKind == NormKind::layer) {
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+#pragma unroll
+        for (int j = 0; j < W; ++j) s += x[i][j];
+      mean = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch) * inv_cols;
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      if (t.column(i) >= cols) continue;
+#pragma unroll
+      for (int j = 0; j < W; ++j) ss += (x[i][j] - mean) * (x[i][j] - mean);
+    }
+    const float rstd = rsqrtf(group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols + p.eps);
+
+    // x becomes xhat, dy becomes gamma * dy; the parameter sums take dy * xhat and dy first.
+    float2 sums = make_float2(0.0f, 0.0f);  // (sum g*dy, sum g*dy*xhat)
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int c = t.column(i);
+      if (c >= cols) continue;
+      float g[W];
+      load_param_or<T, W>(p.gamma, c, 1.0f, g);
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        x[i][j] = (x[i][j] - mean) * rstd;
+        dg[i][j] += dy[i][j] * x[i][j];
+        if constexpr (kKind == NormKind::layer) db[i][j] += dy[i][j];
+        dy[i][j] *= g[j];
+        sums.x += dy[i][j];
+        sums.y += dy[i][j] * x[i][j];
+      }
+    }
+    sums = group_reduce_pair<Tile::kThreadsPerRow>(sums, scratch2);
+    const float mean_gdy = kKind == NormKind::layer ? sums.x * inv_cols : 0.0f;
+    const float mean_gdy_xhat = sums.y * inv_cols;
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+#pragma unroll
+      for (int j = 0; j < W; ++j) dy[i][j] = rstd * (dy[i][j] - mean_gdy - x[i][j] * mean_gdy_xhat);
+    store_row(t, static_cast<T*>(p.dx.data) + row * p.dx.stride, cols, dy);
+  }
+
+  // One partial row per row slot (slots that saw no rows write zeros).
+  const int64_t slot_row = static_cast<int64_t>(blockIdx.x) * Tile::kRowsPerBlock + t.slot;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int c = t.column(i);
+    if (c >= cols) continue;
+    if (dgamma_part) rudnn::cuda::store_pack<float, W>(dgamma_part + slot_row * cols + c, dg[i]);
+    if (dbeta_part) rudnn::cuda::store_pack<float, W>(dbeta_part + slot_row * cols + c, db[i]);
+  }
+}
+
+template <class T, int W, NormKind kKind>
+__global__ void __launch_bounds__(kLoopThreads) norm_backward_loop(NormBackward p, float2* __restrict__ row_stats) {
+  __shared__ float scratch[32];
+  __shared__ float2 scratch2[32];
+  __shared__ float4 welford_scratch[32];
+  const float inv_cols = 1.0f / static_cast<float>(p.cols);
+
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const T* x = static_cast<const T*>(p.x.data) + row * p.x.stride;
+    const T* dy = static_cast<const T*>(p.dy.data) + row * p.dy.stride;
+
+    // Pass 1: mean and rstd.
+    WelfordState w{0.0f, 0.0f, 0.0f};
+    float ss = 0.0f;
+    for_each_vector<W>(x, p.cols, [&](int64_t, const float (&v)[W]) {
+      if constexpr (kKind == NormKind::layer) {
+        float m = 0.0f, m2 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < W; ++j) m += v[j];
+        m *= 1.0f / W;
+#pragma unroll
+        for (int j = 0; j < W; ++j) m2 += (v[j] - m) * (v[j] - m);
+        w = merge(w, WelfordState{static_cast<float>(W), m, m2});
+      } else {
+#pragma unroll
+        for (int j = 0; j < W; ++j) ss += v[j] * v[j];
+      }
+    });
+    float mean = 0.0f, var;
+    if constexpr (kKind == NormKind::layer) {
+      w = group_reduce<kLoopThreads>(w, welford_scratch);
+      mean = w.mean;
+      var = w.m2 * inv_cols;
+    } else {
+      var = group_reduce<kLoopThreads>(ss, SumOp{}, scratch) * inv_cols;
+    }
+    const float rstd = rsqrtf(var + p.eps);
+    if (row_stats != nullptr && threadIdx.x == 0) row_stats[row] = make_float2(mean, rstd);
+
+    // Pass 2: sum of gamma*dy and of gamma*dy*xhat.
+    float2 sums = make_float2(0.0f, 0.0f);
+    for_each_vector2<W>(x, dy, p.cols, [&](int64_t c, const float (&xv)[W], const float (&dyv)[W]) {
+      float g[W];
+      load_param_or<T, W>(p.gamma, c, 1.0f, g);
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        const float gdy = g[j] * dyv[j];
+        sums.x += gdy;
+        sums.y += gdy * (xv[j] - mean) * rstd;
+      }
+    });
+    sums = group_reduce_pair<kLoopThreads>(sums, scratch2);
+    const float mean_gdy = kKind == NormKind::layer ? sums.x * inv_cols : 0.0f;
+    const float mean_gdy_xhat = sums.y * inv_cols;
+
+    // Pass 3: dx.
+    T* dx = static_cast<T*>(p.dx.data) + row * p.dx.stride;
+    for_each_vector2<W>(x, dy, p.cols, [&](int64_t c, const float (&xv)[W], const float (&dyv)[W]) {
+      float g[W], out[W];
+      load_param_or<T, W>(p.gamma, c, 1.0f, g);
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        const float xhat = (xv[j] - mean) * rstd;
+        out[j] = rstd * (g[j] * dyv[j] - mean_gdy - xhat * mean_gdy_xhat);
+      }
+      rudnn::cuda::store_pack<T, W>(dx + c, out);
+    });
+  }
+}
+
+constexpr int kColumnThreads = 256;
+constexpr int kColumnChunkRows = 64;
+
+// Parameter-gradient partials over chunks of rows, one thread per column:
+// part[chunk][c] = sum over the chunk's rows of dy * xhat (dgamma) and of dy (dbeta).
+template <class T>
+__global__ void __launch_bounds__(kColumnThreads)
+    param_grad_columns(NormBackward p, const float2* __restrict__ row_stats, float* __restrict__ dgamma_part,
+                       float* __restrict__ dbeta_part) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColumnThreads + threadIdx.x;
+  if (c >= p.cols) return;
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * kColumnChunkRows;
+  const int64_t end = begin + kColumnChunkRows < p.rows ? begin + kColumnChunkRows : p.rows;
+  float dg = 0.0f, db = 0.0f;
+  for (int64_t r = begin; r < end; ++r) {
+    const float2 stats = row_stats[r];
+    const float x = to_float(static_cast<const T*>(p.x.data)[r * p.x.stride + c]);
+    const float dy = to_float(static_cast<const T*>(p.dy.data)[r * p.dy.stride + c]);
+    dg += dy * (x - stats.x) * stats.y;
+    db += dy;
+  }
+  if (dgamma_part) dgamma_part[static_cast<int64_t>(blockIdx.y) * p.cols + c] = dg;
+  if (dbeta_part) dbeta_part[static_cast<int64_t>(blockIdx.y) * p.cols + c] = db;
+}
+
+// out[c] = sum over k < parts of part[k][c], in order of k within each of 8 interleaved
+// slices, slices then added in order: a fixed order for a given `parts`.
+constexpr int kReduceColumns = 32, kReduceSlices = 8;
+
+template <class T>
+__global__ void __launch_bounds__(kReduceColumns* kReduceSlices)
+    reduce_partials(const float* __restrict__ part, int64_t parts, int64_t cols, ParamOut out) {
+  __shared__ float sums[kReduceSlices][kReduceColumns];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kReduceColumns + threadIdx.x;
+  float acc = 0.0f;
+  if (c < cols) {
+    for (int64_t k = threadIdx.y; k < parts; k += kReduceSlices) acc += part[k * cols + c];
+  }
+  sums[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= cols) return;
+  float total = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kReduceSlices; ++s) total += sums[s][threadIdx.x];
+  if (out.is_f32) {
+    static_cast<float*>(out.data)[c] = total;
+  } else {
+    static_cast<T*>(out.data)[c] = from_float<T>(total);
+  }
+}
+
+template <class T>
+void launch_reduce(const float* part, int64_t parts, int64_t cols, const ParamOut& out, cudaStream_t stream) {
+  if (out.data == nullptr) return;
+  const dim3 block(kReduceColumns, kReduceSlices);
+  const auto grid = static_cast<unsigned>((cols + kReduceColumns - 1) / kReduceColumns);
+  reduce_partials<T><<<grid, block, 0, stream>>>(part, parts, cols, out);
+  check_launch("reduce_partials");
+}
+
+// Persistent grid size for a register-tile kernel: as many blocks as fit on the GPU at once.
+// `cache` belongs to one kernel (one per device), so the occupancy query runs once.
+template <class Kernel>
+int persistent_blocks(Kernel kernel, int block_threads, Device device, int (&cache)[64]) {
+  int& per_sm = cache[device.index];
+  if (per_sm == 0) {
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, 0),
+               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    if (per_sm < 1) per_sm = 1;
+  }
+  return per_sm * multiprocessor_count(device);
+}
+
+template <class T, NormKind kKind>
+void launch(const NormBackward& p, const Stream& stream) {
+  const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
+  const Device device = stream.device();
+  const bool want_params = p.dgamma.data != nullptr || p.dbeta.data != nullptr;
+  Alignment a;
+  require_rows_aligned(a, p.x.data, p.x.stride, sizeof(T));
+  require_rows_aligned(a, p.dy.data, p.dy.stride, sizeof(T));
+  require_rows_aligned(a, p.dx.data, p.dx.stride, sizeof(T));
+  a.pointer(p.gamma.data);
+  // Register tiles above 256 threads spill here (x, dy and two gradient sums per element).
+  with_tile<T, TileId::block256>(p.cols, a, [&](auto tile) {
+    using Tile = decltype(tile);
+    if constexpr (Tile::kLoop) {
+      Tensor stats;  // (mean, rstd) per row, for the column kernel
+      if (want_params && p.rows > 0) stats = Tensor::empty({p.rows, 2}, DType::f32, device, stream);
+      auto* row_stats = stats.defined() ? static_cast<float2*>(stats.data()) : nullptr;
+      if (p.rows > 0) {
+        norm_backward_loop<T, Tile::kWidth, kKind><<<row_grid(p.rows, 1), kLoopThreads, 0, s>>>(p, row_stats);
+        check_launch("norm_backward_loop");
+      }
+      if (!want_params) return;
+      const int64_t chunks = (p.rows + kColumnChunkRows - 1) / kColumnChunkRows;
+      Tensor part;  // [2, chunks, H]: dgamma then dbeta partials
+      if (chunks > 0) part = Tensor::empty({2, chunks, p.cols}, DType::f32, device, stream);
+      float* base = part.defined() ? static_cast<float*>(part.data()) : nullptr;
+      float* dgamma_part = p.dgamma.data ? base : nullptr;
+      float* dbeta_part = p.dbeta.data && base ? base + chunks * p.cols : nullptr;
+      if (chunks > 0) {
+        const dim3 grid(static_cast<unsigned>((p.cols + kColumnThreads - 1) / kColumnThreads),
+                        static_cast<unsigned>(chunks));
+        param_grad_columns<T><<<grid, kColumnThreads, 0, s>>>(p, row_stats, dgamma_part, dbeta_part);
+        check_launch("param_grad_columns");
+      }
+      launch_reduce<T>(dgamma_part, chunks, p.cols, p.dgamma, s);
+      launch_reduce<T>(dbeta_part, chunks, p.cols, p.dbeta, s);
+    } else {
+      auto kernel = norm_backward_tile<T, Tile, kKind>;
+      const int64_t row_blocks = row_grid(p.rows, Tile::kRowsPerBlock);
+      static int occupancy_cache[64] = {};
+      int64_t blocks = persistent_blocks(kernel, Tile::kBlockThreads, device, occupancy_cache);
+      if (blocks > row_blocks) blocks = row_blocks;
+      const int64_t parts = blocks * Tile::kRowsPerBlock;
+      Tensor part;  // [2, parts, H]: dgamma then dbeta partials
+      if (want_params && parts > 0) part = Tensor::empty({2, parts, p.cols}, DType::f32, device, stream);
+      float* base = part.defined() ? static_cast<float*>(part.data()) : nullptr;
+      float* dgamma_part = p.dgamma.data ? base : nullptr;
+      float* dbeta_part = p.dbeta.data && base ? base + parts * p.cols : nullptr;
+      if (blocks > 0) {
+        kernel<<<static_cast<unsigned>(blocks), Tile::kBlockThreads, 0, s>>>(p, dgamma_part, dbeta_part);
+        check_launch("norm_backward_tile");
+      }
+      launch_reduce<T>(dgamma_part, parts, p.cols, p.dgamma, s);
+      launch_reduce<T>(dbeta_part, parts, p.cols, p.dbeta, s);
+    }
+  });
+}
+
+}  // namespace
+
+void norm_backward(const NormBackward& p, const Stream& stream) {
+  rudnn::detail::cuda::DeviceGuard guard(stream.device().index);
+  with_float_type(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (p.kind == NormKind::layer) {
+      launch<T, NormKind::layer>(p, stream);
+    } else {
+      launch<T, NormKind::rms>(p, stream);
+    }
+  });
+}
+
+}  // namespace rudnn::norm::cuda

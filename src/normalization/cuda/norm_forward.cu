@@ -1,0 +1,176 @@
+// LayerNorm, RMSNorm and residual-add + RMSNorm forward: one read of each input, one write
+// of each output, statistics in FP32.
+#include "normalization/cuda/launch.h"
+#include "normalization/cuda/row_tile.cuh"
+
+namespace rudnn::norm::cuda {
+
+namespace {
+
+using rudnn::cuda::group_reduce;
+using rudnn::cuda::round_to;
+using rudnn::cuda::SumOp;
+using rudnn::cuda::WelfordState;
+
+template <class T, class Tile, NormKind kKind>
+__global__ void __launch_bounds__(Tile::kBlockThreads) norm_forward_tile(NormForward p) {
+  constexpr int V = Tile::kVecs, W = Tile::kWidth;
+  __shared__ float scratch[32];
+  const RowThread<Tile> t;
+  const int cols = static_cast<int>(p.cols);
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+
+  for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
+    float v[V][W];
+    load_row(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, v);
+    if constexpr (kKind == NormKind::add_rms) {
+      float r[V][W];
+      load_row(t, static_cast<const T*>(p.residual.data) + row * p.residual.stride, cols, r);
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+#pragma unroll
+        for (int j = 0; j < W; ++j) v[i][j] = round_to<T>(v[i][j] + r[i][j]);  // the stored sum
+      store_row(t, static_cast<T*>(p.sum.data) + row * p.sum.stride, cols, v);
+    }
+
+    float mean = 0.0f;
+    if constexpr (kKind == NormKind::layer) {
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+#pragma unroll
+        for (int j = 0; j < W; ++j) s += v[i][j];  // vectors past the row loaded as 0
+      mean = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch) * inv_cols;
+    }
+    // Second pass over the registers: sum of squared deviations, no cancellation.
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      if (t.column(i) >= cols) continue;
+#pragma unroll
+      for (int j = 0; j < W; ++j) ss += (v[i][j] - mean) * (v[i][j] - mean);
+    }
+    const float rstd = rsqrtf(group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols + p.eps);
+
+    T* y = static_cast<T*>(p.y.data) + row * p.y.stride;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int c = t.column(i);
+      if (c >= cols) continue;
+      float g[W], b[W], out[W];
+      load_param_or<T, W>(p.gamma, c, 1.0f, g);
+      if constexpr (kKind == NormKind::layer) load_param_or<T, W>(p.beta, c, 0.0f, b);
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        out[j] = (v[i][j] - mean) * rstd * g[j];
+        if constexpr (kKind == NormKind::layer) out[j] += b[j];
+      }
+      rudnn::cuda::store_pack<T, W>(y + c, out);
+    }
+  }
+}
+
+template <class T, int W, NormKind kKind>
+__global__ void __launch_bounds__(kLoopThreads) norm_forward_loop(NormForward p) {
+  __shared__ float scratch[32];
+  __shared__ float4 welford_scratch[32];
+  const float inv_cols = 1.0f / static_cast<float>(p.cols);
+
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const T* x = static_cast<const T*>(p.x.data) + row * p.x.stride;
+    T* sum_row = kKind == NormKind::add_rms ? static_cast<T*>(p.sum.data) + row * p.sum.stride : nullptr;
+
+    // Pass 1: statistics (and, for add_rms, the stored sum).
+    WelfordState w{0.0f, 0.0f, 0.0f};
+    float ss = 0.0f;
+    auto accumulate = [&](const float (&v)[W]) {
+      if constexpr (kKind == NormKind::layer) {
+        float m = 0.0f, m2 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < W; ++j) m += v[j];
+        m *= 1.0f / W;
+#pragma unroll
+        for (int j = 0; j < W; ++j) m2 += (v[j] - m) * (v[j] - m);
+        w = merge(w, WelfordState{static_cast<float>(W), m, m2});
+      } else {
+#pragma unroll
+        for (int j = 0; j < W; ++j) ss += v[j] * v[j];
+      }
+    };
+    if constexpr (kKind == NormKind::add_rms) {
+      const T* res = static_cast<const T*>(p.residual.data) + row * p.residual.stride;
+      for_each_vector2<W>(x, res, p.cols, [&](int64_t c, float (&a)[W], const float (&b)[W]) {
+#pragma unroll
+        for (int j = 0; j < W; ++j) a[j] = round_to<T>(a[j] + b[j]);
+        rudnn::cuda::store_pack<T, W>(sum_row + c, a);
+        accumulate(a);
+      });
+    } else {
+      for_each_vector<W>(x, p.cols, [&](int64_t, const float (&v)[W]) { accumulate(v); });
+    }
+    float mean = 0.0f, var;
+    if constexpr (kKind == NormKind::layer) {
+      w = group_reduce<kLoopThreads>(w, welford_scratch);
+      mean = w.mean;
+      var = w.m2 * inv_cols;
+    } else {
+      var = group_reduce<kLoopThreads>(ss, SumOp{}, scratch) * inv_cols;
+    }
+    const float rstd = rsqrtf(var + p.eps);
+
+    // Pass 2: normalise. add_rms re-reads the sum this same thread stored.
+    T* y = static_cast<T*>(p.y.data) + row * p.y.stride;
+    const T* source = kKind == NormKind::add_rms ? sum_row : x;
+    for_each_vector<W>(source, p.cols, [&](int64_t c, const float (&v)[W]) {
+      float g[W], b[W], out[W];
+      load_param_or<T, W>(p.gamma, c, 1.0f, g);
+      if constexpr (kKind == NormKind::layer) load_param_or<T, W>(p.beta, c, 0.0f, b);
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        out[j] = (v[j] - mean) * rstd * g[j];
+        if constexpr (kKind == NormKind::layer) out[j] += b[j];
+      }
+      rudnn::cuda::store_pack<T, W>(y + c, out);
+    });
+  }
+}
+
+template <class T, NormKind kKind>
+void launch(const NormForward& p, cudaStream_t stream) {
+  Alignment a;
+  require_rows_aligned(a, p.x.data, p.x.stride, sizeof(T));
+  require_rows_aligned(a, p.y.data, p.y.stride, sizeof(T));
+  if (kKind == NormKind::add_rms) {
+    require_rows_aligned(a, p.residual.data, p.residual.stride, sizeof(T));
+    require_rows_aligned(a, p.sum.data, p.sum.stride, sizeof(T));
+  }
+  a.pointer(p.gamma.data);
+  a.pointer(p.beta.data);
+  with_tile<T>(p.cols, a, [&](auto tile) {
+    using Tile = decltype(tile);
+    if constexpr (Tile::kLoop) {
+      norm_forward_loop<T, Tile::kWidth, kKind><<<row_grid(p.rows, 1), kLoopThreads, 0, stream>>>(p);
+    } else {
+      norm_forward_tile<T, Tile, kKind>
+          <<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
+    }
+  });
+  check_launch("norm_forward");
+}
+
+}  // namespace
+
+void norm_forward(const NormForward& p, const Stream& stream) {
+  rudnn::detail::cuda::DeviceGuard guard(stream.device().index);
+  const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
+  with_float_type(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    switch (p.kind) {
+      case NormKind::layer: return launch<T, NormKind::layer>(p, s);
+      case NormKind::rms: return launch<T, NormKind::rms>(p, s);
+      case NormKind::add_rms: return launch<T, NormKind::add_rms>(p, s);
+    }
+  });
+}
+
+}  // namespace rudnn::norm::cuda

@@ -1,0 +1,262 @@
+// How the row kernels of this family map threads onto rows.
+//
+// Register tiles: kThreadsPerRow threads share a row; thread t holds the vectors
+// (i * kThreadsPerRow + t) for i < kVecs, each of kWidth consecutive elements, in FP32
+// registers, so a row is read from memory once however many passes the math makes over
+// it. Rows up to kThreadsPerRow * kVecs * kWidth elements fit; warp tiles (32 threads) put
+// four rows in a block, larger tiles one.
+//
+// Loop tiles take any row length: a block of kLoopThreads walks its row in strides of
+// kLoopThreads * kWidth, re-reading it (from L2 for rows that fit there) for each pass.
+//
+// Vectorised tiles (kWidth = 16 bytes / element size) need every row pointer 16-byte
+// aligned, row strides and H multiples of kWidth, and parameter vectors aligned; anything
+// else runs the loop tile with kWidth = 1.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "core/cuda_api.h"
+#include "core/cuda_check.h"
+#include "cuda/reduce.cuh"
+#include "cuda/types.cuh"
+#include "cuda/vec.cuh"
+#include "normalization/problem.h"
+#include "rudnn/stream.h"
+
+namespace rudnn::norm::cuda {
+
+using rudnn::cuda::from_float;
+using rudnn::cuda::to_float;
+using rudnn::detail::check_cuda;
+using rudnn::detail::check_launch;
+
+template <int kThreadsPerRow_, int kVecs_, int kWidth_>
+struct RegisterTile {
+  static constexpr bool kLoop = false;
+  static constexpr int kThreadsPerRow = kThreadsPerRow_;
+  static constexpr int kVecs = kVecs_;
+  static constexpr int kWidth = kWidth_;
+  static constexpr int kRowsPerBlock = kThreadsPerRow >= 128 ? 1 : 128 / kThreadsPerRow;
+  static constexpr int kBlockThreads = kThreadsPerRow * kRowsPerBlock;
+  static constexpr int kCapacity = kThreadsPerRow * kVecs * kWidth;
+};
+
+constexpr int kLoopThreads = 512;
+
+template <int kWidth_>
+struct LoopTile {
+  static constexpr bool kLoop = true;
+  static constexpr int kThreadsPerRow = kLoopThreads;
+  static constexpr int kWidth = kWidth_;
+  static constexpr int kRowsPerBlock = 1;
+  static constexpr int kBlockThreads = kLoopThreads;
+  static constexpr int kUnroll = 4;  // vectors loaded back to back before they are used
+};
+
+// The register tiles, smallest first; the first that holds H is used.
+enum class TileId { warp_x1, warp_x2, warp_x4, block128, block256, block512, block1024, loop };
+
+struct TileChoice {
+  TileId id = TileId::loop;
+  bool vectorized = false;
+};
+
+// 16-byte alignment of every pointer and row stride the kernel touches.
+struct Alignment {
+  bool ok = true;
+  void pointer(const void* p) {
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) ok = false;
+  }
+  void stride(int64_t elements, size_t element_size) {
+    if ((elements * static_cast<int64_t>(element_size)) % 16 != 0) ok = false;
+  }
+};
+
+// The tile for rows of `cols` elements: the smallest register tile that holds a row,
+// up to `largest`, else a loop tile.
+inline TileChoice choose_tile(int64_t cols, int width, const Alignment& alignment, TileId largest) {
+  TileChoice c;
+  c.vectorized = alignment.ok && cols % width == 0;
+  if (!c.vectorized) return c;  // the scalar loop tile
+  const int64_t vectors = cols / width;
+  if (vectors <= 32) c.id = TileId::warp_x1;
+  else if (vectors <= 64) c.id = TileId::warp_x2;
+  else if (vectors <= 128) c.id = TileId::warp_x4;
+  else if (vectors <= 512) c.id = TileId::block128;
+  else if (vectors <= 1024) c.id = TileId::block256;
+  else if (vectors <= 2048) c.id = TileId::block512;
+  else if (vectors <= 4096) c.id = TileId::block1024;
+  else c.id = TileId::loop;
+  if (c.id > largest) c.id = TileId::loop;
+  return c;
+}
+
+// Chooses the tile for elements of type T and calls f(Tile{}) with its type. kLargest caps
+// the register tiles (kernels that hold more per element, like the backward passes, would
+// spill in the biggest ones); tiles above it are not instantiated.
+template <class T, TileId kLargest = TileId::block1024, class F>
+void with_tile(int64_t cols, const Alignment& alignment, F&& f) {
+  constexpr int W = 16 / sizeof(T);
+  const TileChoice choice = choose_tile(cols, W, alignment, kLargest);
+  if (!choice.vectorized) return f(LoopTile<1>{});
+  switch (choice.id) {
+    case TileId::warp_x1: return f(RegisterTile<32, 1, W>{});
+    case TileId::warp_x2: return f(RegisterTile<32, 2, W>{});
+    case TileId::warp_x4: return f(RegisterTile<32, 4, W>{});
+    case TileId::block128: return f(RegisterTile<128, 4, W>{});
+    case TileId::block256:
+      if constexpr (kLargest >= TileId::block256) return f(RegisterTile<256, 4, W>{});
+      break;
+    case TileId::block512:
+      if constexpr (kLargest >= TileId::block512) return f(RegisterTile<512, 4, W>{});
+      break;
+    case TileId::block1024:
+      if constexpr (kLargest >= TileId::block1024) return f(RegisterTile<1024, 4, W>{});
+      break;
+    case TileId::loop: break;
+  }
+  return f(LoopTile<W>{});
+}
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(TypeTag<T>{}) with T the device type of a floating dtype.
+template <class F>
+void with_float_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: return f(TypeTag<float>{});
+    case DType::f16: return f(TypeTag<__half>{});
+    case DType::bf16: return f(TypeTag<__nv_bfloat16>{});
+    default: return;  // validated away by the entry points
+  }
+}
+
+// Blocks for `rows` rows; the kernels stride over rows beyond the grid.
+inline unsigned row_grid(int64_t rows, int rows_per_block) {
+  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+  return static_cast<unsigned>(blocks < (1 << 30) ? blocks : (1 << 30));
+}
+
+inline int multiprocessor_count(Device device) {  // cached per device
+  static int counts[64] = {};
+  int& c = counts[device.index];
+  if (c == 0) check_cuda(cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, device.index), "cudaDeviceGetAttribute");
+  return c;
+}
+
+// Thread coordinates of a row kernel: which row slot of the block this thread serves, and
+// its index among the row's threads.
+template <class Tile>
+struct RowThread {
+  int lane;
+  int slot;
+
+  __device__ RowThread()
+      : lane(static_cast<int>(threadIdx.x) % Tile::kThreadsPerRow),
+        slot(static_cast<int>(threadIdx.x) / Tile::kThreadsPerRow) {}
+
+  // First row of this thread and the stride to its next one (grid-stride over rows).
+  __device__ int64_t first_row() const { return static_cast<int64_t>(blockIdx.x) * Tile::kRowsPerBlock + slot; }
+  __device__ int64_t row_step() const { return static_cast<int64_t>(gridDim.x) * Tile::kRowsPerBlock; }
+  // Column of vector i of this thread (register tiles).
+  __device__ int column(int i) const { return (i * Tile::kThreadsPerRow + lane) * Tile::kWidth; }
+};
+
+// Loads this thread's vectors of a row into registers; vectors past `cols` read as `fill`.
+template <class Tile, class T>
+__device__ __forceinline__ void load_row(const RowThread<Tile>& t, const T* row, int cols,
+                                         float (&v)[Tile::kVecs][Tile::kWidth], float fill = 0.0f) {
+#pragma unroll
+  for (int i = 0; i < Tile::kVecs; ++i) {
+    const int c = t.column(i);
+    if (c < cols) {
+      rudnn::cuda::load_pack<T, Tile::kWidth>(row + c, v[i]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < Tile::kWidth; ++j) v[i][j] = fill;
+    }
+  }
+}
+
+template <class Tile, class T>
+__device__ __forceinline__ void store_row(const RowThread<Tile>& t, T* row, int cols,
+                                          const float (&v)[Tile::kVecs][Tile::kWidth]) {
+#pragma unroll
+  for (int i = 0; i < Tile::kVecs; ++i) {
+    const int c = t.column(i);
+    if (c < cols) rudnn::cuda::store_pack<T, Tile::kWidth>(row + c, v[i]);
+  }
+}
+
+// Loop tiles: calls body(c, v) for each vector (column c, values v) of a row that this
+// thread owns, loading LoopTile::kUnroll vectors before the first is used so that several
+// loads are in flight.
+template <int W, class T, class Body>
+__device__ __forceinline__ void for_each_vector(const T* __restrict__ row, int64_t cols, Body&& body) {
+  constexpr int U = LoopTile<W>::kUnroll;
+  const int64_t step = static_cast<int64_t>(kLoopThreads) * W;
+  int64_t c = static_cast<int64_t>(threadIdx.x) * W;
+  for (; c + (U - 1) * step < cols; c += U * step) {
+    float v[U][W];
+#pragma unroll
+    for (int u = 0; u < U; ++u) rudnn::cuda::load_pack<T, W>(row + c + u * step, v[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) body(c + u * step, v[u]);
+  }
+  for (; c < cols; c += step) {
+    float v[W];
+    rudnn::cuda::load_pack<T, W>(row + c, v);
+    body(c, v);
+  }
+}
+
+// The same over two rows read side by side (x and residual, x and dy, ...).
+template <int W, class T, class Body>
+__device__ __forceinline__ void for_each_vector2(const T* __restrict__ row_a, const T* __restrict__ row_b,
+                                                 int64_t cols, Body&& body) {
+  constexpr int U = LoopTile<W>::kUnroll;
+  const int64_t step = static_cast<int64_t>(kLoopThreads) * W;
+  int64_t c = static_cast<int64_t>(threadIdx.x) * W;
+  for (; c + (U - 1) * step < cols; c += U * step) {
+    float a[U][W], b[U][W];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      rudnn::cuda::load_pack<T, W>(row_a + c + u * step, a[u]);
+      rudnn::cuda::load_pack<T, W>(row_b + c + u * step, b[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) body(c + u * step, a[u], b[u]);
+  }
+  for (; c < cols; c += step) {
+    float a[W], b[W];
+    rudnn::cuda::load_pack<T, W>(row_a + c, a);
+    rudnn::cuda::load_pack<T, W>(row_b + c, b);
+    body(c, a, b);
+  }
+}
+
+// Loads W affine-parameter values at column c, or `absent` when there is no parameter.
+template <class T, int W>
+__device__ __forceinline__ void load_param_or(const ParamIn& p, int64_t c, float absent, float (&out)[W]) {
+  if (p.data != nullptr) {
+    rudnn::cuda::load_param<T, W>(p.data, p.is_f32, c, out);
+  } else {
+#pragma unroll
+    for (int j = 0; j < W; ++j) out[j] = absent;
+  }
+}
+
+// Alignment check for a row operand: base pointer and row stride.
+inline void require_rows_aligned(Alignment& a, const void* data, int64_t stride, size_t element_size) {
+  a.pointer(data);
+  a.stride(stride, element_size);
+}
+
+}  // namespace rudnn::norm::cuda

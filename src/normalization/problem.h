@@ -1,0 +1,89 @@
+// Validated, normalised problems of the normalization family: what the backends (the CPU
+// reference and the CUDA kernels) receive. Every pointer is valid for the described extent,
+// every dtype is supported, outputs overlap no input. Backends neither re-validate nor throw
+// for user errors.
+#pragma once
+
+#include <cstdint>
+
+#include "rudnn/dtype.h"
+
+namespace rudnn::norm {
+
+// Read-only rows: element (r, c) is at data + r * stride + c, in elements of the problem's
+// dtype; c < cols is dense.
+struct RowsIn {
+  const void* data = nullptr;
+  int64_t stride = 0;
+};
+struct RowsOut {
+  void* data = nullptr;
+  int64_t stride = 0;
+};
+
+// An optional [cols] vector (gamma, beta, their gradients) in F32 or the problem's dtype.
+struct ParamIn {
+  const void* data = nullptr;  // null: absent
+  bool is_f32 = true;
+};
+struct ParamOut {
+  void* data = nullptr;  // null: not requested
+  bool is_f32 = true;
+};
+
+enum class NormKind { layer, rms, add_rms };
+
+struct NormForward {
+  NormKind kind = NormKind::rms;
+  int64_t rows = 0, cols = 0;
+  DType dtype = DType::f32;
+  RowsIn x;
+  RowsIn residual;  // add_rms only
+  ParamIn gamma, beta;  // beta: layer only
+  RowsOut y;
+  RowsOut sum;  // add_rms only: x + residual rounded to dtype
+  float eps = 1e-5f;
+};
+
+struct NormBackward {
+  NormKind kind = NormKind::rms;  // layer or rms
+  int64_t rows = 0, cols = 0;
+  DType dtype = DType::f32;
+  RowsIn dy, x;
+  ParamIn gamma;
+  RowsOut dx;
+  ParamOut dgamma, dbeta;  // dbeta: layer only
+  float eps = 1e-5f;
+};
+
+struct SoftmaxForward {
+  int64_t rows = 0, cols = 0;
+  DType dtype = DType::f32;
+  RowsIn x;
+  RowsOut y;          // softmax: the probabilities
+  void* lse = nullptr;  // logsumexp: [rows] dense, in dtype (exactly one of y / lse is set)
+};
+
+struct SoftmaxBackward {
+  int64_t rows = 0, cols = 0;
+  DType dtype = DType::f32;
+  RowsIn dy, y;
+  RowsOut dx;
+};
+
+// Cross entropy forward and/or backward over one pass of the logits.
+struct CrossEntropy {
+  int64_t rows = 0, cols = 0;
+  DType dtype = DType::f32;  // logits and dlogits
+  RowsIn logits;
+  const void* targets = nullptr;  // [rows] dense
+  DType target_dtype = DType::i64;
+  bool has_ignore_index = false;
+  int64_t ignore_index = 0;
+  float* loss = nullptr;          // [rows] dense, may be null (backward only)
+  RowsOut dlogits;                // data may be null (forward only)
+  const float* dloss = nullptr;   // [rows] dense; null: every row's upstream gradient is grad_scale
+  float grad_scale = 1.0f;
+};
+
+}  // namespace rudnn::norm

@@ -1,0 +1,250 @@
+#include "normalization/reference.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace rudnn::norm::reference {
+
+namespace {
+
+template <class T> double to_double(T v) { return static_cast<double>(static_cast<float>(v)); }
+template <> double to_double<float>(float v) { return v; }
+
+// The value stored as T: FP32 first (what every device computes in), then T.
+template <class T> T from_double(double v) { return T(static_cast<float>(v)); }
+template <> float from_double<float>(double v) { return static_cast<float>(v); }
+
+template <class T> T round_float(float v) { return T(v); }
+template <> float round_float<float>(float v) { return v; }
+
+// Calls f(T{}) with T the host type of a floating dtype.
+template <class F>
+void with_float_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: f(float{}); break;
+    case DType::f16: f(half{}); break;
+    case DType::bf16: f(bfloat16{}); break;
+    default: break;  // validated away
+  }
+}
+
+template <class T> const T* row_in(const RowsIn& r, int64_t row) { return static_cast<const T*>(r.data) + row * r.stride; }
+template <class T> T* row_out(const RowsOut& r, int64_t row) { return static_cast<T*>(r.data) + row * r.stride; }
+
+template <class T>
+double param(const ParamIn& p, int64_t i, double absent) {
+  if (p.data == nullptr) return absent;
+  return p.is_f32 ? static_cast<const float*>(p.data)[i] : to_double(static_cast<const T*>(p.data)[i]);
+}
+
+template <class T>
+void store_param(const ParamOut& p, int64_t i, double v) {
+  if (p.is_f32) {
+    static_cast<float*>(p.data)[i] = static_cast<float>(v);
+  } else {
+    static_cast<T*>(p.data)[i] = from_double<T>(v);
+  }
+}
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Maximum of a row with NaN propagation.
+template <class T>
+double row_max(const T* x, int64_t n) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t c = 0; c < n; ++c) {
+    const double v = to_double(x[c]);
+    if (std::isnan(v)) return kNaN;
+    if (v > m) m = v;
+  }
+  return m;
+}
+
+// log(sum(exp(x))): all -inf gives -inf, any +inf +inf, any NaN NaN (PyTorch's rules).
+template <class T>
+double row_logsumexp(const T* x, int64_t n) {
+  const double m = row_max(x, n);
+  if (!std::isfinite(m)) return m;
+  double s = 0.0;
+  for (int64_t c = 0; c < n; ++c) s += std::exp(to_double(x[c]) - m);
+  return m + std::log(s);
+}
+
+template <class T>
+void norm_forward_typed(const NormForward& p) {
+  const int64_t n = p.cols;
+  std::vector<double> h(static_cast<size_t>(n));
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const T* x = row_in<T>(p.x, r);
+    if (p.kind == NormKind::add_rms) {
+      const T* res = row_in<T>(p.residual, r);
+      T* sum = row_out<T>(p.sum, r);
+      for (int64_t c = 0; c < n; ++c) {
+        // The sum is formed in FP32 and stored as T; the statistics read the stored value.
+        sum[c] = round_float<T>(static_cast<float>(to_double(x[c])) + static_cast<float>(to_double(res[c])));
+        h[c] = to_double(sum[c]);
+      }
+    } else {
+      for (int64_t c = 0; c < n; ++c) h[c] = to_double(x[c]);
+    }
+    double mean = 0.0, rstd;
+    if (p.kind == NormKind::layer) {
+      for (int64_t c = 0; c < n; ++c) mean += h[c];
+      mean /= static_cast<double>(n);
+      double var = 0.0;
+      for (int64_t c = 0; c < n; ++c) var += (h[c] - mean) * (h[c] - mean);
+      var /= static_cast<double>(n);
+      rstd = 1.0 / std::sqrt(var + p.eps);
+    } else {
+      double ms = 0.0;
+      for (int64_t c = 0; c < n; ++c) ms += h[c] * h[c];
+      ms /= static_cast<double>(n);
+      rstd = 1.0 / std::sqrt(ms + p.eps);
+    }
+    T* y = row_out<T>(p.y, r);
+    for (int64_t c = 0; c < n; ++c) {
+      double v = (h[c] - mean) * rstd * param<T>(p.gamma, c, 1.0);
+      if (p.kind == NormKind::layer) v += param<T>(p.beta, c, 0.0);
+      y[c] = from_double<T>(v);
+    }
+  }
+}
+
+template <class T>
+void norm_backward_typed(const NormBackward& p) {
+  const int64_t n = p.cols;
+  const double inv_n = 1.0 / static_cast<double>(n);
+  std::vector<double> dgamma(static_cast<size_t>(n), 0.0), dbeta(static_cast<size_t>(n), 0.0);
+  std::vector<double> xhat(static_cast<size_t>(n)), gdy(static_cast<size_t>(n));
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const T* x = row_in<T>(p.x, r);
+    const T* dy = row_in<T>(p.dy, r);
+    double mean = 0.0;
+    if (p.kind == NormKind::layer) {
+      for (int64_t c = 0; c < n; ++c) mean += to_double(x[c]);
+      mean *= inv_n;
+    }
+    double var = 0.0;
+    for (int64_t c = 0; c < n; ++c) var += (to_double(x[c]) - mean) * (to_double(x[c]) - mean);
+    var *= inv_n;
+    const double rstd = 1.0 / std::sqrt(var + p.eps);
+    double mean_gdy = 0.0, mean_gdy_xhat = 0.0;
+    for (int64_t c = 0; c < n; ++c) {
+      xhat[c] = (to_double(x[c]) - mean) * rstd;
+      gdy[c] = param<T>(p.gamma, c, 1.0) * to_double(dy[c]);
+      mean_gdy += gdy[c];
+      mean_gdy_xhat += gdy[c] * xhat[c];
+      dgamma[c] += to_double(dy[c]) * xhat[c];
+      dbeta[c] += to_double(dy[c]);
+    }
+    mean_gdy *= inv_n;
+    mean_gdy_xhat *= inv_n;
+    T* dx = row_out<T>(p.dx, r);
+    for (int64_t c = 0; c < n; ++c) {
+      const double centred = p.kind == NormKind::layer ? gdy[c] - mean_gdy : gdy[c];
+      dx[c] = from_double<T>(rstd * (centred - xhat[c] * mean_gdy_xhat));
+    }
+  }
+  for (int64_t c = 0; c < n; ++c) {
+    if (p.dgamma.data) store_param<T>(p.dgamma, c, dgamma[c]);
+    if (p.dbeta.data) store_param<T>(p.dbeta, c, dbeta[c]);
+  }
+}
+
+template <class T>
+void softmax_forward_typed(const SoftmaxForward& p) {
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const T* x = row_in<T>(p.x, r);
+    if (p.lse != nullptr) {
+      static_cast<T*>(p.lse)[r] = from_double<T>(row_logsumexp(x, p.cols));
+      continue;
+    }
+    T* y = row_out<T>(p.y, r);
+    const double m = row_max(x, p.cols);
+    if (!std::isfinite(m)) {  // all -inf, or an inf or NaN: the row is undefined
+      for (int64_t c = 0; c < p.cols; ++c) y[c] = from_double<T>(kNaN);
+      continue;
+    }
+    double s = 0.0;
+    for (int64_t c = 0; c < p.cols; ++c) s += std::exp(to_double(x[c]) - m);
+    for (int64_t c = 0; c < p.cols; ++c) y[c] = from_double<T>(std::exp(to_double(x[c]) - m) / s);
+  }
+}
+
+template <class T>
+void softmax_backward_typed(const SoftmaxBackward& p) {
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const T* dy = row_in<T>(p.dy, r);
+    const T* y = row_in<T>(p.y, r);
+    double dot = 0.0;
+    for (int64_t c = 0; c < p.cols; ++c) dot += to_double(dy[c]) * to_double(y[c]);
+    T* dx = row_out<T>(p.dx, r);
+    for (int64_t c = 0; c < p.cols; ++c) dx[c] = from_double<T>(to_double(y[c]) * (to_double(dy[c]) - dot));
+  }
+}
+
+int64_t load_target(const void* targets, DType dtype, int64_t r, bool& in_range) {
+  in_range = true;
+  switch (dtype) {
+    case DType::i32: return static_cast<const int32_t*>(targets)[r];
+    case DType::i64: return static_cast<const int64_t*>(targets)[r];
+    case DType::u32: return static_cast<const uint32_t*>(targets)[r];
+    case DType::u8: return static_cast<const uint8_t*>(targets)[r];
+    default: in_range = false; return 0;
+  }
+}
+
+template <class T>
+void cross_entropy_typed(const CrossEntropy& p) {
+  const int64_t n = p.cols;
+  for (int64_t r = 0; r < p.rows; ++r) {
+    bool known = false;
+    const int64_t raw = load_target(p.targets, p.target_dtype, r, known);
+    const T* x = row_in<T>(p.logits, r);
+    T* dx = p.dlogits.data ? row_out<T>(p.dlogits, r) : nullptr;
+    if (p.has_ignore_index && raw == p.ignore_index) {
+      if (p.loss) p.loss[r] = 0.0f;
+      if (dx) for (int64_t c = 0; c < n; ++c) dx[c] = from_double<T>(0.0);
+      continue;
+    }
+    const int64_t t = raw < 0 ? raw + n : raw;
+    if (!known || t < 0 || t >= n) {  // never used as an index
+      if (p.loss) p.loss[r] = std::numeric_limits<float>::quiet_NaN();
+      if (dx) for (int64_t c = 0; c < n; ++c) dx[c] = from_double<T>(kNaN);
+      continue;
+    }
+    const double lse = row_logsumexp(x, n);
+    if (p.loss) p.loss[r] = static_cast<float>(lse - to_double(x[t]));
+    if (dx) {
+      const double scale = p.dloss ? p.dloss[r] : p.grad_scale;
+      const double m = row_max(x, n);
+      double s = 0.0;
+      if (std::isfinite(m)) for (int64_t c = 0; c < n; ++c) s += std::exp(to_double(x[c]) - m);
+      for (int64_t c = 0; c < n; ++c) {
+        const double prob = std::isfinite(m) ? std::exp(to_double(x[c]) - m) / s : kNaN;
+        dx[c] = from_double<T>(scale * (prob - (c == t ? 1.0 : 0.0)));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void norm_forward(const NormForward& p) {
+  with_float_type(p.dtype, [&](auto tag) { norm_forward_typed<decltype(tag)>(p); });
+}
+void norm_backward(const NormBackward& p) {
+  with_float_type(p.dtype, [&](auto tag) { norm_backward_typed<decltype(tag)>(p); });
+}
+void softmax_forward(const SoftmaxForward& p) {
+  with_float_type(p.dtype, [&](auto tag) { softmax_forward_typed<decltype(tag)>(p); });
+}
+void softmax_backward(const SoftmaxBackward& p) {
+  with_float_type(p.dtype, [&](auto tag) { softmax_backward_typed<decltype(tag)>(p); });
+}
+void cross_entropy(const CrossEntropy& p) {
+  with_float_type(p.dtype, [&](auto tag) { cross_entropy_typed<decltype(tag)>(p); });
+}
+
+}  // namespace rudnn::norm::reference

@@ -1,0 +1,73 @@
+// Shared helpers of the C++ test suites: seeded random inputs, comparisons against the
+// reference with per-dtype tolerances, error matching, GPU gating.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <rudnn/rudnn.h>
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace rudnn::test {
+
+// A fresh seed per test (std::random_device), or RUDNN_TEST_SEED to replay one.
+class Rng {
+ public:
+  Rng();
+  uint64_t seed() const { return seed_; }
+  float normal(float mean = 0.0f, float stddev = 1.0f);
+  float uniform(float lo, float hi);
+  int64_t integer(int64_t lo, int64_t hi);  // inclusive bounds
+  std::mt19937_64& engine() { return engine_; }
+
+ private:
+  uint64_t seed_;
+  std::mt19937_64 engine_;
+};
+
+// Declares `rng` and attaches its seed to every failure in the enclosing scope.
+#define RUDNN_SEEDED_RNG(rng)                                                                         \
+  ::rudnn::test::Rng rng;                                                                              \
+  SCOPED_TRACE(::testing::Message() << "random seed " << rng.seed() << " (replay: RUDNN_TEST_SEED=" \
+                                    << rng.seed() << ")")
+
+// Skips the current test, reported as skipped, when no CUDA device is usable.
+#define RUDNN_REQUIRE_CUDA()                                                      \
+  do {                                                                             \
+    if (!::rudnn::cuda_available()) GTEST_SKIP() << "no CUDA device: GPU test skipped"; \
+  } while (0)
+
+// Host tensor of N(mean, stddev) values, rounded to `dtype` (a floating dtype).
+Tensor random_tensor(Rng& rng, const Shape& shape, DType dtype, float mean = 0.0f, float stddev = 1.0f);
+// Host tensor of integers uniform in [lo, hi] in an integer dtype.
+Tensor random_integers(Rng& rng, const Shape& shape, DType dtype, int64_t lo, int64_t hi);
+// Host tensor from doubles, rounded to `dtype`.
+Tensor host_tensor(const std::vector<double>& values, const Shape& shape, DType dtype);
+
+// Every element, in row-major order, as double (reads back device tensors).
+std::vector<double> to_doubles(const Tensor& t);
+// The logical bytes of a tensor (row-major), for bit-exact comparisons.
+std::vector<unsigned char> bytes_of(const Tensor& t);
+
+// Relative L2 error allowed against the reference, by result dtype.
+double tolerance(DType dtype);
+
+// got vs expected: same shape and dtype, non-finite values in the same places (NaN where
+// NaN, infinities of the same sign), and ‖got − expected‖ / ‖expected‖ <= tol over the
+// finite ones (absolute when ‖expected‖ = 0).
+::testing::AssertionResult all_close(const Tensor& got, const Tensor& expected, double tol);
+::testing::AssertionResult all_close(const Tensor& got, const Tensor& expected);  // tolerance(dtype)
+::testing::AssertionResult bit_equal(const Tensor& a, const Tensor& b);
+
+// fn throws rudnn::Error with `code` and a message containing every fragment.
+::testing::AssertionResult throws_error(const std::function<void()>& fn, ErrorCode code,
+                                        std::initializer_list<std::string> fragments);
+
+// A tensor with every byte 0xFF (NaN in each float dtype) on `device`.
+Tensor poisoned(const Shape& shape, DType dtype, Device device);
+
+}  // namespace rudnn::test
