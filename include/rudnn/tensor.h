@@ -67,7 +67,7 @@ class Tensor {
     return from_host(data.data(), shape, dtype_of<T>(), device, stream);
   }
   // Wraps memory the caller owns, without copying. `release` (may be empty) runs when the
-  // last handle goes. `storage_bytes` bounds every view taken of it.
+  // last handle goes, or before this throws. `storage_bytes` bounds every view taken of it.
   static Tensor from_blob(void* data, size_t storage_bytes, const Shape& shape,
                           const Shape& strides, int64_t offset, DType dtype, Device device,
                           std::function<void()> release = {});
@@ -84,7 +84,8 @@ class Tensor {
   DType dtype() const noexcept { return dtype_; }
   size_t itemsize() const noexcept { return dtype_size(dtype_); }
   Device device() const;
-  // Row-major dense: strides are the products of the trailing sizes (size-1 dims ignored).
+  // Row-major dense: strides are the products of the trailing sizes (size-1 dims ignored;
+  // a tensor with no elements counts as contiguous).
   bool is_contiguous() const noexcept;
   // Address of element [0, ..., 0].
   void* data() const;

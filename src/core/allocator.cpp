@@ -102,7 +102,9 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device, const Str
       cuda::pool_free(p, device, stream.handle());
       counters(device).remove(bytes);
     };
+    counters(device).add(bytes);  // before the fill: if it throws, release() uncounts
     if (poison_allocations()) cuda::memset_async(p, 0xff, bytes, device, stream.handle());
+    return storage;
   }
   counters(device).add(bytes);
   return storage;

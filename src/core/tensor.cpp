@@ -1,6 +1,7 @@
 #include "rudnn/tensor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -25,9 +26,14 @@ std::string shape_str(const Shape& shape) {
 }
 
 int64_t shape_numel(const Shape& shape) {
-  int64_t n = 1;
+  bool empty = false;
   for (int64_t d : shape) {
     if (d < 0) fail(ErrorCode::InvalidArgument, cat("shape ", shape_str(shape), " has a negative dimension"));
+    empty = empty || d == 0;
+  }
+  if (empty) return 0;  // whatever the other dimensions, in any order
+  int64_t n = 1;
+  for (int64_t d : shape) {
     if (__builtin_mul_overflow(n, d, &n)) {
       fail(ErrorCode::InvalidArgument, cat("shape ", shape_str(shape), " has more than 2^63 elements"));
     }
@@ -106,11 +112,22 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device, const Strea
 
 namespace {
 
+// `value` rounded to a float with round-to-odd: exact when representable, else the
+// neighbour toward zero with its last mantissa bit set. Rounding that float to f16 / bf16
+// (ties to even) gives the correctly rounded `value`, since float carries at least two more
+// bits than either; going through a round-to-nearest float would round twice.
+float round_to_odd_float(double value) {
+  float f = static_cast<float>(value);
+  if (!std::isfinite(value) || static_cast<double>(f) == value) return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(value)) f = std::nextafter(f, 0.0f);
+  return detail::bits_float(detail::float_bits(f) | 1u);
+}
+
 uint64_t element_bits(double value, DType dtype) {
   switch (dtype) {
     case DType::f32: return detail::float_bits(static_cast<float>(value));
-    case DType::f16: return half(static_cast<float>(value)).bits;
-    case DType::bf16: return bfloat16(static_cast<float>(value)).bits;
+    case DType::f16: return half(round_to_odd_float(value)).bits;
+    case DType::bf16: return bfloat16(round_to_odd_float(value)).bits;
     case DType::f64: {
       uint64_t u;
       std::memcpy(&u, &value, sizeof u);
@@ -157,13 +174,14 @@ Tensor Tensor::from_host(const void* data, const Shape& shape, DType dtype, Devi
 
 Tensor Tensor::from_blob(void* data, size_t storage_bytes, const Shape& shape, const Shape& strides, int64_t offset,
                          DType dtype, Device device, std::function<void()> release) {
-  detail::cuda::require_device(device, "Tensor::from_blob");
-  check(data != nullptr || storage_bytes == 0, ErrorCode::InvalidArgument, "Tensor::from_blob: data is null");
+  // The storage owns `release` from here on, so it also runs when a check below throws.
   auto storage = std::make_shared<detail::Storage>();
   storage->data = data;
   storage->bytes = storage_bytes;
   storage->device = device;
   storage->release = std::move(release);
+  detail::cuda::require_device(device, "Tensor::from_blob");
+  check(data != nullptr || storage_bytes == 0, ErrorCode::InvalidArgument, "Tensor::from_blob: data is null");
   return make(std::move(storage), shape, strides, offset, dtype);
 }
 
@@ -180,6 +198,9 @@ int64_t Tensor::size(int64_t d) const {
 Device Tensor::device() const { return storage_ ? storage_->device : Device::cpu(); }
 
 bool Tensor::is_contiguous() const noexcept {
+  // No elements: nothing to lay out (contiguous_strides gives a 0-size dimension stride 1,
+  // which the products below would not match).
+  if (numel_ == 0) return true;
   int64_t expected = 1;
   for (size_t i = shape_.size(); i-- > 0;) {
     if (shape_[i] == 1) continue;

@@ -1,5 +1,6 @@
 #include "support/test_support.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -100,7 +101,7 @@ double tolerance(DType dtype) {
   }
 }
 
-::testing::AssertionResult all_close(const Tensor& got, const Tensor& expected, double tol) {
+::testing::AssertionResult all_close(const Tensor& got, const Tensor& expected, double tol, double floor) {
   if (got.shape() != expected.shape()) {
     return ::testing::AssertionFailure() << "shape " << shape_str(got.shape()) << " vs expected "
                                          << shape_str(expected.shape());
@@ -129,7 +130,8 @@ double tolerance(DType dtype) {
       worst_at = i;
     }
   }
-  const double err = ref2 > 0.0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  const double denominator = std::max(std::sqrt(ref2), floor);
+  const double err = denominator > 0.0 ? std::sqrt(diff2) / denominator : std::sqrt(diff2);
   if (!(err <= tol)) {
     return ::testing::AssertionFailure() << "relative L2 error " << err << " > " << tol << " (worst element "
                                          << worst_at << ": " << g[worst_at] << " vs " << e[worst_at] << ", of "

@@ -1,0 +1,547 @@
+// The normalization family on the GPU against the CPU reference: fresh random inputs every
+// run, outputs poisoned before the op (every allocation is filled with NaN bytes here),
+// per-dtype tolerances, inputs checked bit-unchanged, CUDA-graph capture and replay, a
+// tensor of more than 2^31 elements, and the device/stream rules. Without a CUDA device
+// every test here is reported as skipped.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#if RUDNN_TEST_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "support/test_support.h"
+
+namespace rudnn::test {
+namespace {
+
+constexpr Device kGpu = Device::cuda(0);
+
+// Every tensor allocated while these tests run starts as NaN bytes, so an element an op
+// does not write fails the comparison.
+class PoisonEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { set_poison_allocations(true); }
+  void TearDown() override { set_poison_allocations(false); }
+};
+[[maybe_unused]] const auto* const kPoison = ::testing::AddGlobalTestEnvironment(new PoisonEnvironment);
+
+// An op under test: the same code runs on host tensors (the reference) and device tensors.
+using Op = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs)>;
+
+Tensor on_gpu(const Tensor& t) { return t.defined() ? t.to(kGpu) : Tensor(); }
+
+// Runs `op` on the CPU and on the GPU from the same inputs and compares every output
+// (output i against floors[i], see all_close, when given).
+void expect_gpu_matches_reference(const Op& op, const std::vector<Tensor>& host_inputs, const std::string& label,
+                                  const std::vector<double>& floors = {}) {
+  SCOPED_TRACE(label);
+  const std::vector<Tensor> expected = op(host_inputs);
+  std::vector<Tensor> inputs;
+  std::vector<std::vector<unsigned char>> before;
+  for (const Tensor& t : host_inputs) {
+    inputs.push_back(on_gpu(t));
+    before.push_back(t.defined() ? bytes_of(t) : std::vector<unsigned char>{});
+  }
+  const std::vector<Tensor> got = op(inputs);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!expected[i].defined()) {
+      EXPECT_FALSE(got[i].defined()) << "output " << i;
+      continue;
+    }
+    ASSERT_TRUE(got[i].defined()) << "output " << i;
+    EXPECT_EQ(got[i].device(), kGpu);
+    const double floor = i < floors.size() ? floors[i] : 0.0;
+    EXPECT_TRUE(all_close(got[i], expected[i], tolerance(expected[i].dtype()), floor)) << "output " << i;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].defined()) EXPECT_EQ(bytes_of(inputs[i]), before[i]) << "input " << i << " was modified";
+  }
+}
+
+// Row lengths covering every tile (warp tiles, block tiles, loop tiles, scalar paths) and
+// their boundaries for 2- and 4-byte elements; up to 65536.
+const int64_t kRowLengths[] = {1,    2,    3,    7,    8,    16,   33,   64,    100,   128,   255,  256,
+                               257,  384,  512,  768,  1000, 1024, 1536, 2048,  3000,  4096,  4100, 5120,
+                               8192, 8200, 12288, 16384, 16392, 24576, 32768, 32776, 65536};
+const DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+
+int64_t rows_for(Rng& rng, int64_t h) {
+  const int64_t most = std::clamp<int64_t>((int64_t{1} << 20) / h, 1, 67);
+  return rng.integer(1, most);
+}
+
+// No parameter, an F32 one, or one in the input dtype.
+Tensor random_param(Rng& rng, int64_t h, DType dtype) {
+  switch (rng.integer(0, 2)) {
+    case 0: return Tensor();
+    case 1: return random_tensor(rng, {h}, DType::f32);
+    default: return random_tensor(rng, {h}, dtype);
+  }
+}
+
+// ‖rstd · gamma · dy‖ over all rows: the size of the terms whose difference is dx in a
+// norm's backward pass. At H = 1 or 2 dx nearly cancels (y barely depends on x), and its
+// FP32 rounding error is relative to these terms, not to dx.
+double norm_backward_scale(const Tensor& dy, const Tensor& x, const Tensor& gamma, bool layer, float eps) {
+  const auto d = to_doubles(dy), v = to_doubles(x);
+  const auto g = gamma.defined() ? to_doubles(gamma) : std::vector<double>();
+  const int64_t h = x.shape().back(), rows = x.numel() / h;
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    if (layer) {
+      for (int64_t c = 0; c < h; ++c) mean += v[r * h + c];
+      mean /= static_cast<double>(h);
+    }
+    for (int64_t c = 0; c < h; ++c) var += (v[r * h + c] - mean) * (v[r * h + c] - mean);
+    const double rstd = 1 / std::sqrt(var / static_cast<double>(h) + eps);
+    for (int64_t c = 0; c < h; ++c) {
+      const double term = rstd * (g.empty() ? 1.0 : g[c]) * d[r * h + c];
+      total += term * term;
+    }
+  }
+  return std::sqrt(total);
+}
+
+std::string describe(const char* op, DType dt, const Shape& shape) {
+  return std::string(op) + " " + dtype_name(dt) + " " + shape_str(shape);
+}
+
+TEST(NormGpu, LayerNormForward) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    for (int64_t h : kRowLengths) {
+      const Shape shape{rows_for(rng, h), h};
+      // A mean far from zero checks that the variance does not cancel.
+      const Tensor x = random_tensor(rng, shape, dt, rng.uniform(-4, 4), rng.uniform(0.5f, 2));
+      expect_gpu_matches_reference(
+          [](const std::vector<Tensor>& in) { return std::vector<Tensor>{layer_norm(in[0], in[1], in[2], 1e-5f)}; },
+          {x, random_param(rng, h, dt), random_param(rng, h, dt)}, describe("layer_norm", dt, shape));
+    }
+  }
+}
+
+TEST(NormGpu, RmsNormForward) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    for (int64_t h : kRowLengths) {
+      const Shape shape{rows_for(rng, h), h};
+      expect_gpu_matches_reference(
+          [](const std::vector<Tensor>& in) { return std::vector<Tensor>{rms_norm(in[0], in[1], 1e-6f)}; },
+          {random_tensor(rng, shape, dt), random_param(rng, h, dt)}, describe("rms_norm", dt, shape));
+    }
+  }
+}
+
+TEST(NormGpu, AddRmsNormForward) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    for (int64_t h : kRowLengths) {
+      const Shape shape{rows_for(rng, h), h};
+      expect_gpu_matches_reference(
+          [](const std::vector<Tensor>& in) {
+            const AddRmsNormResult r = add_rms_norm(in[0], in[1], in[2], 1e-6f);
+            return std::vector<Tensor>{r.sum, r.normed};
+          },
+          {random_tensor(rng, shape, dt), random_tensor(rng, shape, dt), random_param(rng, h, dt)},
+          describe("add_rms_norm", dt, shape));
+    }
+  }
+}
+
+TEST(NormGpu, AddRmsNormIsBitForBitTheComposition) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    for (int64_t h : {64, 4096, 8192, 65536}) {
+      const Tensor x = on_gpu(random_tensor(rng, {5, h}, dt)), r = on_gpu(random_tensor(rng, {5, h}, dt));
+      const Tensor g = on_gpu(random_tensor(rng, {h}, DType::f32));
+      const AddRmsNormResult fused = add_rms_norm(x, r, g, 1e-6f);
+      EXPECT_TRUE(bit_equal(fused.normed, rms_norm(fused.sum, g, 1e-6f))) << dtype_name(dt) << " H=" << h;
+    }
+  }
+}
+
+TEST(NormGpu, SoftmaxAndLogSumExp) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    for (int64_t h : kRowLengths) {
+      const Shape shape{rows_for(rng, h), h};
+      expect_gpu_matches_reference(
+          [](const std::vector<Tensor>& in) { return std::vector<Tensor>{softmax_last_axis(in[0]), logsumexp(in[0])}; },
+          {random_tensor(rng, shape, dt, 0, 3)}, describe("softmax/logsumexp", dt, shape));
+    }
+  }
+}
+
+TEST(NormGpu, CrossEntropyForwardBackwardAndFused) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    for (int64_t c : kRowLengths) {
+      const int64_t rows = rows_for(rng, c);
+      // Targets across [-C, C) plus out-of-range and ignored ones.
+      Tensor targets = random_integers(rng, {rows}, DType::i64, -c, c - 1);
+      auto t = to_doubles(targets);
+      if (rows > 2) t[0] = static_cast<double>(c);  // out of range
+      if (rows > 3) t[1] = -100;                    // ignored
+      targets = host_tensor(t, {rows}, rng.integer(0, 1) ? DType::i64 : DType::i32);
+      const float scale = rng.uniform(0.1f, 2.0f);
+      expect_gpu_matches_reference(
+          [scale](const std::vector<Tensor>& in) {
+            const CrossEntropyOptions opts = CrossEntropyOptions{}.set_ignore_index(-100);
+            const CrossEntropyWithGrad fused = cross_entropy_with_grad(in[0], in[1], scale, opts);
+            return std::vector<Tensor>{cross_entropy(in[0], in[1], opts), cross_entropy_backward(in[0], in[1], in[2], opts),
+                                       fused.loss, fused.dlogits};
+          },
+          {random_tensor(rng, {rows, c}, dt, 0, 2), targets, random_tensor(rng, {rows}, DType::f32)},
+          describe("cross_entropy", dt, {rows, c}));
+    }
+  }
+}
+
+TEST(NormGpu, LayerNormBackward) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    for (int64_t h : kRowLengths) {
+      const Shape shape{rows_for(rng, h), h};
+      const Tensor dy = random_tensor(rng, shape, dt), x = random_tensor(rng, shape, dt, rng.uniform(-2, 2));
+      const Tensor gamma = random_param(rng, h, dt), beta = random_param(rng, h, dt);
+      expect_gpu_matches_reference(
+          [](const std::vector<Tensor>& in) {
+            const LayerNormGrads g = layer_norm_backward(in[0], in[1], in[2], in[3], 1e-5f);
+            return std::vector<Tensor>{g.dx, g.dgamma, g.dbeta};
+          },
+          {dy, x, gamma, beta}, describe("layer_norm_backward", dt, shape),
+          {norm_backward_scale(dy, x, gamma, true, 1e-5f)});
+    }
+  }
+}
+
+TEST(NormGpu, RmsNormBackward) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    for (int64_t h : kRowLengths) {
+      const Shape shape{rows_for(rng, h), h};
+      const Tensor dy = random_tensor(rng, shape, dt), x = random_tensor(rng, shape, dt);
+      const Tensor gamma = random_param(rng, h, dt);
+      expect_gpu_matches_reference(
+          [](const std::vector<Tensor>& in) {
+            const RmsNormGrads g = rms_norm_backward(in[0], in[1], in[2], 1e-6f);
+            return std::vector<Tensor>{g.dx, g.dgamma};
+          },
+          {dy, x, gamma}, describe("rms_norm_backward", dt, shape), {norm_backward_scale(dy, x, gamma, false, 1e-6f)});
+    }
+  }
+}
+
+TEST(NormGpu, SoftmaxBackward) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    for (int64_t h : kRowLengths) {
+      const Shape shape{rows_for(rng, h), h};
+      const Tensor y = softmax_last_axis(random_tensor(rng, shape, dt));
+      expect_gpu_matches_reference(
+          [](const std::vector<Tensor>& in) { return std::vector<Tensor>{softmax_backward(in[0], in[1])}; },
+          {random_tensor(rng, shape, dt), y}, describe("softmax_backward", dt, shape));
+    }
+  }
+}
+
+TEST(NormGpu, SpecialValuesFollowTheReference) {
+  RUDNN_REQUIRE_CUDA();
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (int64_t h : {4, 4096, 40000}) {  // a warp tile, a block tile, a loop tile
+    std::vector<double> v(static_cast<size_t>(5 * h), 0.5);
+    for (int64_t c = 0; c < h; ++c) v[c] = -inf;  // row 0: all -inf
+    v[h + h / 2] = inf;                            // row 1: a +inf
+    v[2 * h + 1] = nan;                            // row 2: a NaN
+    v[3 * h] = -inf;                               // row 3: one -inf among finite values
+    v[4 * h + 2] = 80.0;                           // row 4: a large value
+    for (DType dt : kFloatTypes) {
+      const Tensor x = host_tensor(v, {5, h}, dt);
+      const Tensor t = host_tensor({0, 1, 2, 0, 2}, {5}, DType::i64);
+      expect_gpu_matches_reference(
+          [](const std::vector<Tensor>& in) {
+            return std::vector<Tensor>{softmax_last_axis(in[0]), logsumexp(in[0]), cross_entropy(in[0], in[1]),
+                                       cross_entropy_with_grad(in[0], in[1], 1.0f).dlogits};
+          },
+          {x, t}, describe("special values", dt, {5, h}));
+    }
+  }
+}
+
+TEST(NormGpu, LayoutsAndShapes) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    const Tensor base = on_gpu(random_tensor(rng, {6, 5, 264}, dt));
+    const Tensor g = on_gpu(random_tensor(rng, {264}, DType::f32));
+    // 3-d, permuted leading axes (copied), strided rows (in place), an element-offset slice
+    // (misaligned: scalar path), a strided last axis (copied).
+    const Tensor views[] = {base, base.transpose(0, 1), base.view({30, 264}).slice(0, 1, 30, 3),
+                            base.view({30, 264}).slice(1, 1, 264), base.slice(2, 0, 264, 2)};
+    for (const Tensor& v : views) {
+      SCOPED_TRACE(shape_str(v.shape()) + " strides " + shape_str(v.strides()));
+      const Tensor gv = g.slice(0, 0, v.shape().back()).contiguous();
+      const Tensor hv = v.to_host(), hg = gv.to_host();
+      EXPECT_TRUE(all_close(rms_norm(v, gv, 1e-6f), rms_norm(hv, hg, 1e-6f)));
+      EXPECT_TRUE(all_close(layer_norm(v, gv, {}, 1e-6f), layer_norm(hv, hg, {}, 1e-6f)));
+      EXPECT_TRUE(all_close(softmax_last_axis(v), softmax_last_axis(hv)));
+      EXPECT_TRUE(all_close(rms_norm_backward(v, v, gv, 1e-6f).dgamma, rms_norm_backward(hv, hv, hg, 1e-6f).dgamma));
+    }
+  }
+}
+
+TEST(NormGpu, IntoFormsOnStridedOutputsAndZeroRows) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const Tensor x = on_gpu(random_tensor(rng, {4, 512}, DType::bf16));
+  const Tensor buffer = poisoned({8, 512}, DType::bf16, kGpu);
+  rms_norm_into(buffer.slice(0, 0, 8, 2), x, {}, 1e-6f);
+  EXPECT_TRUE(all_close(buffer.slice(0, 0, 8, 2), rms_norm(x.to_host(), {}, 1e-6f)));
+  for (double v : to_doubles(buffer.slice(0, 1, 8, 2))) ASSERT_TRUE(std::isnan(v));  // rows between untouched
+  // Zero rows: nothing to do, and a zero parameter gradient.
+  const Tensor empty = Tensor::empty({0, 512}, DType::bf16, kGpu);
+  EXPECT_EQ(softmax_last_axis(empty).shape(), (Shape{0, 512}));
+  const LayerNormGrads g = layer_norm_backward(empty, empty, Tensor::full({512}, 1.0, DType::f32, kGpu),
+                                               Tensor::full({512}, 1.0, DType::f32, kGpu), 1e-5f);
+  for (double v : to_doubles(g.dgamma)) ASSERT_EQ(v, 0.0);
+  for (double v : to_doubles(g.dbeta)) ASSERT_EQ(v, 0.0);
+}
+
+TEST(NormGpu, BackwardIsDeterministic) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (int64_t h : {1024, 8192, 65536}) {
+    const Tensor x = on_gpu(random_tensor(rng, {300, h}, DType::bf16));
+    const Tensor dy = on_gpu(random_tensor(rng, {300, h}, DType::bf16));
+    const Tensor g = on_gpu(random_tensor(rng, {h}, DType::f32));
+    const LayerNormGrads a = layer_norm_backward(dy, x, g, g, 1e-5f), b = layer_norm_backward(dy, x, g, g, 1e-5f);
+    EXPECT_TRUE(bit_equal(a.dgamma, b.dgamma)) << h;
+    EXPECT_TRUE(bit_equal(a.dbeta, b.dbeta)) << h;
+    EXPECT_TRUE(bit_equal(a.dx, b.dx)) << h;
+  }
+}
+
+TEST(NormGpu, RunsOnTheGivenStream) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const Stream stream = Stream::create(kGpu);
+  const Tensor hx = random_tensor(rng, {64, 4096}, DType::bf16);
+  const Tensor x = hx.to(kGpu, stream);
+  const Tensor y = rms_norm(x, {}, 1e-6f, stream);
+  EXPECT_EQ(y.allocation_stream(), stream);
+  EXPECT_TRUE(all_close(y.to_host(stream), rms_norm(hx, {}, 1e-6f)));
+  // A StreamGuard makes it the default for ops given no stream.
+  StreamGuard guard(stream);
+  const Tensor z = softmax_last_axis(x);
+  EXPECT_EQ(z.allocation_stream(), stream);
+  EXPECT_TRUE(all_close(z.to_host(stream), softmax_last_axis(hx)));
+}
+
+TEST(NormGpu, DeviceAndStreamRules) {
+  RUDNN_REQUIRE_CUDA();
+  const Tensor x = Tensor::full({4, 8}, 1.0, DType::f32, kGpu);
+  const Tensor host_gamma = Tensor::full({8}, 1.0, DType::f32);
+  EXPECT_TRUE(throws_error([&] { rms_norm(x, host_gamma, 1e-6f); }, ErrorCode::DeviceMismatch,
+                           {"rms_norm", "gamma is on cpu", "cuda:0"}));
+  EXPECT_TRUE(throws_error([&] { add_rms_norm(x, x.to_host(), {}, 1e-6f); }, ErrorCode::DeviceMismatch, {"residual"}));
+  EXPECT_TRUE(throws_error([&] { cross_entropy(x, Tensor::zeros({4}, DType::i64)); }, ErrorCode::DeviceMismatch,
+                           {"cross_entropy", "targets"}));
+  EXPECT_TRUE(throws_error([&] { rms_norm_into(Tensor::empty({4, 8}, DType::f32), x, {}, 1e-6f); }, ErrorCode::DeviceMismatch,
+                           {"rms_norm", "out is on cpu"}));
+  // A CUDA stream for CPU operands, and a CPU stream for CUDA operands.
+  EXPECT_TRUE(throws_error([&] { rms_norm(x.to_host(), {}, 1e-6f, Stream::create(kGpu)); }, ErrorCode::DeviceMismatch,
+                           {"rms_norm", "stream is on cuda:0", "operands are on cpu"}));
+  EXPECT_TRUE(throws_error([&] { softmax_last_axis(x, Stream::cpu()); }, ErrorCode::DeviceMismatch,
+                           {"softmax_last_axis", "stream is on cpu"}));
+  const int n = cuda_device_count();
+  EXPECT_TRUE(throws_error([&] { Tensor::empty({2}, DType::f32, Device::cuda(n)); }, ErrorCode::InvalidArgument,
+                           {"does not exist"}));
+}
+
+#if RUDNN_TEST_CUDA
+
+void check_cuda(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
+
+// Captures `run` (which must queue work on `stream` only) into a CUDA graph, replays it,
+// then refreshes the inputs in place and replays again: both replays must match the
+// reference for the inputs of the moment. Any hidden host synchronisation inside `run`
+// invalidates the capture and fails the test.
+void expect_graph_replay(const std::function<void(const Stream&)>& run, const std::vector<Tensor>& inputs,
+                         const std::function<void()>& refresh_inputs, const std::function<void()>& check) {
+  const Stream stream = Stream::create(kGpu);
+  const auto native = reinterpret_cast<cudaStream_t>(stream.handle());
+  run(stream);  // warm-up outside the capture: one-time queries (occupancy) happen here
+  stream.synchronize();
+  cudaGraph_t graph = nullptr;
+  check_cuda(cudaStreamBeginCapture(native, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  run(stream);
+  check_cuda(cudaStreamEndCapture(native, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  for (int replay = 0; replay < 2; ++replay) {
+    if (replay) refresh_inputs();
+    check_cuda(cudaGraphLaunch(exec, native), "cudaGraphLaunch");
+    check_cuda(cudaStreamSynchronize(native), "cudaStreamSynchronize");
+    check();
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  (void)inputs;
+}
+
+TEST(NormGpu, EveryOpCapturesIntoACudaGraph) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const int64_t rows = 37;
+  for (int64_t h : {96, 8192, 40000}) {
+    SCOPED_TRACE("H=" + std::to_string(h));
+    const DType dt = DType::bf16;
+    Tensor hx = random_tensor(rng, {rows, h}, dt), hr = random_tensor(rng, {rows, h}, dt);
+    Tensor hdy = random_tensor(rng, {rows, h}, dt);
+    Tensor ht = random_integers(rng, {rows}, DType::i64, -h, h - 1);
+    Tensor hdl = random_tensor(rng, {rows}, DType::f32);
+    const Tensor hg = random_tensor(rng, {h}, DType::f32), hb = random_tensor(rng, {h}, dt);
+    const Tensor x = on_gpu(hx), r = on_gpu(hr), dy = on_gpu(hdy), t = on_gpu(ht), dl = on_gpu(hdl);
+    const Tensor g = on_gpu(hg), b = on_gpu(hb);
+    const Shape shape{rows, h};
+    const Tensor ln = poisoned(shape, dt, kGpu), rn = poisoned(shape, dt, kGpu), sum = poisoned(shape, dt, kGpu),
+                 an = poisoned(shape, dt, kGpu), sm = poisoned(shape, dt, kGpu), lse = poisoned({rows}, dt, kGpu),
+                 ce = poisoned({rows}, DType::f32, kGpu), dce = poisoned(shape, dt, kGpu),
+                 ce2 = poisoned({rows}, DType::f32, kGpu), dce2 = poisoned(shape, dt, kGpu),
+                 dx = poisoned(shape, dt, kGpu), dg = poisoned({h}, DType::f32, kGpu), db = poisoned({h}, dt, kGpu),
+                 rdx = poisoned(shape, dt, kGpu), rdg = poisoned({h}, DType::f32, kGpu),
+                 sdx = poisoned(shape, dt, kGpu);
+    auto run = [&](const Stream& s) {
+      layer_norm_into(ln, x, g, b, 1e-5f, s);
+      rms_norm_into(rn, x, g, 1e-6f, s);
+      add_rms_norm_into(sum, an, x, r, g, 1e-6f, s);
+      softmax_last_axis_into(sm, x, s);
+      logsumexp_into(lse, x, s);
+      cross_entropy_into(ce, x, t, {}, s);
+      cross_entropy_backward_into(dce, x, t, dl, {}, s);
+      cross_entropy_with_grad_into(ce2, dce2, x, t, 0.25f, {}, s);
+      layer_norm_backward_into(dx, dg, db, dy, x, g, b, 1e-5f, s);
+      rms_norm_backward_into(rdx, rdg, dy, x, g, 1e-6f, s);
+      softmax_backward_into(sdx, dy, sm, s);
+    };
+    auto refresh = [&] {
+      hx = random_tensor(rng, shape, dt);
+      hdy = random_tensor(rng, shape, dt);
+      ht = random_integers(rng, {rows}, DType::i64, -h, h - 1);
+      hdl = random_tensor(rng, {rows}, DType::f32);
+      x.copy_from(hx);
+      dy.copy_from(hdy);
+      t.copy_from(ht);
+      dl.copy_from(hdl);
+    };
+    auto check = [&] {
+      EXPECT_TRUE(all_close(ln, layer_norm(hx, hg, hb, 1e-5f)));
+      EXPECT_TRUE(all_close(rn, rms_norm(hx, hg, 1e-6f)));
+      const AddRmsNormResult a = add_rms_norm(hx, hr, hg, 1e-6f);
+      EXPECT_TRUE(all_close(sum, a.sum));
+      EXPECT_TRUE(all_close(an, a.normed));
+      const Tensor hsm = softmax_last_axis(hx);
+      EXPECT_TRUE(all_close(sm, hsm));
+      EXPECT_TRUE(all_close(lse, logsumexp(hx)));
+      EXPECT_TRUE(all_close(ce, cross_entropy(hx, ht)));
+      EXPECT_TRUE(all_close(dce, cross_entropy_backward(hx, ht, hdl)));
+      const CrossEntropyWithGrad fused = cross_entropy_with_grad(hx, ht, 0.25f);
+      EXPECT_TRUE(all_close(ce2, fused.loss));
+      EXPECT_TRUE(all_close(dce2, fused.dlogits));
+      const LayerNormGrads lg = layer_norm_backward(hdy, hx, hg, hb, 1e-5f);
+      EXPECT_TRUE(all_close(dx, lg.dx));
+      EXPECT_TRUE(all_close(dg, lg.dgamma));
+      EXPECT_TRUE(all_close(db, lg.dbeta));
+      const RmsNormGrads rg = rms_norm_backward(hdy, hx, hg, 1e-6f);
+      EXPECT_TRUE(all_close(rdx, rg.dx));
+      EXPECT_TRUE(all_close(rdg, rg.dgamma));
+      EXPECT_TRUE(all_close(sdx, softmax_backward(hdy, sm.to_host())));
+    };
+    expect_graph_replay(run, {x, r, dy, t, dl, g, b}, refresh, check);
+  }
+}
+
+#endif  // RUDNN_TEST_CUDA
+
+// A tensor of more than 2^31 elements: rows past element 2^31 must be addressed with
+// 64-bit offsets. The input repeats a random block of kPeriod rows (built on the device),
+// so the reference needs only that block.
+TEST(NormGpu, TensorsBeyondTwoToThe31Elements) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  constexpr int64_t kPeriod = 64;
+  const auto tile_rows = [&](const Tensor& block, int64_t rows) {
+    const int64_t h = block.shape()[1];
+    Tensor big = Tensor::empty({rows, h}, block.dtype(), kGpu);
+    const Tensor dev_block = block.to(kGpu);
+    for (int64_t r = 0; r < rows; r += kPeriod) {
+      const int64_t n = std::min(kPeriod, rows - r);
+      big.slice(0, r, r + n).copy_from(dev_block.slice(0, 0, n));
+    }
+    return big;
+  };
+  const int64_t sample_rows[] = {0, 1, 262143, 262144, 262000, -1};  // -1: the last row
+
+  {  // Register-tile kernels: bf16 [262145, 8192] = 2^31 + 8192 elements.
+    const int64_t h = 8192, rows = (int64_t{1} << 31) / h + 1;
+    const Tensor block = random_tensor(rng, {kPeriod, h}, DType::bf16);
+    const Tensor dy_block = random_tensor(rng, {kPeriod, h}, DType::bf16);
+    const Tensor gamma = random_tensor(rng, {h}, DType::bf16);
+    const Tensor x = tile_rows(block, rows), dy = tile_rows(dy_block, rows);
+    ASSERT_GT(x.numel(), int64_t{1} << 31);
+    const Tensor dgamma_gpu = rms_norm_backward(dy, x, gamma.to(kGpu), 1e-6f).dgamma;
+    {
+      const Tensor y = rms_norm(x, gamma.to(kGpu), 1e-6f), p = softmax_last_axis(x);
+      const Tensor ref_y = rms_norm(block, gamma, 1e-6f), ref_p = softmax_last_axis(block);
+      for (int64_t r : sample_rows) {
+        const int64_t row = r < 0 ? rows - 1 : r;
+        SCOPED_TRACE("row " + std::to_string(row));
+        EXPECT_TRUE(all_close(y.slice(0, row, row + 1), ref_y.slice(0, row % kPeriod, row % kPeriod + 1)));
+        EXPECT_TRUE(all_close(p.slice(0, row, row + 1), ref_p.slice(0, row % kPeriod, row % kPeriod + 1)));
+      }
+    }
+    // dgamma sums every row: full periods of the block, then the first rows % kPeriod rows.
+    const auto full = to_doubles(rms_norm_backward(dy_block, block, gamma, 1e-6f).dgamma);
+    const int64_t rest = rows % kPeriod;
+    const auto part = to_doubles(rms_norm_backward(dy_block.slice(0, 0, rest), block.slice(0, 0, rest), gamma, 1e-6f).dgamma);
+    std::vector<double> expected(full.size());
+    for (size_t c = 0; c < full.size(); ++c) expected[c] = full[c] * static_cast<double>(rows / kPeriod) + part[c];
+    EXPECT_TRUE(all_close(dgamma_gpu, host_tensor(expected, {h}, DType::bf16)));
+  }
+  {  // Loop-tile kernels: cross entropy over bf16 [16385, 131072] logits.
+    const int64_t c = 131072, rows = (int64_t{1} << 31) / c + 1;
+    const Tensor block = random_tensor(rng, {kPeriod, c}, DType::bf16, 0, 2);
+    const Tensor t_block = random_integers(rng, {kPeriod}, DType::i64, 0, c - 1);
+    const Tensor logits = tile_rows(block, rows);
+    std::vector<double> t(static_cast<size_t>(rows));
+    const auto tb = to_doubles(t_block);
+    for (int64_t r = 0; r < rows; ++r) t[r] = tb[r % kPeriod];
+    const Tensor targets = host_tensor(t, {rows}, DType::i64).to(kGpu);
+    const CrossEntropyWithGrad got = cross_entropy_with_grad(logits, targets, 1.0f);
+    const CrossEntropyWithGrad ref = cross_entropy_with_grad(block, t_block, 1.0f);
+    const auto loss = to_doubles(got.loss), ref_loss = to_doubles(ref.loss);
+    double worst = 0;
+    for (int64_t r = 0; r < rows; ++r) worst = std::max(worst, std::fabs(loss[r] - ref_loss[r % kPeriod]));
+    EXPECT_LT(worst, 1e-3);
+    for (int64_t r : {int64_t{0}, rows / 2, rows - 1}) {
+      EXPECT_TRUE(all_close(got.dlogits.slice(0, r, r + 1), ref.dlogits.slice(0, r % kPeriod, r % kPeriod + 1))) << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rudnn::test
