@@ -1,0 +1,410 @@
+#!/usr/bin/env python3
+"""ruDNN against the torch anchors, in one process, on the same inputs.
+
+Each case checks ruDNN's result against torch (computed in float32 or float64 from the same
+inputs; relative L2 error below 1e-2 for bf16 results, 1e-4 for f32 ones; otherwise the case
+is FAILED), then times ruDNN's call and the anchor's with
+triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"), as the anchor scripts
+in shared/anchors/ measured. GB/s counts the bytes an op must read and write once, as
+ANCHORS.md counts them; the copy row is the device's 1 GiB device-to-device copy (read +
+written bytes) measured in the same run, and "ours %copy" is our GB/s over it. The ratio is
+anchor time / our time (above 1: ours is faster).
+
+    python3 bench/side_by_side.py [--csv PATH] [--filter TEXT] [--warmup MS] [--rep MS]
+
+The `rudnn` package must be importable (PYTHONPATH). Without it the anchors still run, each
+case is marked NO-RUDNN, and the exit status is 1. The exit status is 0 only when every
+case ran and passed its check.
+"""
+import argparse
+import csv
+import math
+import os
+import sys
+import time
+import traceback
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+try:
+    import rudnn  # noqa: F401
+
+    RUDNN_ERROR = None
+except Exception as e:  # noqa: BLE001 - report any import failure and carry on with the anchors
+    rudnn = None
+    RUDNN_ERROR = f"{type(e).__name__}: {e}"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--csv", help="also write the rows to this CSV file")
+    p.add_argument("--filter", default="", help="only cases whose name contains this text")
+    p.add_argument("--warmup", type=float, default=25.0, help="do_bench warm-up, ms (default 25)")
+    p.add_argument("--rep", type=float, default=100.0, help="do_bench repetition time, ms (default 100)")
+    p.add_argument("--no-check", action="store_true", help="skip the correctness checks")
+    p.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # tests of this script only
+    p.add_argument("--rows", type=int, default=16384)
+    p.add_argument("--cols", type=int, default=8192)
+    p.add_argument("--ce-rows", type=int, default=8192)
+    p.add_argument("--ce-classes", type=int, default=128256)
+    p.add_argument("--copy-mib", type=int, default=1024)
+    return p.parse_args(argv)
+
+
+ARGS = None
+DEV = "cuda"
+
+
+def sync():
+    if DEV.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def bench_ms(fn, grad_to_none=None):
+    fn()
+    sync()
+    return do_bench(fn, warmup=ARGS.warmup, rep=ARGS.rep, grad_to_none=grad_to_none, return_mode="median")
+
+
+def rel_err(got, ref):
+    """‖got − ref‖ / ‖ref‖ in float32 (float64 when ref is); NaN when the non-finite places differ."""
+    if tuple(got.shape) != tuple(ref.shape):
+        raise ValueError(f"shape {tuple(got.shape)} != reference shape {tuple(ref.shape)}")
+    wide = torch.float64 if ref.dtype == torch.float64 else torch.float32
+    g = got.detach().to(wide)
+    r = ref.detach().to(wide)
+    fg, fr = torch.isfinite(g), torch.isfinite(r)
+    if not torch.equal(fg, fr):
+        return float("nan")
+    if not bool(fr.all()):
+        g, r = g[fr], r[fr]
+    num = torch.linalg.vector_norm(g - r).item()
+    den = torch.linalg.vector_norm(r).item()
+    return num / den if den > 0 else num
+
+
+def tol_of(dtype):
+    return 1e-4 if dtype == torch.float32 else 1e-2
+
+
+ROWS = []
+
+
+class Row:
+    def __init__(self, case, shape, dtype, nbytes, anchor):
+        self.case, self.shape, self.dtype, self.bytes, self.anchor = case, shape, dtype, nbytes, anchor
+        self.ours_ms = self.anchor_ms = None
+        self.check = None
+        self.status = []
+
+    def gbs(self, ms):
+        return self.bytes / ms / 1e6 if ms and self.bytes else None
+
+    @property
+    def ok(self):
+        return not self.status
+
+
+def run_case(case, shape, dtype, nbytes, ours, anchor, anchor_name, check=None, grad_to_none=None):
+    """ours/anchor: zero-argument callables (ours None when rudnn is missing); check() returns
+    (error, tolerance), the worst over the results it compares."""
+    if ARGS.filter and ARGS.filter not in case:
+        return None
+    row = Row(case, shape, str(dtype).replace("torch.", ""), nbytes, anchor_name)
+    if rudnn is None:
+        row.status.append("NO-RUDNN")
+    else:
+        if check is not None and not ARGS.no_check:
+            try:
+                err, tol = check()
+                row.check = err
+                if not (err <= tol):
+                    row.status.append(f"FAILED (rel err {err:.3e} > {tol:.0e})")
+            except Exception as e:  # noqa: BLE001
+                row.status.append(f"FAILED (check raised {type(e).__name__}: {str(e)[:120]})")
+                traceback.print_exc(file=sys.stderr)
+            sync()
+            if DEV.startswith("cuda"):
+                torch.cuda.empty_cache()
+        try:
+            row.ours_ms = bench_ms(ours)
+        except Exception as e:  # noqa: BLE001
+            row.status.append(f"ERROR (ours: {type(e).__name__}: {str(e)[:120]})")
+            traceback.print_exc(file=sys.stderr)
+    try:
+        row.anchor_ms = bench_ms(anchor, grad_to_none=grad_to_none)
+    except Exception as e:  # noqa: BLE001
+        row.status.append(f"ERROR (anchor: {type(e).__name__}: {str(e)[:120]})")
+        traceback.print_exc(file=sys.stderr)
+    ROWS.append(row)
+    fmt = lambda v: f"{v:.4f}" if v else "-"  # noqa: E731
+    print(f"  {case:44s} ours {fmt(row.ours_ms):>8s} ms  anchor {fmt(row.anchor_ms):>8s} ms  "
+          f"{'; '.join(row.status) or 'ok'}", file=sys.stderr, flush=True)
+    return row
+
+
+def worst(*pairs):
+    """The (error, tolerance) pair with the largest error/tolerance (NaN first)."""
+    best = None
+    for err, tol in pairs:
+        if math.isnan(err):
+            return err, tol
+        if best is None or err / tol > best[0] / best[1]:
+            best = (err, tol)
+    return best
+
+
+# ---- the cases ------------------------------------------------------------------------------
+def norm_cases():
+    R, H = ARGS.rows, ARGS.cols
+    shape = f"[{R},{H}]"
+    bf = torch.bfloat16
+    torch.manual_seed(0)
+    x = torch.randn(R, H, dtype=bf, device=DEV)
+    r = torch.randn_like(x)
+    w = torch.randn(H, dtype=bf, device=DEV)
+    b = torch.randn(H, dtype=bf, device=DEV)
+    X = x.numel() * 2
+    rms_eps, ln_eps = 1e-6, 1e-5
+    have = rudnn is not None
+
+    # rms_norm
+    def check():
+        ref = F.rms_norm(x.float(), (H,), w.float(), rms_eps)
+        return rel_err(rudnn.rms_norm(x, w, eps=rms_eps), ref), tol_of(bf)
+    run_case("rms_norm", shape, bf, 2 * X, have and (lambda: rudnn.rms_norm(x, w, eps=rms_eps)),
+             lambda: F.rms_norm(x, (H,), w, rms_eps), "F.rms_norm", check)
+
+    # layer_norm with gamma and beta
+    def check():
+        ref = F.layer_norm(x.float(), (H,), w.float(), b.float(), ln_eps)
+        return rel_err(rudnn.layer_norm(x, w, b, eps=ln_eps), ref), tol_of(bf)
+    run_case("layer_norm (gamma+beta)", shape, bf, 2 * X, have and (lambda: rudnn.layer_norm(x, w, b, eps=ln_eps)),
+             lambda: F.layer_norm(x, (H,), w, b, ln_eps), "F.layer_norm", check)
+
+    # residual add + rms_norm: x, r read; sum, normed written (torch's unfused pair moves more)
+    def check():
+        s, n = rudnn.add_rms_norm(x, r, w, eps=rms_eps)
+        s_ref = x.float() + r.float()
+        # the statistics read the rounded sum (the op's contract)
+        n_ref = F.rms_norm(s_ref.to(bf).float(), (H,), w.float(), rms_eps)
+        return worst((rel_err(s, s_ref), tol_of(bf)), (rel_err(n, n_ref), tol_of(bf)))
+    run_case("add_rms_norm", shape, bf, 4 * X, have and (lambda: rudnn.add_rms_norm(x, r, w, eps=rms_eps)),
+             lambda: F.rms_norm(x + r, (H,), w, rms_eps), "x + r, F.rms_norm (unfused)", check)
+
+    # softmax, bf16
+    def check():
+        return rel_err(rudnn.softmax(x), torch.softmax(x.float(), -1)), tol_of(bf)
+    run_case("softmax", shape, bf, 2 * X, have and (lambda: rudnn.softmax(x)),
+             lambda: torch.softmax(x, -1), "torch.softmax", check)
+
+    # softmax, f32
+    xf = torch.randn(R, H, dtype=torch.float32, device=DEV)
+
+    def check():
+        return rel_err(rudnn.softmax(xf), torch.softmax(xf.double(), -1)), tol_of(torch.float32)
+    run_case("softmax f32", shape, torch.float32, 2 * xf.numel() * 4, have and (lambda: rudnn.softmax(xf)),
+             lambda: torch.softmax(xf, -1), "torch.softmax", check)
+    del xf
+
+    # logsumexp: x read, one value per row written
+    def check():
+        return rel_err(rudnn.logsumexp(x), torch.logsumexp(x.float(), -1)), tol_of(bf)
+    run_case("logsumexp", shape, bf, X + 2 * R, have and (lambda: rudnn.logsumexp(x)),
+             lambda: torch.logsumexp(x, -1), "torch.logsumexp", check)
+
+    # rms_norm forward + backward: 5 x-sized passes (as anchors2.py counts)
+    g = torch.randn_like(x)
+    xg = x.clone().requires_grad_(True)
+    wg = w.clone().requires_grad_(True)
+
+    def anchor_rms_fb():
+        y = F.rms_norm(xg, (H,), wg, rms_eps)
+        torch.autograd.grad(y, (xg, wg), g)
+
+    def ours_rms_fb():
+        y = rudnn.rms_norm(x, w, eps=rms_eps)
+        dx, dw = rudnn.rms_norm_backward(g, x, w, rms_eps)
+        return y, dx, dw
+
+    def check():
+        y, dx, dw = ours_rms_fb()
+        xr = x.float().requires_grad_(True)
+        wr = w.float().requires_grad_(True)
+        y_ref = F.rms_norm(xr, (H,), wr, rms_eps)
+        dx_ref, dw_ref = torch.autograd.grad(y_ref, (xr, wr), g.float())
+        return worst((rel_err(y, y_ref), tol_of(bf)), (rel_err(dx, dx_ref), tol_of(bf)),
+                     (rel_err(dw, dw_ref), tol_of(bf)))
+    run_case("rms_norm fwd+bwd", shape, bf, 5 * X, have and ours_rms_fb, anchor_rms_fb,
+             "F.rms_norm + autograd.grad", check)
+
+
+def cross_entropy_cases():
+    R, C = ARGS.ce_rows, ARGS.ce_classes
+    shape = f"[{R},{C}]"
+    bf = torch.bfloat16
+    torch.manual_seed(1)
+    logits = torch.randn(R, C, dtype=bf, device=DEV)
+    tgt = torch.randint(0, C, (R,), device=DEV)
+    L = logits.numel() * 2
+    dloss = torch.full((R,), 1.0 / R, dtype=torch.float32, device=DEV)  # d(mean loss)/d(row loss)
+    have = rudnn is not None
+
+    def loss_ref():
+        return F.cross_entropy(logits.float(), tgt, reduction="none")
+
+    def grad_ref():
+        lf = logits.float().requires_grad_(True)
+        F.cross_entropy(lf, tgt).backward()
+        return lf.grad
+
+    def loss_err(loss):
+        ref = loss_ref()
+        if loss.dim() == 0:  # a package that reduces to the mean
+            ref = ref.mean()
+        return rel_err(loss, ref), tol_of(torch.float32)
+
+    # forward (mean loss, as F.cross_entropy's default): the logits read once
+    def ours_fwd():
+        loss = rudnn.cross_entropy(logits, tgt)
+        return loss.mean() if loss.dim() else loss
+    run_case("cross_entropy fwd", shape, bf, L, have and ours_fwd, lambda: F.cross_entropy(logits, tgt),
+             "F.cross_entropy", lambda: loss_err(rudnn.cross_entropy(logits, tgt)))
+
+    # forward + backward, two calls: logits read twice, dlogits written (anchors2.py's count)
+    def ours_fb():
+        loss = rudnn.cross_entropy(logits, tgt)
+        mean = loss.mean() if loss.dim() else loss
+        return mean, rudnn.cross_entropy_backward(logits, tgt, dloss)
+
+    def check_fb():
+        _, dl = ours_fb()
+        e = worst(loss_err(rudnn.cross_entropy(logits, tgt)), (rel_err(dl, grad_ref()), tol_of(bf)))
+        return e
+
+    lg = logits.clone().requires_grad_(True)
+
+    def anchor_fb():  # exactly anchors2.py's: the gradient accumulates into lg.grad after the first call
+        loss = F.cross_entropy(lg, tgt)
+        loss.backward()
+    run_case("cross_entropy fwd+bwd", shape, bf, 3 * L, have and ours_fb, anchor_fb,
+             "F.cross_entropy + .backward() (as anchors2: grad accumulates)", check_fb)
+    del lg
+
+    lg2 = logits.clone().requires_grad_(True)
+
+    def anchor_fb_fresh():  # do_bench sets lg2.grad = None before each run, outside the timing
+        loss = F.cross_entropy(lg2, tgt)
+        loss.backward()
+    run_case("cross_entropy fwd+bwd (fresh grad)", shape, bf, 3 * L, have and ours_fb, anchor_fb_fresh,
+             "F.cross_entropy + .backward(), grad_to_none", None, grad_to_none=[lg2])
+
+    # one pass that writes the gradient: logits read once, dlogits written (Liger's count);
+    # the anchor is torch's fwd+bwd, which gives the same two results
+    def check_wg():
+        loss, dl = rudnn.cross_entropy_with_grad(logits, tgt, grad_scale=1.0 / R)
+        return worst(loss_err(loss), (rel_err(dl, grad_ref()), tol_of(bf)))
+    run_case("cross_entropy_with_grad", shape, bf, 2 * L,
+             have and (lambda: rudnn.cross_entropy_with_grad(logits, tgt, grad_scale=1.0 / R)),
+             anchor_fb_fresh, "F.cross_entropy + .backward(), grad_to_none", check_wg, grad_to_none=[lg2])
+    del lg2
+
+
+def copy_case():
+    n = ARGS.copy_mib << 20
+    a = torch.empty(n, dtype=torch.uint8, device=DEV)
+    a.random_(0, 256)
+    bb = torch.empty_like(a)
+    ms = bench_ms(lambda: bb.copy_(a))
+    return ms, 2 * n / ms / 1e6
+
+
+def fmt(v, spec):
+    """v formatted by spec ("9.4f"), or a dash padded to the same width."""
+    return format(v, spec) if v is not None else format("-", ">" + spec.split(".")[0])
+
+
+def print_table(copy_ms, copy_gbs, out=sys.stdout):
+    head = (f"{'case':38s} {'dtype':8s} {'ours ms':>9s} {'ours GB/s':>10s} {'anchor ms':>10s} {'anchor GB/s':>12s} "
+            f"{'ratio':>7s} {'ours %copy':>10s}  status")
+    print(head, file=out)
+    print("-" * len(head), file=out)
+    label = f"copy {ARGS.copy_mib} MiB d2d (torch copy_)"
+    print(f"{label:38s} {'uint8':8s} {'':>9s} {'':>10s} {copy_ms:10.4f} {copy_gbs:12.1f} "
+          f"{'':>7s} {'':>10s}  ceiling", file=out)
+    for r in ROWS:
+        og, ag = r.gbs(r.ours_ms), r.gbs(r.anchor_ms)
+        ratio = r.anchor_ms / r.ours_ms if r.ours_ms and r.anchor_ms else None
+        pct = 100.0 * og / copy_gbs if og and copy_gbs else None
+        print(f"{r.case:38s} {r.dtype:8s} {fmt(r.ours_ms, '9.4f')} {fmt(og, '10.1f')} {fmt(r.anchor_ms, '10.4f')} "
+              f"{fmt(ag, '12.1f')} {fmt(ratio, '7.2f')} {fmt(pct, '10.1f')}  {'; '.join(r.status) or 'ok'}",
+              file=out)
+    print(file=out)
+    print("anchors: " + "; ".join(f"{r.case}: {r.anchor} {r.shape}" for r in ROWS), file=out)
+    print("ratio = anchor ms / ours ms (>1: ours faster); GB/s = bytes read + written once (ANCHORS.md); "
+          "fwd+bwd CE counts 3 logits passes, with_grad 2", file=out)
+
+
+def write_csv(path, copy_ms, copy_gbs):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["case", "shape", "dtype", "bytes", "ours_ms", "ours_gbs", "anchor", "anchor_ms", "anchor_gbs",
+                    "ratio_anchor_over_ours", "ours_pct_copy", "anchor_pct_copy", "copy_gbs", "check_rel_err",
+                    "status"])
+        w.writerow([f"copy {ARGS.copy_mib} MiB d2d", f"{ARGS.copy_mib}MiB", "uint8", 2 * (ARGS.copy_mib << 20), "", "",
+                    "torch copy_", f"{copy_ms:.6f}", f"{copy_gbs:.2f}", "", "", "100.0", f"{copy_gbs:.2f}", "",
+                    "ceiling"])
+        for r in ROWS:
+            og, ag = r.gbs(r.ours_ms), r.gbs(r.anchor_ms)
+            ratio = r.anchor_ms / r.ours_ms if r.ours_ms and r.anchor_ms else None
+            f6 = lambda v: "" if v is None else f"{v:.6f}"  # noqa: E731
+            f2 = lambda v: "" if v is None else f"{v:.2f}"  # noqa: E731
+            w.writerow([r.case, r.shape, r.dtype, r.bytes, f6(r.ours_ms), f2(og), r.anchor, f6(r.anchor_ms), f2(ag),
+                        f2(ratio) if ratio else "", f2(100 * og / copy_gbs) if og else "",
+                        f2(100 * ag / copy_gbs) if ag else "", f"{copy_gbs:.2f}",
+                        "" if r.check is None else f"{r.check:.3e}", "; ".join(r.status) or "ok"])
+
+
+def main(argv=None):
+    global ARGS, DEV
+    ARGS = parse_args(argv)
+    DEV = ARGS.device
+    t0 = time.time()
+    import triton
+
+    print(f"side_by_side: torch {torch.__version__}, triton {triton.__version__}, "
+          f"device {torch.cuda.get_device_name() if DEV.startswith('cuda') else DEV}")
+    if rudnn is None:
+        print(f"rudnn: NOT IMPORTABLE ({RUDNN_ERROR}); anchors only", flush=True)
+    else:
+        print(f"rudnn: {getattr(rudnn, '__version__', '?')} from {getattr(rudnn, '__file__', '?')}", flush=True)
+    print(f"do_bench(warmup={ARGS.warmup:g}, rep={ARGS.rep:g}, return_mode='median')", flush=True)
+
+    copy_ms, copy_gbs = copy_case()
+    print(f"  copy {ARGS.copy_mib} MiB d2d: {copy_ms:.4f} ms, {copy_gbs:.1f} GB/s", file=sys.stderr, flush=True)
+    for group in (norm_cases, cross_entropy_cases):
+        try:
+            group()
+        except Exception as e:  # noqa: BLE001 - a broken setup fails its group, not the script
+            traceback.print_exc(file=sys.stderr)
+            r = Row(f"{group.__name__} setup", "", "", 0, "")
+            r.status.append(f"ERROR ({type(e).__name__}: {str(e)[:160]})")
+            ROWS.append(r)
+        sync()
+        if DEV.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+    print()
+    print_table(copy_ms, copy_gbs)
+    if ARGS.csv:
+        write_csv(ARGS.csv, copy_ms, copy_gbs)
+        print(f"wrote {ARGS.csv}")
+    bad = [r for r in ROWS if not r.ok]
+    print(f"{len(ROWS) - len(bad)} passed, {len(bad)} failed ({time.time() - t0:.0f} s)")
+    return 0 if not bad and ROWS else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
