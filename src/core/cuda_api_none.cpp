@@ -12,7 +12,9 @@ namespace {
 
 int device_count() noexcept { return 0; }
 void require_device(Device device, const char* op) {
-  if (device.is_cuda()) no_cuda(op);
+  if (device.is_cuda()) {
+    fail(ErrorCode::Unsupported, cat(op, ": ", device.str(), " requested, but ruDNN was built without CUDA (RUDNN_CUDA=OFF)"));
+  }
 }
 DeviceGuard::DeviceGuard(int) { no_cuda("DeviceGuard"); }
 DeviceGuard::~DeviceGuard() = default;

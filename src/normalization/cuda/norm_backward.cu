@@ -52,8 +52,8 @@ template <class T, class Tile, NormKind kKind>
 __global__ void __launch_bounds__(Tile::kBlockThreads)
     norm_backward_tile(NormBackward p, float* __restrict__ dgamma_part, float* __restrict__ dbeta_part) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
-  __shared__ float scratch[32];
   __shared__ float2 scratch2[32];
+  __shared__ float4 welford_scratch[32];
   const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
   const float inv_cols = 1.0f / static_cast<float>(cols);
@@ -64,49 +64,67 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
     load_row(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, x);
     load_row(t, static_cast<const T*>(p.dy.data) + row * p.dy.stride, cols, dy);
 
-    float mean = 0.0f;
-    if constexpr (kKind == NormKind::layer) {
-      float s = 0.0f;
+    if constexpr (kKind == NormKind::rms) {
+      // One reduction: sum x^2 and sum g*dy*x; mean(g*dy*xhat) = rstd * sum(g*dy*x) / H.
+      float2 sums = make_float2(0.0f, 0.0f);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int c = t.column(i);
+        if (c >= cols) continue;
+        float g[W];
+        load_param_or<T, W>(p.gamma, c, 1.0f, g);
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          sums.x += x[i][j] * x[i][j];
+          sums.y += g[j] * dy[i][j] * x[i][j];
+        }
+      }
+      sums = group_reduce_pair<Tile::kThreadsPerRow>(sums, scratch2);
+      const float rstd = rsqrtf(sums.x * inv_cols + p.eps);
+      const float mean_gdy_xhat = rstd * sums.y * inv_cols;
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int c = t.column(i);
+        if (c >= cols) continue;
+        float g[W];
+        load_param_or<T, W>(p.gamma, c, 1.0f, g);  // again: an L1 hit, cheaper than registers
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          const float xhat = x[i][j] * rstd;
+          dg[i][j] += dy[i][j] * xhat;
+          dy[i][j] = rstd * (g[j] * dy[i][j] - xhat * mean_gdy_xhat);
+        }
+      }
+    } else {
+      // Mean and variance in one (Chan) reduction, then the two row sums in another.
+      const WelfordState w = group_reduce<Tile::kThreadsPerRow>(rudnn::cuda::local_welford(flat(x), valid_count(t, cols)),
+                                                                welford_scratch);
+      const float mean = w.mean, rstd = rsqrtf(w.m2 * inv_cols + p.eps);
+      // x becomes xhat, dy becomes gamma * dy; the parameter sums take dy * xhat and dy first.
+      float2 sums = make_float2(0.0f, 0.0f);  // (sum g*dy, sum g*dy*xhat)
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int c = t.column(i);
+        if (c >= cols) continue;
+        float g[W];
+        load_param_or<T, W>(p.gamma, c, 1.0f, g);
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          x[i][j] = (x[i][j] - mean) * rstd;
+          dg[i][j] += dy[i][j] * x[i][j];
+          db[i][j] += dy[i][j];
+          dy[i][j] *= g[j];
+          sums.x += dy[i][j];
+          sums.y += dy[i][j] * x[i][j];
+        }
+      }
+      sums = group_reduce_pair<Tile::kThreadsPerRow>(sums, scratch2);
+      const float mean_gdy = sums.x * inv_cols, mean_gdy_xhat = sums.y * inv_cols;
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int j = 0; j < W; ++j) s += x[i][j];
-      mean = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch) * inv_cols;
+        for (int j = 0; j < W; ++j) dy[i][j] = rstd * (dy[i][j] - mean_gdy - x[i][j] * mean_gdy_xhat);
     }
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      if (t.column(i) >= cols) continue;
-#pragma unroll
-      for (int j = 0; j < W; ++j) ss += (x[i][j] - mean) * (x[i][j] - mean);
-    }
-    const float rstd = rsqrtf(group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols + p.eps);
-
-    // x becomes xhat, dy becomes gamma * dy; the parameter sums take dy * xhat and dy first.
-    float2 sums = make_float2(0.0f, 0.0f);  // (sum g*dy, sum g*dy*xhat)
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int c = t.column(i);
-      if (c >= cols) continue;
-      float g[W];
-      load_param_or<T, W>(p.gamma, c, 1.0f, g);
-#pragma unroll
-      for (int j = 0; j < W; ++j) {
-        x[i][j] = (x[i][j] - mean) * rstd;
-        dg[i][j] += dy[i][j] * x[i][j];
-        if constexpr (kKind == NormKind::layer) db[i][j] += dy[i][j];
-        dy[i][j] *= g[j];
-        sums.x += dy[i][j];
-        sums.y += dy[i][j] * x[i][j];
-      }
-    }
-    sums = group_reduce_pair<Tile::kThreadsPerRow>(sums, scratch2);
-    const float mean_gdy = kKind == NormKind::layer ? sums.x * inv_cols : 0.0f;
-    const float mean_gdy_xhat = sums.y * inv_cols;
-#pragma unroll
-    for (int i = 0; i < V; ++i)
-#pragma unroll
-      for (int j = 0; j < W; ++j) dy[i][j] = rstd * (dy[i][j] - mean_gdy - x[i][j] * mean_gdy_xhat);
     store_row(t, static_cast<T*>(p.dx.data) + row * p.dx.stride, cols, dy);
   }
 

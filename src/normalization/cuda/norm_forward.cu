@@ -16,6 +16,7 @@ template <class T, class Tile, NormKind kKind>
 __global__ void __launch_bounds__(Tile::kBlockThreads) norm_forward_tile(NormForward p) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
   __shared__ float scratch[32];
+  __shared__ float4 welford_scratch[32];
   const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
   const float inv_cols = 1.0f / static_cast<float>(cols);
@@ -33,24 +34,23 @@ __global__ void __launch_bounds__(Tile::kBlockThreads) norm_forward_tile(NormFor
       store_row(t, static_cast<T*>(p.sum.data) + row * p.sum.stride, cols, v);
     }
 
-    float mean = 0.0f;
+    // One block reduction per row. LayerNorm: each thread's (count, mean, M2) from two passes
+    // over its registers, merged across the row (Chan): no E[x^2] - mean^2 cancellation.
+    float mean = 0.0f, var;
     if constexpr (kKind == NormKind::layer) {
-      float s = 0.0f;
+      const WelfordState w = group_reduce<Tile::kThreadsPerRow>(rudnn::cuda::local_welford(flat(v), valid_count(t, cols)),
+                                                                welford_scratch);
+      mean = w.mean;
+      var = w.m2 * inv_cols;
+    } else {
+      float ss = 0.0f;
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int j = 0; j < W; ++j) s += v[i][j];  // vectors past the row loaded as 0
-      mean = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch) * inv_cols;
+        for (int j = 0; j < W; ++j) ss += v[i][j] * v[i][j];  // vectors past the row loaded as 0
+      var = group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols;
     }
-    // Second pass over the registers: sum of squared deviations, no cancellation.
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      if (t.column(i) >= cols) continue;
-#pragma unroll
-      for (int j = 0; j < W; ++j) ss += (v[i][j] - mean) * (v[i][j] - mean);
-    }
-    const float rstd = rsqrtf(group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols + p.eps);
+    const float rstd = rsqrtf(var + p.eps);
 
     T* y = static_cast<T*>(p.y.data) + row * p.y.stride;
 #pragma unroll

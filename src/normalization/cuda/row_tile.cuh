@@ -185,6 +185,22 @@ __device__ __forceinline__ void load_row(const RowThread<Tile>& t, const T* row,
   }
 }
 
+// Values of this thread that lie in the row: vectors are a prefix of the thread's array,
+// so the first valid_count(...) elements of its flattened [kVecs * kWidth] registers.
+template <class Tile>
+__device__ __forceinline__ int valid_count(const RowThread<Tile>& t, int cols) {
+  int n = 0;
+#pragma unroll
+  for (int i = 0; i < Tile::kVecs; ++i) n += t.column(i) < cols ? Tile::kWidth : 0;
+  return n;
+}
+
+// A thread's [kVecs][kWidth] registers seen as one flat array (same storage).
+template <int V, int W>
+__device__ __forceinline__ float (&flat(float (&v)[V][W]))[V * W] {
+  return reinterpret_cast<float(&)[V * W]>(v);
+}
+
 template <class Tile, class T>
 __device__ __forceinline__ void store_row(const RowThread<Tile>& t, T* row, int cols,
                                           const float (&v)[Tile::kVecs][Tile::kWidth]) {

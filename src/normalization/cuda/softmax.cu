@@ -20,48 +20,25 @@ constexpr float kNaN = __builtin_nanf("");
 template <class T, class Tile, bool kLse>
 __global__ void __launch_bounds__(Tile::kBlockThreads) softmax_tile(SoftmaxForward p) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
-  __shared__ float scratch[32];
+  __shared__ float2 scratch[32];
   const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
 
   for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
     float v[V][W];
     load_row(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, v, -__builtin_huge_valf());
-    float m = MaxOp::identity();
-#pragma unroll
-    for (int i = 0; i < V; ++i)
-#pragma unroll
-      for (int j = 0; j < W; ++j) m = MaxOp{}(m, v[i][j]);
-    m = group_reduce<Tile::kThreadsPerRow>(m, MaxOp{}, scratch);
-    const bool finite = isfinite(m);  // uniform over the row's threads
-
-    if (!finite && !kLse) {  // all -inf, or an inf or NaN: the row is undefined
-#pragma unroll
-      for (int i = 0; i < V; ++i)
-#pragma unroll
-        for (int j = 0; j < W; ++j) v[i][j] = kNaN;
-      store_row(t, static_cast<T*>(p.y.data) + row * p.y.stride, cols, v);
-      continue;
-    }
-    float s = 0.0f;
-    if (finite) {
-#pragma unroll
-      for (int i = 0; i < V; ++i)
-#pragma unroll
-        for (int j = 0; j < W; ++j) {
-          v[i][j] = __expf(v[i][j] - m);  // the -inf fill becomes 0
-          s += v[i][j];
-        }
-    }
-    s = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch);
+    // One reduction per row: each thread's (max, sum exp) over its registers, merged online.
+    const SoftmaxState mine = rudnn::cuda::local_state(flat(v), flat(v));
+    const SoftmaxState row_state = group_reduce<Tile::kThreadsPerRow>(mine, scratch);
     if constexpr (kLse) {
-      if (t.lane == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp({m, s}));
+      if (t.lane == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp(row_state));
     } else {
-      const float inv = 1.0f / s;
+      // A row whose max is not finite (all -inf, an inf, a NaN) is undefined: NaN.
+      const float scale = isfinite(row_state.max) ? __expf(mine.max - row_state.max) / row_state.sum : kNaN;
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int j = 0; j < W; ++j) v[i][j] *= inv;
+        for (int j = 0; j < W; ++j) v[i][j] *= scale;
       store_row(t, static_cast<T*>(p.y.data) + row * p.y.stride, cols, v);
     }
   }
