@@ -2,7 +2,6 @@
 // order, so a kernel's result does not depend on scheduling.
 #pragma once
 
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 namespace rudnn::cuda {
@@ -76,24 +75,6 @@ __device__ __forceinline__ void fold(SoftmaxState& s, const float (&v)[W]) {
   s = {m, sum};
 }
 
-// The softmax state of values held in registers (any count; -inf fills for absent ones):
-// their max, and the sum of exp(v - max). `e` receives exp(v - max) (0 where the max is
-// -inf, i.e. every value is), so a softmax can rescale it once the row's state is known.
-template <int N>
-__device__ __forceinline__ SoftmaxState local_state(const float (&v)[N], float (&e)[N]) {
-  float m = MaxOp::identity();
-#pragma unroll
-  for (int j = 0; j < N; ++j) m = MaxOp{}(m, v[j]);
-  float s = 0.0f;
-  const bool none = m == -__builtin_huge_valf();
-#pragma unroll
-  for (int j = 0; j < N; ++j) {
-    e[j] = none ? 0.0f : __expf(v[j] - m);
-    s += e[j];
-  }
-  return {m, s};
-}
-
 // log(sum(exp(x))) of a merged state. A max of -inf (all -inf), +inf or NaN is the result
 // itself, as in PyTorch.
 __device__ __forceinline__ float log_sum_exp(SoftmaxState s) { return isfinite(s.max) ? s.max + __logf(s.sum) : s.max; }
@@ -119,28 +100,6 @@ __device__ __forceinline__ SoftmaxState group_reduce(SoftmaxState s, float2* scr
     __syncthreads();
   }
   return s;
-}
-
-// Reduces softmax states over a thread-block cluster (Hopper): each block reduces its own
-// threads, publishes the result in `slot` (its shared memory), and every thread then merges
-// the kClusterBlocks published states in rank order, so all blocks of the cluster get the
-// same bits. The closing cluster barrier keeps every slot alive (and unchanged) until all
-// peers have read it.
-template <int kBlockThreads, int kClusterBlocks>
-__device__ __forceinline__ SoftmaxState cluster_reduce(SoftmaxState s, float2* scratch, float2* slot) {
-  namespace cg = cooperative_groups;
-  s = group_reduce<kBlockThreads>(s, scratch);
-  cg::cluster_group cluster = cg::this_cluster();
-  if (threadIdx.x == 0) *slot = make_float2(s.max, s.sum);
-  cluster.sync();
-  float2 parts[kClusterBlocks];
-#pragma unroll
-  for (int r = 0; r < kClusterBlocks; ++r) parts[r] = *cluster.map_shared_rank(slot, r);
-  SoftmaxState total{parts[0].x, parts[0].y};
-#pragma unroll
-  for (int r = 1; r < kClusterBlocks; ++r) total = merge(total, SoftmaxState{parts[r].x, parts[r].y});
-  cluster.sync();
-  return total;
 }
 
 // Welford / Chan running (count, mean, M2) for a numerically stable variance in one pass.

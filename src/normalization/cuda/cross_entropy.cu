@@ -1,11 +1,10 @@
 // Cross entropy over the last axis: the loss per row, and (kGrad) the gradient
 // dloss * (softmax - onehot) written in the same launch.
 //
-// Rows that fit a register tile are read once; so are vocabulary-sized rows (up to 128K
-// bf16 / 64K f32 logits), spread over a thread-block cluster on Hopper. Longer rows take the
-// loop tile: one pass for the online (max, sum), then, with kGrad, a second pass for the
-// gradient. That second pass should hit L2, so a kGrad loop launch is a persistent grid
-// sized to keep the rows in flight within about half of L2.
+// Rows that fit a register tile are read once. Longer rows (vocabularies) take the loop
+// tile: one pass for the online (max, sum), then, with kGrad, a second pass for the
+// gradient. That second pass should hit L2, so a kGrad launch is a persistent grid sized to
+// keep the rows in flight within about half of L2.
 #include "normalization/cuda/launch.h"
 #include "normalization/cuda/row_tile.cuh"
 
@@ -58,28 +57,10 @@ __device__ __forceinline__ void write_constant_row(const CrossEntropy& p, int64_
 }
 
 
-// The gradient of a row held in registers: e holds exp(v - mine.max), the thread's share of
-// the row state; out = dscale * (softmax - onehot), NaN where the row's max is not finite.
-template <int V, int W, class Column>
-__device__ __forceinline__ void row_gradient(float (&e)[V][W], SoftmaxState mine, SoftmaxState row_state,
-                                             int64_t target, float dscale, Column column) {
-  const bool finite = isfinite(row_state.max);
-  const float scale = finite ? __expf(mine.max - row_state.max) / row_state.sum : kNaN;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int64_t c = column(i);
-#pragma unroll
-    for (int j = 0; j < W; ++j) {
-      const float onehot = c + j == target ? 1.0f : 0.0f;
-      e[i][j] = (e[i][j] * scale - onehot) * dscale;
-    }
-  }
-}
-
 template <class T, class Tile, bool kGrad>
-__global__ void __launch_bounds__(Tile::kBlockThreads) cross_entropy_tile(CrossEntropy p) {
+__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) cross_entropy_tile(CrossEntropy p) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
-  __shared__ float2 scratch[32];
+  __shared__ float scratch[32];
   const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
   auto own_columns = [&](auto&& f) {
@@ -97,104 +78,46 @@ __global__ void __launch_bounds__(Tile::kBlockThreads) cross_entropy_tile(CrossE
     const T* x = static_cast<const T*>(p.logits.data) + row * p.logits.stride;
     float v[V][W];
     load_row(t, x, cols, v, -__builtin_huge_valf());
-    const SoftmaxState mine = rudnn::cuda::local_state(flat(v), flat(v));
-    const SoftmaxState row_state = group_reduce<Tile::kThreadsPerRow>(mine, scratch);
-    if (t.lane == 0 && p.loss) p.loss[row] = rudnn::cuda::log_sum_exp(row_state) - to_float(x[target.index]);
+    float m = MaxOp::identity();
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+#pragma unroll
+      for (int j = 0; j < W; ++j) m = MaxOp{}(m, v[i][j]);
+    m = group_reduce<Tile::kThreadsPerRow>(m, MaxOp{}, scratch);
+    const bool finite = isfinite(m);
+    float s = 0.0f;
+    if (finite) {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          v[i][j] = __expf(v[i][j] - m);
+          s += v[i][j];
+        }
+    }
+    s = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch);
+    if (t.lane == 0 && p.loss) p.loss[row] = rudnn::cuda::log_sum_exp({m, s}) - to_float(x[target.index]);
     if constexpr (kGrad) {
-      row_gradient(v, mine, row_state, target.index, p.dloss ? p.dloss[row] : p.grad_scale,
-                   [&](int i) { return static_cast<int64_t>(t.column(i)); });
+      const float scale = p.dloss ? p.dloss[row] : p.grad_scale;
+      const float inv = 1.0f / s;
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int c = t.column(i);
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          const float onehot = c + j == target.index ? 1.0f : 0.0f;
+          v[i][j] = finite ? (v[i][j] * inv - onehot) * scale : kNaN;
+        }
+      }
       store_row(t, static_cast<T*>(p.dlogits.data) + row * p.dlogits.stride, cols, v);
     }
   }
 }
 
-// Cluster tiles (Hopper thread-block clusters): kClusterBlocks blocks of kClusterThreads share
-// one row, each thread holding kClusterVecs vectors in registers, so a vocabulary-sized row
-// (128K bf16 logits) is read from memory once and its gradient written once. The blocks
-// exchange their (max, sum) through distributed shared memory.
-constexpr int kClusterBlocks = 8, kClusterThreads = 512, kClusterVecs = 4;
-
-template <class T>
-constexpr int64_t cluster_capacity() {
-  return int64_t{kClusterBlocks} * kClusterThreads * kClusterVecs * (16 / sizeof(T));
-}
-
-template <class T, bool kGrad>
-__global__ void __launch_bounds__(kClusterThreads) cross_entropy_cluster(CrossEntropy p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int V = kClusterVecs, W = 16 / sizeof(T), kThreadsPerRow = kClusterBlocks * kClusterThreads;
+template <class T, int W, bool kGrad, int kThreads>
+__global__ void __launch_bounds__(kThreads) cross_entropy_loop(CrossEntropy p) {
   __shared__ float2 scratch[32];
-  __shared__ float2 slot;
-  const int64_t row = blockIdx.x / kClusterBlocks;  // the cluster's row; consecutive blocks form a cluster
-  const int lane = static_cast<int>(blockIdx.x % kClusterBlocks) * kClusterThreads + static_cast<int>(threadIdx.x);
-  auto column = [&](int i) { return static_cast<int64_t>(i * kThreadsPerRow + lane) * W; };
-  auto own_columns = [&](auto&& f) {
-#pragma unroll
-    for (int i = 0; i < V; ++i)
-      if (column(i) < p.cols) f(column(i));
-  };
-  const Target target = read_target(p, row);  // uniform over the cluster
-  if (target.kind != TargetKind::valid) {
-    write_constant_row<T, W>(p, row, target.kind == TargetKind::ignored ? 0.0f : kNaN, lane == 0, own_columns);
-    return;
-  }
-  const T* x = static_cast<const T*>(p.logits.data) + row * p.logits.stride;
-  float v[V][W];
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    if (column(i) < p.cols) {
-      rudnn::cuda::load_pack<T, W>(x + column(i), v[i]);
-    } else {
-#pragma unroll
-      for (int j = 0; j < W; ++j) v[i][j] = -__builtin_huge_valf();
-    }
-  }
-  const SoftmaxState mine = rudnn::cuda::local_state(flat(v), flat(v));
-  const SoftmaxState row_state = rudnn::cuda::cluster_reduce<kClusterThreads, kClusterBlocks>(mine, scratch, &slot);
-  if (lane == 0 && p.loss) p.loss[row] = rudnn::cuda::log_sum_exp(row_state) - to_float(x[target.index]);
-  if constexpr (kGrad) {
-    row_gradient(v, mine, row_state, target.index, p.dloss ? p.dloss[row] : p.grad_scale, column);
-    T* dx = static_cast<T*>(p.dlogits.data) + row * p.dlogits.stride;
-#pragma unroll
-    for (int i = 0; i < V; ++i)
-      if (column(i) < p.cols) rudnn::cuda::store_pack<T, W>(dx + column(i), v[i]);
-  }
-#endif
-}
-
-// Whether a row of `cols` elements takes the cluster tile: longer than the largest register
-// tile, within the cluster's capacity, on a GPU with clusters (compute capability 9+).
-template <class T>
-bool use_cluster_tile(const CrossEntropy& p, const Alignment& a, Device device) {
-  constexpr int W = 16 / sizeof(T);
-  if (!a.ok || p.cols % W != 0 || p.cols <= int64_t{4096} * W || p.cols > cluster_capacity<T>()) return false;
-  if (p.rows > (int64_t{1} << 31) / kClusterBlocks - 1) return false;
-  static int major[64] = {};
-  int& cc = major[device.index];
-  if (cc == 0) check_cuda(cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, device.index), "cudaDeviceGetAttribute");
-  return cc >= 9;
-}
-
-template <class T, bool kGrad>
-void launch_cluster(const CrossEntropy& p, cudaStream_t stream) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(p.rows * kClusterBlocks));
-  config.blockDim = dim3(kClusterThreads);
-  config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = kClusterBlocks;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&config, cross_entropy_cluster<T, kGrad>, p), "cross_entropy: cudaLaunchKernelEx");
-}
-
-template <class T, int W, bool kGrad>
-__global__ void __launch_bounds__(kLoopThreads) cross_entropy_loop(CrossEntropy p) {
-  __shared__ float2 scratch[32];
-  const int64_t step = static_cast<int64_t>(kLoopThreads) * W;
+  const int64_t step = static_cast<int64_t>(kThreads) * W;
   auto own_columns = [&](auto&& f) {
     for (int64_t c = static_cast<int64_t>(threadIdx.x) * W; c < p.cols; c += step) f(c);
   };
@@ -208,8 +131,8 @@ __global__ void __launch_bounds__(kLoopThreads) cross_entropy_loop(CrossEntropy 
     }
     const T* x = static_cast<const T*>(p.logits.data) + row * p.logits.stride;
     SoftmaxState state{MaxOp::identity(), 0.0f};
-    for_each_vector<W>(x, p.cols, [&](int64_t, const float (&v)[W]) { rudnn::cuda::fold(state, v); });
-    state = group_reduce<kLoopThreads>(state, scratch);
+    for_each_vector<W, kThreads>(x, p.cols, [&](int64_t, const float (&v)[W]) { rudnn::cuda::fold(state, v); });
+    state = group_reduce<kThreads>(state, scratch);
     const bool finite = isfinite(state.max);
     if (threadIdx.x == 0 && p.loss) {
       p.loss[row] = rudnn::cuda::log_sum_exp(state) - to_float(x[target.index]);
@@ -218,7 +141,7 @@ __global__ void __launch_bounds__(kLoopThreads) cross_entropy_loop(CrossEntropy 
       const float scale = p.dloss ? p.dloss[row] : p.grad_scale;
       const float inv = 1.0f / state.sum;
       T* dx = static_cast<T*>(p.dlogits.data) + row * p.dlogits.stride;
-      for_each_vector<W>(x, p.cols, [&](int64_t c, const float (&v)[W]) {
+      for_each_vector<W, kThreads>(x, p.cols, [&](int64_t c, const float (&v)[W]) {
         float out[W];
 #pragma unroll
         for (int j = 0; j < W; ++j) {
@@ -230,6 +153,8 @@ __global__ void __launch_bounds__(kLoopThreads) cross_entropy_loop(CrossEntropy 
     }
   }
 }
+
+constexpr int kGradLoopThreads = 1024;
 
 // Grid of a kGrad loop launch: blocks whose rows together take about half of L2, at least
 // one per SM, so the gradient pass re-reads each row from L2 rather than from memory.
@@ -251,16 +176,14 @@ void launch(const CrossEntropy& p, const Stream& stream) {
   Alignment a;
   require_rows_aligned(a, p.logits.data, p.logits.stride, sizeof(T));
   if (kGrad) require_rows_aligned(a, p.dlogits.data, p.dlogits.stride, sizeof(T));
-  if (use_cluster_tile<T>(p, a, stream.device())) {
-    launch_cluster<T, kGrad>(p, s);
-    check_launch("cross_entropy_cluster");
-    return;
-  }
   with_tile<T>(p.cols, a, [&](auto tile) {
     using Tile = decltype(tile);
-    if constexpr (Tile::kLoop) {
-      const unsigned grid = kGrad ? l2_resident_grid(p, sizeof(T), stream.device()) : row_grid(p.rows, 1);
-      cross_entropy_loop<T, Tile::kWidth, kGrad><<<grid, kLoopThreads, 0, s>>>(p);
+    if constexpr (Tile::kLoop && kGrad) {
+      // One 1024-thread block per SM (about): as many loads in flight as the L2 budget allows.
+      cross_entropy_loop<T, Tile::kWidth, kGrad, kGradLoopThreads>
+          <<<l2_resident_grid(p, sizeof(T), stream.device()), kGradLoopThreads, 0, s>>>(p);
+    } else if constexpr (Tile::kLoop) {
+      cross_entropy_loop<T, Tile::kWidth, kGrad, kLoopThreads><<<row_grid(p.rows, 1), kLoopThreads, 0, s>>>(p);
     } else {
       cross_entropy_tile<T, Tile, kGrad><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, s>>>(p);
     }

@@ -13,44 +13,44 @@ using rudnn::cuda::SumOp;
 using rudnn::cuda::WelfordState;
 
 template <class T, class Tile, NormKind kKind>
-__global__ void __launch_bounds__(Tile::kBlockThreads) norm_forward_tile(NormForward p) {
+__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) norm_forward_tile(NormForward p) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
   __shared__ float scratch[32];
-  __shared__ float4 welford_scratch[32];
   const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
   const float inv_cols = 1.0f / static_cast<float>(cols);
 
   for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
-    float v[V][W];
-    load_row(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, v);
+    PackedRow<Tile, T> v;  // the row (or, for add_rms, the stored sum) in its storage type
+    load_row_packed(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, v);
     if constexpr (kKind == NormKind::add_rms) {
-      float r[V][W];
-      load_row(t, static_cast<const T*>(p.residual.data) + row * p.residual.stride, cols, r);
+      PackedRow<Tile, T> r;
+      load_row_packed(t, static_cast<const T*>(p.residual.data) + row * p.residual.stride, cols, r);
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int j = 0; j < W; ++j) v[i][j] = round_to<T>(v[i][j] + r[i][j]);  // the stored sum
-      store_row(t, static_cast<T*>(p.sum.data) + row * p.sum.stride, cols, v);
+        for (int j = 0; j < W; ++j) v.pack[i].v[j] = from_float<T>(v(i, j) + r(i, j));  // FP32 sum, stored as T
+      store_row_packed(t, static_cast<T*>(p.sum.data) + row * p.sum.stride, cols, v);
     }
 
-    // One block reduction per row. LayerNorm: each thread's (count, mean, M2) from two passes
-    // over its registers, merged across the row (Chan): no E[x^2] - mean^2 cancellation.
-    float mean = 0.0f, var;
+    float mean = 0.0f;
     if constexpr (kKind == NormKind::layer) {
-      const WelfordState w = group_reduce<Tile::kThreadsPerRow>(rudnn::cuda::local_welford(flat(v), valid_count(t, cols)),
-                                                                welford_scratch);
-      mean = w.mean;
-      var = w.m2 * inv_cols;
-    } else {
-      float ss = 0.0f;
+      float s = 0.0f;
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int j = 0; j < W; ++j) ss += v[i][j] * v[i][j];  // vectors past the row loaded as 0
-      var = group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols;
+        for (int j = 0; j < W; ++j) s += v(i, j);  // vectors past the row loaded as 0
+      mean = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch) * inv_cols;
     }
-    const float rstd = rsqrtf(var + p.eps);
+    // Second pass over the registers: sum of squared deviations, no cancellation.
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      if (t.column(i) >= cols) continue;
+#pragma unroll
+      for (int j = 0; j < W; ++j) ss += (v(i, j) - mean) * (v(i, j) - mean);
+    }
+    const float rstd = rsqrtf(group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols + p.eps);
 
     T* y = static_cast<T*>(p.y.data) + row * p.y.stride;
 #pragma unroll
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(Tile::kBlockThreads) norm_forward_tile(NormFor
       if constexpr (kKind == NormKind::layer) load_param_or<T, W>(p.beta, c, 0.0f, b);
 #pragma unroll
       for (int j = 0; j < W; ++j) {
-        out[j] = (v[i][j] - mean) * rstd * g[j];
+        out[j] = (v(i, j) - mean) * rstd * g[j];
         if constexpr (kKind == NormKind::layer) out[j] += b[j];
       }
       rudnn::cuda::store_pack<T, W>(y + c, out);

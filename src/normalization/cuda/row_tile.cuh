@@ -43,6 +43,10 @@ struct RegisterTile {
   static constexpr int kRowsPerBlock = kThreadsPerRow >= 128 ? 1 : 128 / kThreadsPerRow;
   static constexpr int kBlockThreads = kThreadsPerRow * kRowsPerBlock;
   static constexpr int kCapacity = kThreadsPerRow * kVecs * kWidth;
+  // For __launch_bounds__: 1024 threads' worth of these blocks per SM, i.e. at most 64
+  // registers per thread. The forward kernels are bound by the bytes in flight per SM, that
+  // is by how many rows are resident at once.
+  static constexpr int kMinBlocksPerSm = 1024 / kBlockThreads;
 };
 
 constexpr int kLoopThreads = 512;
@@ -201,6 +205,41 @@ __device__ __forceinline__ float (&flat(float (&v)[V][W]))[V * W] {
   return reinterpret_cast<float(&)[V * W]>(v);
 }
 
+// A thread's share of a row kept as loaded, in its storage type, and converted to FP32 each
+// time it is read: half the registers of an FP32 copy for 16-bit types. These kernels are
+// bound by the bytes in flight per SM, so fewer registers (more resident rows) is speed.
+template <class Tile, class T>
+struct PackedRow {
+  rudnn::cuda::Pack<T, Tile::kWidth> pack[Tile::kVecs];
+  __device__ __forceinline__ float operator()(int i, int j) const { return to_float(pack[i].v[j]); }
+};
+
+// Loads this thread's vectors of a row; vectors past `cols` read as `fill`.
+template <class Tile, class T>
+__device__ __forceinline__ void load_row_packed(const RowThread<Tile>& t, const T* row, int cols,
+                                                PackedRow<Tile, T>& r, float fill = 0.0f) {
+#pragma unroll
+  for (int i = 0; i < Tile::kVecs; ++i) {
+    const int c = t.column(i);
+    if (c < cols) {
+      r.pack[i] = *reinterpret_cast<const rudnn::cuda::Pack<T, Tile::kWidth>*>(row + c);
+    } else {
+#pragma unroll
+      for (int j = 0; j < Tile::kWidth; ++j) r.pack[i].v[j] = from_float<T>(fill);
+    }
+  }
+}
+
+template <class Tile, class T>
+__device__ __forceinline__ void store_row_packed(const RowThread<Tile>& t, T* row, int cols,
+                                                 const PackedRow<Tile, T>& r) {
+#pragma unroll
+  for (int i = 0; i < Tile::kVecs; ++i) {
+    const int c = t.column(i);
+    if (c < cols) *reinterpret_cast<rudnn::cuda::Pack<T, Tile::kWidth>*>(row + c) = r.pack[i];
+  }
+}
+
 template <class Tile, class T>
 __device__ __forceinline__ void store_row(const RowThread<Tile>& t, T* row, int cols,
                                           const float (&v)[Tile::kVecs][Tile::kWidth]) {
@@ -214,10 +253,10 @@ __device__ __forceinline__ void store_row(const RowThread<Tile>& t, T* row, int 
 // Loop tiles: calls body(c, v) for each vector (column c, values v) of a row that this
 // thread owns, loading LoopTile::kUnroll vectors before the first is used so that several
 // loads are in flight.
-template <int W, class T, class Body>
+template <int W, int kThreads = kLoopThreads, class T, class Body>
 __device__ __forceinline__ void for_each_vector(const T* __restrict__ row, int64_t cols, Body&& body) {
   constexpr int U = LoopTile<W>::kUnroll;
-  const int64_t step = static_cast<int64_t>(kLoopThreads) * W;
+  const int64_t step = static_cast<int64_t>(kThreads) * W;
   int64_t c = static_cast<int64_t>(threadIdx.x) * W;
   for (; c + (U - 1) * step < cols; c += U * step) {
     float v[U][W];

@@ -17,30 +17,74 @@ constexpr float kNaN = __builtin_nanf("");
 
 
 
-template <class T, class Tile, bool kLse>
-__global__ void __launch_bounds__(Tile::kBlockThreads) softmax_tile(SoftmaxForward p) {
+template <class T, class Tile>
+__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) softmax_tile(SoftmaxForward p) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
-  __shared__ float2 scratch[32];
+  __shared__ float scratch[32];
   const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
 
   for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
     float v[V][W];
     load_row(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, v, -__builtin_huge_valf());
-    // One reduction per row: each thread's (max, sum exp) over its registers, merged online.
-    const SoftmaxState mine = rudnn::cuda::local_state(flat(v), flat(v));
-    const SoftmaxState row_state = group_reduce<Tile::kThreadsPerRow>(mine, scratch);
-    if constexpr (kLse) {
-      if (t.lane == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp(row_state));
-    } else {
-      // A row whose max is not finite (all -inf, an inf, a NaN) is undefined: NaN.
-      const float scale = isfinite(row_state.max) ? __expf(mine.max - row_state.max) / row_state.sum : kNaN;
+    float m = MaxOp::identity();
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+#pragma unroll
+      for (int j = 0; j < W; ++j) m = MaxOp{}(m, v[i][j]);
+    m = group_reduce<Tile::kThreadsPerRow>(m, MaxOp{}, scratch);
+    if (!isfinite(m)) {  // all -inf, or an inf or NaN: the row is undefined (uniform over the row)
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int j = 0; j < W; ++j) v[i][j] *= scale;
+        for (int j = 0; j < W; ++j) v[i][j] = kNaN;
       store_row(t, static_cast<T*>(p.y.data) + row * p.y.stride, cols, v);
+      continue;
     }
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        v[i][j] = __expf(v[i][j] - m);  // the -inf fill becomes 0
+        s += v[i][j];
+      }
+    const float inv = 1.0f / group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch);
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+#pragma unroll
+      for (int j = 0; j < W; ++j) v[i][j] *= inv;
+    store_row(t, static_cast<T*>(p.y.data) + row * p.y.stride, cols, v);
+  }
+}
+
+// Log-sum-exp only reads: the row stays packed in its storage type, and the register cap
+// (42) leaves room for 1536 threads per SM: the more rows in flight, the faster a read-only
+// kernel runs.
+template <class T, class Tile>
+__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm * 3 / 2) logsumexp_tile(SoftmaxForward p) {
+  constexpr int V = Tile::kVecs, W = Tile::kWidth;
+  __shared__ float scratch[32];
+  const RowThread<Tile> t;
+  const int cols = static_cast<int>(p.cols);
+  for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
+    PackedRow<Tile, T> x;
+    load_row_packed(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, x, -__builtin_huge_valf());
+    float m = MaxOp::identity();
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+#pragma unroll
+      for (int j = 0; j < W; ++j) m = MaxOp{}(m, x(i, j));
+    m = group_reduce<Tile::kThreadsPerRow>(m, MaxOp{}, scratch);
+    float s = 0.0f;
+    if (isfinite(m)) {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+#pragma unroll
+        for (int j = 0; j < W; ++j) s += __expf(x(i, j) - m);  // the -inf fill adds 0
+    }
+    s = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch);
+    if (t.lane == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp({m, s}));
   }
 }
 
@@ -123,8 +167,10 @@ void launch_forward(const SoftmaxForward& p, cudaStream_t stream) {
     using Tile = decltype(tile);
     if constexpr (Tile::kLoop) {
       softmax_loop<T, Tile::kWidth, kLse><<<row_grid(p.rows, 1), kLoopThreads, 0, stream>>>(p);
+    } else if constexpr (kLse) {
+      logsumexp_tile<T, Tile><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
     } else {
-      softmax_tile<T, Tile, kLse><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
+      softmax_tile<T, Tile><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
     }
   });
   check_launch(kLse ? "logsumexp" : "softmax");
