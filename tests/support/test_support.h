@@ -72,4 +72,17 @@ double tolerance(DType dtype);
 // A tensor with every byte 0xFF (NaN in each float dtype) on `device`.
 Tensor poisoned(const Shape& shape, DType dtype, Device device);
 
+// Sets allocation poisoning for a scope and restores the previous setting, so that a test's
+// behaviour depends neither on test order nor on RUDNN_POISON_ALLOCATIONS.
+class PoisonScope {
+ public:
+  explicit PoisonScope(bool on) : saved_(poison_allocations()) { set_poison_allocations(on); }
+  ~PoisonScope() { set_poison_allocations(saved_); }
+  PoisonScope(const PoisonScope&) = delete;
+  PoisonScope& operator=(const PoisonScope&) = delete;
+
+ private:
+  bool saved_;
+};
+
 }  // namespace rudnn::test

@@ -156,8 +156,9 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_loop(CrossEntropy p) {
 
 constexpr int kGradLoopThreads = 1024;
 
-// Grid of a kGrad loop launch: blocks whose rows together take about half of L2, at least
-// one per SM, so the gradient pass re-reads each row from L2 rather than from memory.
+// Grid of a kGrad loop launch (blocks of kGradLoopThreads): blocks whose rows together take
+// about half of L2, at least one per SM, so the gradient pass re-reads each row from L2
+// rather than from memory.
 unsigned l2_resident_grid(const CrossEntropy& p, size_t element_size, Device device) {
   static int l2_bytes[64] = {};
   int& l2 = l2_bytes[device.index];
@@ -165,7 +166,10 @@ unsigned l2_resident_grid(const CrossEntropy& p, size_t element_size, Device dev
   const int sms = multiprocessor_count(device);
   const int64_t row_bytes = p.cols * static_cast<int64_t>(element_size);
   int64_t per_sm = (static_cast<int64_t>(l2) / 2) / (row_bytes * sms);
-  per_sm = per_sm < 1 ? 1 : (per_sm > 4 ? 4 : per_sm);
+  // At most the blocks an SM holds at once: a second wave of persistent blocks would start
+  // only when the first is done.
+  constexpr int64_t kResident = 2048 / kGradLoopThreads;
+  per_sm = per_sm < 1 ? 1 : (per_sm > kResident ? kResident : per_sm);
   const int64_t blocks = per_sm * sms;
   return static_cast<unsigned>(blocks < p.rows ? blocks : p.rows);
 }

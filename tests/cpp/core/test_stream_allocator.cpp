@@ -17,19 +17,10 @@
 namespace rudnn {
 namespace {
 
+using test::PoisonScope;
 using test::throws_error;
 using test::to_doubles;
 
-// Sets allocation poisoning for a scope and restores the previous setting afterwards, so
-// that the suite's behaviour does not depend on test order or on RUDNN_POISON_ALLOCATIONS.
-class PoisonScope {
- public:
-  explicit PoisonScope(bool on) : saved_(poison_allocations()) { set_poison_allocations(on); }
-  ~PoisonScope() { set_poison_allocations(saved_); }
-
- private:
-  bool saved_;
-};
 
 // Every element of a floating-point tensor is NaN.
 ::testing::AssertionResult all_nan(const Tensor& t) {

@@ -21,22 +21,13 @@ namespace {
 using test::bit_equal;
 using test::bytes_of;
 using test::Rng;
+using test::PoisonScope;
 using test::throws_error;
 using test::to_doubles;
 
 constexpr DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::f64, DType::i32,
                                 DType::i64, DType::u32, DType::u8,   DType::boolean};
 
-// Turns allocation poisoning on for a scope (so that a factory which forgets to write an
-// element leaves NaN / 0xFF behind) and restores the previous setting.
-class PoisonScope {
- public:
-  explicit PoisonScope(bool on) : saved_(poison_allocations()) { set_poison_allocations(on); }
-  ~PoisonScope() { set_poison_allocations(saved_); }
-
- private:
-  bool saved_;
-};
 
 // ---- Naive strided reference ------------------------------------------------------------------
 
