@@ -42,6 +42,11 @@ class Stream {
   // Blocks the calling thread until all work queued on this stream has finished.
   void synchronize() const;
 
+  // Makes work queued on this stream from now on wait for the work queued on `other` so far
+  // (an event recorded on `other`; the host does not wait). Both streams must be on the same
+  // device (else DeviceMismatch); on the CPU, and when both are the same stream, nothing to do.
+  void wait(const Stream& other) const;
+
   friend bool operator==(const Stream& a, const Stream& b) noexcept;
 
   struct Impl;

@@ -343,7 +343,8 @@ std::pair<int, int> dlpack_device(const Tensor& t) {
 // Tensor.__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None).
 // Returns an unversioned "dltensor" capsule (the protocol allows that whatever
 // max_version asks). For a CUDA tensor the data is made ready for the consumer's stream:
-// when the stream the tensor was produced on is a different one, this waits for it.
+// when the stream the tensor was produced on is a different one, the consumer's stream is
+// made to wait for it (an event; the host does not wait).
 py::object tensor_dlpack(const Tensor& t, py::object stream, py::kwargs kwargs) {
   auto kwarg = [&](const char* name) -> py::object {
     if (kwargs.contains(name)) return kwargs[name];
@@ -381,7 +382,11 @@ py::object tensor_dlpack(const Tensor& t, py::object stream, py::kwargs kwargs) 
     if (consumer != -1 && !producer.is_default()) {
       auto handle = reinterpret_cast<std::uintptr_t>(producer.handle());
       if (handle == 0) handle = kLegacyStream;
-      if (static_cast<long long>(handle) != consumer) producer.synchronize();
+      if (static_cast<long long>(handle) != consumer) {
+        // The consumer's stream waits for the producer's (an event: no host wait).
+        rudnn::Stream::borrow(t.device(), reinterpret_cast<rudnn::cuda_stream_t>(static_cast<std::uintptr_t>(consumer)))
+            .wait(producer);
+      }
     }
   } else if (want_copy) {
     out = t.to(t.device());

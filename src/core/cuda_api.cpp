@@ -144,6 +144,16 @@ void stream_synchronize(Device device, cuda_stream_t stream) {
   check_cuda(cudaStreamSynchronize(native(stream)), "Stream::synchronize");
 }
 
+void stream_wait(Device device, cuda_stream_t waiter, cuda_stream_t producer) {
+  DeviceGuard guard(device.index);
+  cudaEvent_t event = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "Stream::wait: cudaEventCreateWithFlags");
+  const cudaError_t recorded = cudaEventRecord(event, native(producer));
+  const cudaError_t waited = recorded == cudaSuccess ? cudaStreamWaitEvent(native(waiter), event, 0) : recorded;
+  cudaEventDestroy(event);  // released once the wait is satisfied
+  check_cuda(waited, "Stream::wait");
+}
+
 void copy_to_device(void* dst, const void* src, size_t bytes, Device device, cuda_stream_t stream) {
   if (bytes == 0) return;
   DeviceGuard guard(device.index);

@@ -36,6 +36,8 @@ void pool_trim(Device device);
 cuda_stream_t stream_create(Device device);
 void stream_destroy(Device device, cuda_stream_t stream) noexcept;
 void stream_synchronize(Device device, cuda_stream_t stream);
+// Work queued on `waiter` after this call waits for the work queued on `producer` so far.
+void stream_wait(Device device, cuda_stream_t waiter, cuda_stream_t producer);
 
 // Asynchronous copies and fills on `stream` (the current device is set to `device`).
 // copy_to_device returns once `src` has been read (it waits when `src` is pinned memory).

@@ -25,6 +25,7 @@ void pool_trim(Device) { no_cuda("release_cached_memory"); }
 cuda_stream_t stream_create(Device) { no_cuda("Stream::create"); }
 void stream_destroy(Device, cuda_stream_t) noexcept {}
 void stream_synchronize(Device, cuda_stream_t) { no_cuda("Stream::synchronize"); }
+void stream_wait(Device, cuda_stream_t, cuda_stream_t) { no_cuda("Stream::wait"); }
 void copy_to_device(void*, const void*, size_t, Device, cuda_stream_t) { no_cuda("copy to device"); }
 void copy_to_host(void*, const void*, size_t, Device, cuda_stream_t) { no_cuda("copy to host"); }
 void copy_device_to_device(void*, const void*, size_t, Device, cuda_stream_t) { no_cuda("device copy"); }

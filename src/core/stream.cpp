@@ -59,6 +59,16 @@ void Stream::synchronize() const {
   detail::cuda::stream_synchronize(impl_->device, impl_->handle);
 }
 
+void Stream::wait(const Stream& other) const {
+  const Device mine = device(), theirs = other.device();
+  if (mine != theirs) {
+    detail::fail(ErrorCode::DeviceMismatch, detail::cat("Stream::wait: this stream is on ", mine.str(),
+                                                        ", the other on ", theirs.str()));
+  }
+  if (mine.is_cpu() || *this == other) return;
+  detail::cuda::stream_wait(mine, impl_->handle, other.impl_->handle);
+}
+
 bool operator==(const Stream& a, const Stream& b) noexcept {
   if (a.impl_ == b.impl_) return true;
   if (a.impl_ == nullptr || b.impl_ == nullptr) return false;

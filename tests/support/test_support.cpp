@@ -179,7 +179,12 @@ double tolerance(DType dtype) {
 Tensor poisoned(const Shape& shape, DType dtype, Device device) {
   const Tensor host = Tensor::empty(shape, dtype);
   if (host.numel() > 0) std::memset(host.data(), 0xff, static_cast<size_t>(host.numel()) * host.itemsize());
-  return device.is_cpu() ? host : host.to(device);
+  if (device.is_cpu()) return host;
+  const Tensor t = host.to(device);
+  // A copy from pageable memory may still be landing when to() returns; tests go on to use
+  // the tensor on other streams, so wait for it here.
+  current_stream(device).synchronize();
+  return t;
 }
 
 }  // namespace rudnn::test

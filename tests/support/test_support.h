@@ -69,7 +69,8 @@ double tolerance(DType dtype);
 ::testing::AssertionResult throws_error(const std::function<void()>& fn, ErrorCode code,
                                         std::initializer_list<std::string> fragments);
 
-// A tensor with every byte 0xFF (NaN in each float dtype) on `device`.
+// A tensor with every byte 0xFF (NaN in each float dtype) on `device`, ready for use on any
+// stream (the upload has finished).
 Tensor poisoned(const Shape& shape, DType dtype, Device device);
 
 // Sets allocation poisoning for a scope and restores the previous setting, so that a test's

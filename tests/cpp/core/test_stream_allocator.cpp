@@ -358,3 +358,35 @@ TEST(AllocatorGpu, PoisonedDeviceAllocationsReadAsNaN) {
 
 }  // namespace
 }  // namespace rudnn
+
+namespace rudnn {
+namespace {
+
+TEST(StreamWait, CpuStreamsHaveNothingToWaitFor) {
+  EXPECT_NO_THROW(Stream::cpu().wait(Stream::cpu()));
+  EXPECT_TRUE(test::throws_error([] { Stream().wait(Stream::cpu()); }, ErrorCode::InvalidArgument, {"default Stream"}));
+}
+
+TEST(StreamWaitGpu, OrdersAConsumerStreamAfterAProducerStream) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const Device gpu = Device::cuda(0);
+  const Stream producer = Stream::create(gpu), consumer = Stream::create(gpu);
+  // A long op on the producer (hundreds of microseconds), then a copy of its result on the
+  // consumer: without the wait the copy would read the output before it is written.
+  const Tensor host = test::random_tensor(rng, {8192, 8192}, DType::f32);
+  const Tensor x = host.to(gpu, producer);
+  producer.synchronize();
+  const Tensor out = test::poisoned({8192, 8192}, DType::f32, gpu);
+  for (int i = 0; i < 4; ++i) softmax_last_axis_into(out, x, producer);
+  consumer.wait(producer);
+  const Tensor copy = Tensor::empty({8192, 8192}, DType::f32, gpu, consumer);
+  copy.copy_from(out, consumer);
+  consumer.synchronize();
+  EXPECT_TRUE(test::bit_equal(copy, out));
+  EXPECT_TRUE(test::throws_error([&] { consumer.wait(Stream::cpu()); }, ErrorCode::DeviceMismatch,
+                                 {"Stream::wait", "cuda:0", "cpu"}));
+}
+
+}  // namespace
+}  // namespace rudnn

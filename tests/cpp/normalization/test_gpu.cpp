@@ -417,6 +417,7 @@ TEST(NormGpu, EveryOpCapturesIntoACudaGraph) {
     const Tensor hg = random_tensor(rng, {h}, DType::f32), hb = random_tensor(rng, {h}, dt);
     const Tensor x = on_gpu(hx), r = on_gpu(hr), dy = on_gpu(hdy), t = on_gpu(ht), dl = on_gpu(hdl);
     const Tensor g = on_gpu(hg), b = on_gpu(hb);
+    current_stream(kGpu).synchronize();  // uploaded on the default stream, used on another
     const Shape shape{rows, h};
     const Tensor ln = poisoned(shape, dt, kGpu), rn = poisoned(shape, dt, kGpu), sum = poisoned(shape, dt, kGpu),
                  an = poisoned(shape, dt, kGpu), sm = poisoned(shape, dt, kGpu), lse = poisoned({rows}, dt, kGpu),
@@ -447,6 +448,7 @@ TEST(NormGpu, EveryOpCapturesIntoACudaGraph) {
       dy.copy_from(hdy);
       t.copy_from(ht);
       dl.copy_from(hdl);
+      current_stream(kGpu).synchronize();  // the replay runs on another stream
     };
     auto check = [&] {
       EXPECT_TRUE(all_close(ln, layer_norm(hx, hg, hb, 1e-5f)));
