@@ -269,19 +269,6 @@ void launch_reduce(const float* part, int64_t parts, int64_t cols, const ParamOu
   check_launch("reduce_partials");
 }
 
-// Persistent grid size for a register-tile kernel: as many blocks as fit on the GPU at once.
-// `cache` belongs to one kernel (one per device), so the occupancy query runs once.
-template <class Kernel>
-int persistent_blocks(Kernel kernel, int block_threads, Device device, int (&cache)[64]) {
-  int& per_sm = cache[device.index];
-  if (per_sm == 0) {
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, 0),
-               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    if (per_sm < 1) per_sm = 1;
-  }
-  return per_sm * multiprocessor_count(device);
-}
-
 template <class T, NormKind kKind>
 void launch(const NormBackward& p, const Stream& stream) {
   const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
@@ -322,7 +309,7 @@ void launch(const NormBackward& p, const Stream& stream) {
       auto kernel = norm_backward_tile<T, Tile, kKind>;
       const int64_t row_blocks = row_grid(p.rows, Tile::kRowsPerBlock);
       static int occupancy_cache[64] = {};
-      int64_t blocks = persistent_blocks(kernel, Tile::kBlockThreads, device, occupancy_cache);
+      int64_t blocks = resident_blocks(kernel, Tile::kBlockThreads, device, occupancy_cache);
       if (blocks > row_blocks) blocks = row_blocks;
       const int64_t parts = blocks * Tile::kRowsPerBlock;
       Tensor part;  // [2, parts, H]: dgamma then dbeta partials

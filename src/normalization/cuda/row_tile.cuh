@@ -251,19 +251,24 @@ __device__ __forceinline__ void store_row(const RowThread<Tile>& t, T* row, int 
 }
 
 // Loop tiles: calls body(c, v) for each vector (column c, values v) of a row that this
-// thread owns, loading LoopTile::kUnroll vectors before the first is used so that several
-// loads are in flight.
-template <int W, int kThreads = kLoopThreads, class T, class Body>
+// thread owns, loading U vectors (packed, in the storage type) before the first is used so
+// that several loads are in flight.
+template <int W, int kThreads = kLoopThreads, int U = LoopTile<W>::kUnroll, class T, class Body>
 __device__ __forceinline__ void for_each_vector(const T* __restrict__ row, int64_t cols, Body&& body) {
-  constexpr int U = LoopTile<W>::kUnroll;
+  using Packed = rudnn::cuda::Pack<T, W>;
   const int64_t step = static_cast<int64_t>(kThreads) * W;
   int64_t c = static_cast<int64_t>(threadIdx.x) * W;
   for (; c + (U - 1) * step < cols; c += U * step) {
-    float v[U][W];
+    Packed raw[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) rudnn::cuda::load_pack<T, W>(row + c + u * step, v[u]);
+    for (int u = 0; u < U; ++u) raw[u] = *reinterpret_cast<const Packed*>(row + c + u * step);
 #pragma unroll
-    for (int u = 0; u < U; ++u) body(c + u * step, v[u]);
+    for (int u = 0; u < U; ++u) {
+      float v[W];
+#pragma unroll
+      for (int j = 0; j < W; ++j) v[j] = to_float(raw[u].v[j]);
+      body(c + u * step, v);
+    }
   }
   for (; c < cols; c += step) {
     float v[W];
@@ -277,17 +282,26 @@ template <int W, class T, class Body>
 __device__ __forceinline__ void for_each_vector2(const T* __restrict__ row_a, const T* __restrict__ row_b,
                                                  int64_t cols, Body&& body) {
   constexpr int U = LoopTile<W>::kUnroll;
+  using Packed = rudnn::cuda::Pack<T, W>;
   const int64_t step = static_cast<int64_t>(kLoopThreads) * W;
   int64_t c = static_cast<int64_t>(threadIdx.x) * W;
   for (; c + (U - 1) * step < cols; c += U * step) {
-    float a[U][W], b[U][W];
+    Packed ra[U], rb[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      rudnn::cuda::load_pack<T, W>(row_a + c + u * step, a[u]);
-      rudnn::cuda::load_pack<T, W>(row_b + c + u * step, b[u]);
+      ra[u] = *reinterpret_cast<const Packed*>(row_a + c + u * step);
+      rb[u] = *reinterpret_cast<const Packed*>(row_b + c + u * step);
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) body(c + u * step, a[u], b[u]);
+    for (int u = 0; u < U; ++u) {
+      float a[W], b[W];
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        a[j] = to_float(ra[u].v[j]);
+        b[j] = to_float(rb[u].v[j]);
+      }
+      body(c + u * step, a, b);
+    }
   }
   for (; c < cols; c += step) {
     float a[W], b[W];
@@ -295,6 +309,19 @@ __device__ __forceinline__ void for_each_vector2(const T* __restrict__ row_a, co
     rudnn::cuda::load_pack<T, W>(row_b + c, b);
     body(c, a, b);
   }
+}
+
+// Grid of a persistent kernel: as many blocks as are resident on the GPU at once. `cache`
+// belongs to one kernel (one slot per device), so the occupancy query runs once.
+template <class Kernel>
+int resident_blocks(Kernel kernel, int block_threads, Device device, int (&cache)[64]) {
+  int& per_sm = cache[device.index];
+  if (per_sm == 0) {
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, 0),
+               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    if (per_sm < 1) per_sm = 1;
+  }
+  return per_sm * multiprocessor_count(device);
 }
 
 // Loads W affine-parameter values at column c, or `absent` when there is no parameter.
