@@ -131,9 +131,7 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_loop(CrossEntropy p) {
     }
     const T* x = static_cast<const T*>(p.logits.data) + row * p.logits.stride;
     SoftmaxState state{MaxOp::identity(), 0.0f};
-    // The statistics pass reads from memory: kGrad launches (one block per SM) go deeper.
-    constexpr int kDepth = kGrad ? 8 : LoopTile<W>::kUnroll;
-    for_each_vector<W, kThreads, kDepth>(x, p.cols, [&](int64_t, const float (&v)[W]) { rudnn::cuda::fold(state, v); });
+    for_each_vector<W, kThreads>(x, p.cols, [&](int64_t, const float (&v)[W]) { rudnn::cuda::fold(state, v); });
     state = group_reduce<kThreads>(state, scratch);
     const bool finite = isfinite(state.max);
     if (threadIdx.x == 0 && p.loss) {

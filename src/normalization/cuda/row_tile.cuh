@@ -251,10 +251,11 @@ __device__ __forceinline__ void store_row(const RowThread<Tile>& t, T* row, int 
 }
 
 // Loop tiles: calls body(c, v) for each vector (column c, values v) of a row that this
-// thread owns, loading U vectors (packed, in the storage type) before the first is used so
-// that several loads are in flight.
-template <int W, int kThreads = kLoopThreads, int U = LoopTile<W>::kUnroll, class T, class Body>
+// thread owns, loading kUnroll vectors (packed, in the storage type) before the first is
+// used so that several loads are in flight.
+template <int W, int kThreads = kLoopThreads, class T, class Body>
 __device__ __forceinline__ void for_each_vector(const T* __restrict__ row, int64_t cols, Body&& body) {
+  constexpr int U = LoopTile<W>::kUnroll;
   using Packed = rudnn::cuda::Pack<T, W>;
   const int64_t step = static_cast<int64_t>(kThreads) * W;
   int64_t c = static_cast<int64_t>(threadIdx.x) * W;

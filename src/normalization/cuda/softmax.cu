@@ -58,25 +58,18 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) so
   }
 }
 
-// Log-sum-exp only reads, so nothing overlaps its loads but other rows' loads: a persistent
-// grid whose blocks load their next row (packed, in the storage type) while they reduce the
-// current one.
+// Log-sum-exp only reads: the row stays packed in its storage type, and the register cap
+// (42) leaves room for 1536 threads per SM. (A persistent variant that loads its next row
+// while reducing the current one measured slower: 0.128 against 0.099 ms; see RESULTS.md.)
 template <class T, class Tile>
-__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) logsumexp_tile(SoftmaxForward p) {
+__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm * 3 / 2) logsumexp_tile(SoftmaxForward p) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
   __shared__ float scratch[32];
   const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
-  const float kFill = -__builtin_huge_valf();
-  const auto row_ptr = [&](int64_t r) { return static_cast<const T*>(p.x.data) + r * p.x.stride; };
-  int64_t row = t.first_row();
-  if (row >= p.rows) return;  // uniform over the row's threads
-  PackedRow<Tile, T> x;
-  load_row_packed(t, row_ptr(row), cols, x, kFill);
-  for (; row < p.rows; row += t.row_step()) {
-    const int64_t next_row = row + t.row_step();
-    PackedRow<Tile, T> next;
-    if (next_row < p.rows) load_row_packed(t, row_ptr(next_row), cols, next, kFill);  // in flight meanwhile
+  for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
+    PackedRow<Tile, T> x;
+    load_row_packed(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, x, -__builtin_huge_valf());
     float m = MaxOp::identity();
 #pragma unroll
     for (int i = 0; i < V; ++i)
@@ -92,7 +85,6 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) lo
     }
     s = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch);
     if (t.lane == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp({m, s}));
-    x = next;
   }
 }
 
@@ -167,7 +159,7 @@ __global__ void __launch_bounds__(kLoopThreads) softmax_backward_loop(SoftmaxBac
 }
 
 template <class T, bool kLse>
-void launch_forward(const SoftmaxForward& p, Device device, cudaStream_t stream) {
+void launch_forward(const SoftmaxForward& p, cudaStream_t stream) {
   Alignment a;
   require_rows_aligned(a, p.x.data, p.x.stride, sizeof(T));
   if (!kLse) require_rows_aligned(a, p.y.data, p.y.stride, sizeof(T));
@@ -176,11 +168,7 @@ void launch_forward(const SoftmaxForward& p, Device device, cudaStream_t stream)
     if constexpr (Tile::kLoop) {
       softmax_loop<T, Tile::kWidth, kLse><<<row_grid(p.rows, 1), kLoopThreads, 0, stream>>>(p);
     } else if constexpr (kLse) {
-      static int occupancy_cache[64] = {};
-      const int64_t resident = resident_blocks(logsumexp_tile<T, Tile>, Tile::kBlockThreads, device, occupancy_cache);
-      const int64_t needed = row_grid(p.rows, Tile::kRowsPerBlock);
-      logsumexp_tile<T, Tile><<<static_cast<unsigned>(needed < resident ? needed : resident), Tile::kBlockThreads, 0,
-                                stream>>>(p);
+      logsumexp_tile<T, Tile><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
     } else {
       softmax_tile<T, Tile><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
     }
@@ -196,9 +184,9 @@ void softmax_forward(const SoftmaxForward& p, const Stream& stream) {
   with_float_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (p.lse != nullptr) {
-      launch_forward<T, true>(p, stream.device(), s);
+      launch_forward<T, true>(p, s);
     } else {
-      launch_forward<T, false>(p, stream.device(), s);
+      launch_forward<T, false>(p, s);
     }
   });
 }
