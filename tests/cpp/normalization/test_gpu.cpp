@@ -74,6 +74,12 @@ int64_t rows_for(Rng& rng, int64_t h) {
   return rng.integer(1, most);
 }
 
+// Calls f(dtype, H, shape) for every float dtype and row length, with a random row count.
+void for_each_shape(Rng& rng, const std::function<void(DType, int64_t, const Shape&)>& f) {
+  for (DType dt : kFloatTypes)
+    for (int64_t h : kRowLengths) f(dt, h, Shape{rows_for(rng, h), h});
+}
+
 // No parameter, an F32 one, or one in the input dtype.
 Tensor random_param(Rng& rng, int64_t h, DType dtype) {
   switch (rng.integer(0, 2)) {
@@ -114,46 +120,37 @@ std::string describe(const char* op, DType dt, const Shape& shape) {
 TEST(NormGpu, LayerNormForward) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
-  for (DType dt : kFloatTypes) {
-    for (int64_t h : kRowLengths) {
-      const Shape shape{rows_for(rng, h), h};
-      // A mean far from zero checks that the variance does not cancel.
-      const Tensor x = random_tensor(rng, shape, dt, rng.uniform(-4, 4), rng.uniform(0.5f, 2));
-      expect_gpu_matches_reference(
-          [](const std::vector<Tensor>& in) { return std::vector<Tensor>{layer_norm(in[0], in[1], in[2], 1e-5f)}; },
-          {x, random_param(rng, h, dt), random_param(rng, h, dt)}, describe("layer_norm", dt, shape));
-    }
-  }
+  for_each_shape(rng, [&](DType dt, int64_t h, const Shape& shape) {
+    // A mean far from zero checks that the variance does not cancel.
+    const Tensor x = random_tensor(rng, shape, dt, rng.uniform(-4, 4), rng.uniform(0.5f, 2));
+    expect_gpu_matches_reference(
+        [](const std::vector<Tensor>& in) { return std::vector<Tensor>{layer_norm(in[0], in[1], in[2], 1e-5f)}; },
+        {x, random_param(rng, h, dt), random_param(rng, h, dt)}, describe("layer_norm", dt, shape));
+  });
 }
 
 TEST(NormGpu, RmsNormForward) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
-  for (DType dt : kFloatTypes) {
-    for (int64_t h : kRowLengths) {
-      const Shape shape{rows_for(rng, h), h};
-      expect_gpu_matches_reference(
-          [](const std::vector<Tensor>& in) { return std::vector<Tensor>{rms_norm(in[0], in[1], 1e-6f)}; },
-          {random_tensor(rng, shape, dt), random_param(rng, h, dt)}, describe("rms_norm", dt, shape));
-    }
-  }
+  for_each_shape(rng, [&](DType dt, int64_t h, const Shape& shape) {
+    expect_gpu_matches_reference(
+        [](const std::vector<Tensor>& in) { return std::vector<Tensor>{rms_norm(in[0], in[1], 1e-6f)}; },
+        {random_tensor(rng, shape, dt), random_param(rng, h, dt)}, describe("rms_norm", dt, shape));
+  });
 }
 
 TEST(NormGpu, AddRmsNormForward) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
-  for (DType dt : kFloatTypes) {
-    for (int64_t h : kRowLengths) {
-      const Shape shape{rows_for(rng, h), h};
-      expect_gpu_matches_reference(
-          [](const std::vector<Tensor>& in) {
-            const AddRmsNormResult r = add_rms_norm(in[0], in[1], in[2], 1e-6f);
-            return std::vector<Tensor>{r.sum, r.normed};
-          },
-          {random_tensor(rng, shape, dt), random_tensor(rng, shape, dt), random_param(rng, h, dt)},
-          describe("add_rms_norm", dt, shape));
-    }
-  }
+  for_each_shape(rng, [&](DType dt, int64_t h, const Shape& shape) {
+    expect_gpu_matches_reference(
+        [](const std::vector<Tensor>& in) {
+          const AddRmsNormResult r = add_rms_norm(in[0], in[1], in[2], 1e-6f);
+          return std::vector<Tensor>{r.sum, r.normed};
+        },
+        {random_tensor(rng, shape, dt), random_tensor(rng, shape, dt), random_param(rng, h, dt)},
+        describe("add_rms_norm", dt, shape));
+  });
 }
 
 TEST(NormGpu, AddRmsNormIsBitForBitTheComposition) {
@@ -172,14 +169,11 @@ TEST(NormGpu, AddRmsNormIsBitForBitTheComposition) {
 TEST(NormGpu, SoftmaxAndLogSumExp) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
-  for (DType dt : kFloatTypes) {
-    for (int64_t h : kRowLengths) {
-      const Shape shape{rows_for(rng, h), h};
-      expect_gpu_matches_reference(
-          [](const std::vector<Tensor>& in) { return std::vector<Tensor>{softmax_last_axis(in[0]), logsumexp(in[0])}; },
-          {random_tensor(rng, shape, dt, 0, 3)}, describe("softmax/logsumexp", dt, shape));
-    }
-  }
+  for_each_shape(rng, [&](DType dt, int64_t h, const Shape& shape) {
+    expect_gpu_matches_reference(
+        [](const std::vector<Tensor>& in) { return std::vector<Tensor>{softmax_last_axis(in[0]), logsumexp(in[0])}; },
+        {random_tensor(rng, shape, dt, 0, 3)}, describe("softmax/logsumexp", dt, shape));
+  });
 }
 
 TEST(NormGpu, CrossEntropyForwardBackwardAndFused) {
@@ -211,52 +205,43 @@ TEST(NormGpu, CrossEntropyForwardBackwardAndFused) {
 TEST(NormGpu, LayerNormBackward) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
-  for (DType dt : kFloatTypes) {
-    for (int64_t h : kRowLengths) {
-      const Shape shape{rows_for(rng, h), h};
-      const Tensor dy = random_tensor(rng, shape, dt), x = random_tensor(rng, shape, dt, rng.uniform(-2, 2));
-      const Tensor gamma = random_param(rng, h, dt), beta = random_param(rng, h, dt);
-      expect_gpu_matches_reference(
-          [](const std::vector<Tensor>& in) {
-            const LayerNormGrads g = layer_norm_backward(in[0], in[1], in[2], in[3], 1e-5f);
-            return std::vector<Tensor>{g.dx, g.dgamma, g.dbeta};
-          },
-          {dy, x, gamma, beta}, describe("layer_norm_backward", dt, shape),
-          {norm_backward_scale(dy, x, gamma, true, 1e-5f)});
-    }
-  }
+  for_each_shape(rng, [&](DType dt, int64_t h, const Shape& shape) {
+    const Tensor dy = random_tensor(rng, shape, dt), x = random_tensor(rng, shape, dt, rng.uniform(-2, 2));
+    const Tensor gamma = random_param(rng, h, dt), beta = random_param(rng, h, dt);
+    expect_gpu_matches_reference(
+        [](const std::vector<Tensor>& in) {
+          const LayerNormGrads g = layer_norm_backward(in[0], in[1], in[2], in[3], 1e-5f);
+          return std::vector<Tensor>{g.dx, g.dgamma, g.dbeta};
+        },
+        {dy, x, gamma, beta}, describe("layer_norm_backward", dt, shape),
+        {norm_backward_scale(dy, x, gamma, true, 1e-5f)});
+  });
 }
 
 TEST(NormGpu, RmsNormBackward) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
-  for (DType dt : kFloatTypes) {
-    for (int64_t h : kRowLengths) {
-      const Shape shape{rows_for(rng, h), h};
-      const Tensor dy = random_tensor(rng, shape, dt), x = random_tensor(rng, shape, dt);
-      const Tensor gamma = random_param(rng, h, dt);
-      expect_gpu_matches_reference(
-          [](const std::vector<Tensor>& in) {
-            const RmsNormGrads g = rms_norm_backward(in[0], in[1], in[2], 1e-6f);
-            return std::vector<Tensor>{g.dx, g.dgamma};
-          },
-          {dy, x, gamma}, describe("rms_norm_backward", dt, shape), {norm_backward_scale(dy, x, gamma, false, 1e-6f)});
-    }
-  }
+  for_each_shape(rng, [&](DType dt, int64_t h, const Shape& shape) {
+    const Tensor dy = random_tensor(rng, shape, dt), x = random_tensor(rng, shape, dt);
+    const Tensor gamma = random_param(rng, h, dt);
+    expect_gpu_matches_reference(
+        [](const std::vector<Tensor>& in) {
+          const RmsNormGrads g = rms_norm_backward(in[0], in[1], in[2], 1e-6f);
+          return std::vector<Tensor>{g.dx, g.dgamma};
+        },
+        {dy, x, gamma}, describe("rms_norm_backward", dt, shape), {norm_backward_scale(dy, x, gamma, false, 1e-6f)});
+  });
 }
 
 TEST(NormGpu, SoftmaxBackward) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
-  for (DType dt : kFloatTypes) {
-    for (int64_t h : kRowLengths) {
-      const Shape shape{rows_for(rng, h), h};
-      const Tensor y = softmax_last_axis(random_tensor(rng, shape, dt));
-      expect_gpu_matches_reference(
-          [](const std::vector<Tensor>& in) { return std::vector<Tensor>{softmax_backward(in[0], in[1])}; },
-          {random_tensor(rng, shape, dt), y}, describe("softmax_backward", dt, shape));
-    }
-  }
+  for_each_shape(rng, [&](DType dt, int64_t h, const Shape& shape) {
+    const Tensor y = softmax_last_axis(random_tensor(rng, shape, dt));
+    expect_gpu_matches_reference(
+        [](const std::vector<Tensor>& in) { return std::vector<Tensor>{softmax_backward(in[0], in[1])}; },
+        {random_tensor(rng, shape, dt), y}, describe("softmax_backward", dt, shape));
+  });
 }
 
 TEST(NormGpu, SpecialValuesFollowTheReference) {
