@@ -402,6 +402,13 @@ py::object tensor_dlpack(const Tensor& t, py::object stream, py::kwargs kwargs) 
 
 // ---- Op helpers -----------------------------------------------------------------------------
 
+// Runs f with the GIL released (the ops run on the C++ side only) and returns its result.
+template <class F>
+decltype(auto) without_gil(F&& f) {
+  py::gil_scoped_release release;
+  return f();
+}
+
 py::object wrap(Tensor t) {
   if (!t.defined()) return py::none();
   return py::cast(std::move(t));
@@ -564,18 +571,11 @@ share its memory without copying) and, on the CPU, supports the buffer protocol
                tb = import_array(beta, op, "beta", sv);
         const rudnn::Stream s = op_stream(sv, tx);
         if (out.is_none()) {
-          Tensor y;
-          {
-            py::gil_scoped_release release;
-            y = rudnn::layer_norm(tx, tg, tb, to_float(eps), s);
-          }
+          Tensor y = without_gil([&] { return rudnn::layer_norm(tx, tg, tb, to_float(eps), s); });
           return wrap(std::move(y));
         }
         Tensor to = import_out(out, op, "out", sv);
-        {
-          py::gil_scoped_release release;
-          rudnn::layer_norm_into(to, tx, tg, tb, to_float(eps), s);
-        }
+        without_gil([&] { rudnn::layer_norm_into(to, tx, tg, tb, to_float(eps), s); });
         return out;
       },
       py::arg("x"), py::arg("gamma") = py::none(), py::arg("beta") = py::none(), py::arg("eps") = 1e-5, py::kw_only(),
@@ -589,18 +589,11 @@ share its memory without copying) and, on the CPU, supports the buffer protocol
         Tensor tx = import_array(x, op, "x", sv), tg = import_array(gamma, op, "gamma", sv);
         const rudnn::Stream s = op_stream(sv, tx);
         if (out.is_none()) {
-          Tensor y;
-          {
-            py::gil_scoped_release release;
-            y = rudnn::rms_norm(tx, tg, to_float(eps), s);
-          }
+          Tensor y = without_gil([&] { return rudnn::rms_norm(tx, tg, to_float(eps), s); });
           return wrap(std::move(y));
         }
         Tensor to = import_out(out, op, "out", sv);
-        {
-          py::gil_scoped_release release;
-          rudnn::rms_norm_into(to, tx, tg, to_float(eps), s);
-        }
+        without_gil([&] { rudnn::rms_norm_into(to, tx, tg, to_float(eps), s); });
         return out;
       },
       py::arg("x"), py::arg("gamma") = py::none(), py::arg("eps") = 1e-6, py::kw_only(), py::arg("stream") = py::none(),
@@ -616,19 +609,12 @@ share its memory without copying) and, on the CPU, supports the buffer protocol
                tg = import_array(gamma, op, "gamma", sv);
         const rudnn::Stream s = op_stream(sv, tx);
         if (out.is_none()) {
-          rudnn::AddRmsNormResult r;
-          {
-            py::gil_scoped_release release;
-            r = rudnn::add_rms_norm(tx, tr, tg, to_float(eps), s);
-          }
+          rudnn::AddRmsNormResult r = without_gil([&] { return rudnn::add_rms_norm(tx, tr, tg, to_float(eps), s); });
           return py::make_tuple(wrap(std::move(r.sum)), wrap(std::move(r.normed)));
         }
         auto outs = out_tuple(out, op, 2);
         Tensor ts = import_out(outs[0], op, "out[0] (sum)", sv), tn = import_out(outs[1], op, "out[1] (normed)", sv);
-        {
-          py::gil_scoped_release release;
-          rudnn::add_rms_norm_into(ts, tn, tx, tr, tg, to_float(eps), s);
-        }
+        without_gil([&] { rudnn::add_rms_norm_into(ts, tn, tx, tr, tg, to_float(eps), s); });
         return out;
       },
       py::arg("x"), py::arg("residual"), py::arg("gamma") = py::none(), py::arg("eps") = 1e-6, py::kw_only(),
@@ -640,18 +626,11 @@ share its memory without copying) and, on the CPU, supports the buffer protocol
     Tensor tx = import_array(x, op, "x", sv);
     const rudnn::Stream s = op_stream(sv, tx);
     if (out.is_none()) {
-      Tensor y;
-      {
-        py::gil_scoped_release release;
-        y = rudnn::softmax_last_axis(tx, s);
-      }
+      Tensor y = without_gil([&] { return rudnn::softmax_last_axis(tx, s); });
       return wrap(std::move(y));
     }
     Tensor to = import_out(out, op, "out", sv);
-    {
-      py::gil_scoped_release release;
-      rudnn::softmax_last_axis_into(to, tx, s);
-    }
+    without_gil([&] { rudnn::softmax_last_axis_into(to, tx, s); });
     return out;
   };
   m.def("softmax_last_axis", softmax_fn, py::arg("x"), py::kw_only(), py::arg("stream") = py::none(),
@@ -665,18 +644,11 @@ share its memory without copying) and, on the CPU, supports the buffer protocol
         Tensor tx = import_array(x, op, "x", sv);
         const rudnn::Stream s = op_stream(sv, tx);
         if (out.is_none()) {
-          Tensor y;
-          {
-            py::gil_scoped_release release;
-            y = rudnn::logsumexp(tx, s);
-          }
+          Tensor y = without_gil([&] { return rudnn::logsumexp(tx, s); });
           return wrap(std::move(y));
         }
         Tensor to = import_out(out, op, "out", sv);
-        {
-          py::gil_scoped_release release;
-          rudnn::logsumexp_into(to, tx, s);
-        }
+        without_gil([&] { rudnn::logsumexp_into(to, tx, s); });
         return out;
       },
       py::arg("x"), py::kw_only(), py::arg("stream") = py::none(), py::arg("out") = py::none());
@@ -691,18 +663,11 @@ share its memory without copying) and, on the CPU, supports the buffer protocol
         const rudnn::Stream s = op_stream(sv, tl);
         const auto opts = ce_options(ignore_index);
         if (out.is_none()) {
-          Tensor loss;
-          {
-            py::gil_scoped_release release;
-            loss = rudnn::cross_entropy(tl, tt, opts, s);
-          }
+          Tensor loss = without_gil([&] { return rudnn::cross_entropy(tl, tt, opts, s); });
           return wrap(std::move(loss));
         }
         Tensor to = import_out(out, op, "out", sv);
-        {
-          py::gil_scoped_release release;
-          rudnn::cross_entropy_into(to, tl, tt, opts, s);
-        }
+        without_gil([&] { rudnn::cross_entropy_into(to, tl, tt, opts, s); });
         return out;
       },
       py::arg("logits"), py::arg("targets"), py::arg("ignore_index") = py::none(), py::kw_only(),
@@ -719,20 +684,13 @@ share its memory without copying) and, on the CPU, supports the buffer protocol
                tg = import_array(gamma, op, "gamma", sv), tb = import_array(beta, op, "beta", sv);
         const rudnn::Stream s = op_stream(sv, tdy);
         if (out.is_none()) {
-          rudnn::LayerNormGrads g;
-          {
-            py::gil_scoped_release release;
-            g = rudnn::layer_norm_backward(tdy, tx, tg, tb, to_float(eps), s);
-          }
+          rudnn::LayerNormGrads g = without_gil([&] { return rudnn::layer_norm_backward(tdy, tx, tg, tb, to_float(eps), s); });
           return py::make_tuple(wrap(std::move(g.dx)), wrap(std::move(g.dgamma)), wrap(std::move(g.dbeta)));
         }
         auto outs = out_tuple(out, op, 3);
         Tensor odx = import_out(outs[0], op, "out[0] (dx)", sv), odg = import_out(outs[1], op, "out[1] (dgamma)", sv),
                odb = import_out(outs[2], op, "out[2] (dbeta)", sv);
-        {
-          py::gil_scoped_release release;
-          rudnn::layer_norm_backward_into(odx, odg, odb, tdy, tx, tg, tb, to_float(eps), s);
-        }
+        without_gil([&] { rudnn::layer_norm_backward_into(odx, odg, odb, tdy, tx, tg, tb, to_float(eps), s); });
         return out;
       },
       py::arg("dy"), py::arg("x"), py::arg("gamma") = py::none(), py::arg("beta") = py::none(), py::arg("eps") = 1e-5,
@@ -747,19 +705,12 @@ share its memory without copying) and, on the CPU, supports the buffer protocol
                tg = import_array(gamma, op, "gamma", sv);
         const rudnn::Stream s = op_stream(sv, tdy);
         if (out.is_none()) {
-          rudnn::RmsNormGrads g;
-          {
-            py::gil_scoped_release release;
-            g = rudnn::rms_norm_backward(tdy, tx, tg, to_float(eps), s);
-          }
+          rudnn::RmsNormGrads g = without_gil([&] { return rudnn::rms_norm_backward(tdy, tx, tg, to_float(eps), s); });
           return py::make_tuple(wrap(std::move(g.dx)), wrap(std::move(g.dgamma)));
         }
         auto outs = out_tuple(out, op, 2);
         Tensor odx = import_out(outs[0], op, "out[0] (dx)", sv), odg = import_out(outs[1], op, "out[1] (dgamma)", sv);
-        {
-          py::gil_scoped_release release;
-          rudnn::rms_norm_backward_into(odx, odg, tdy, tx, tg, to_float(eps), s);
-        }
+        without_gil([&] { rudnn::rms_norm_backward_into(odx, odg, tdy, tx, tg, to_float(eps), s); });
         return out;
       },
       py::arg("dy"), py::arg("x"), py::arg("gamma") = py::none(), py::arg("eps") = 1e-6, py::kw_only(),
@@ -773,18 +724,11 @@ share its memory without copying) and, on the CPU, supports the buffer protocol
         Tensor tdy = import_array(dy, op, "dy", sv), ty = import_array(y, op, "y", sv);
         const rudnn::Stream s = op_stream(sv, tdy);
         if (out.is_none()) {
-          Tensor dx;
-          {
-            py::gil_scoped_release release;
-            dx = rudnn::softmax_backward(tdy, ty, s);
-          }
+          Tensor dx = without_gil([&] { return rudnn::softmax_backward(tdy, ty, s); });
           return wrap(std::move(dx));
         }
         Tensor to = import_out(out, op, "out", sv);
-        {
-          py::gil_scoped_release release;
-          rudnn::softmax_backward_into(to, tdy, ty, s);
-        }
+        without_gil([&] { rudnn::softmax_backward_into(to, tdy, ty, s); });
         return out;
       },
       py::arg("dy"), py::arg("y"), py::kw_only(), py::arg("stream") = py::none(), py::arg("out") = py::none());
@@ -800,18 +744,11 @@ share its memory without copying) and, on the CPU, supports the buffer protocol
         const rudnn::Stream s = op_stream(sv, tl);
         const auto opts = ce_options(ignore_index);
         if (out.is_none()) {
-          Tensor dl;
-          {
-            py::gil_scoped_release release;
-            dl = rudnn::cross_entropy_backward(tl, tt, td, opts, s);
-          }
+          Tensor dl = without_gil([&] { return rudnn::cross_entropy_backward(tl, tt, td, opts, s); });
           return wrap(std::move(dl));
         }
         Tensor to = import_out(out, op, "out", sv);
-        {
-          py::gil_scoped_release release;
-          rudnn::cross_entropy_backward_into(to, tl, tt, td, opts, s);
-        }
+        without_gil([&] { rudnn::cross_entropy_backward_into(to, tl, tt, td, opts, s); });
         return out;
       },
       py::arg("logits"), py::arg("targets"), py::arg("dloss"), py::arg("ignore_index") = py::none(), py::kw_only(),
@@ -827,19 +764,12 @@ share its memory without copying) and, on the CPU, supports the buffer protocol
         const rudnn::Stream s = op_stream(sv, tl);
         const auto opts = ce_options(ignore_index);
         if (out.is_none()) {
-          rudnn::CrossEntropyWithGrad r;
-          {
-            py::gil_scoped_release release;
-            r = rudnn::cross_entropy_with_grad(tl, tt, to_float(grad_scale), opts, s);
-          }
+          rudnn::CrossEntropyWithGrad r = without_gil([&] { return rudnn::cross_entropy_with_grad(tl, tt, to_float(grad_scale), opts, s); });
           return py::make_tuple(wrap(std::move(r.loss)), wrap(std::move(r.dlogits)));
         }
         auto outs = out_tuple(out, op, 2);
         Tensor ol = import_out(outs[0], op, "out[0] (loss)", sv), od = import_out(outs[1], op, "out[1] (dlogits)", sv);
-        {
-          py::gil_scoped_release release;
-          rudnn::cross_entropy_with_grad_into(ol, od, tl, tt, to_float(grad_scale), opts, s);
-        }
+        without_gil([&] { rudnn::cross_entropy_with_grad_into(ol, od, tl, tt, to_float(grad_scale), opts, s); });
         return out;
       },
       py::arg("logits"), py::arg("targets"), py::arg("grad_scale") = 1.0, py::arg("ignore_index") = py::none(),

@@ -46,6 +46,30 @@ __device__ __forceinline__ float group_reduce(float v, Op op, float* scratch) {
   return v;
 }
 
+// Two sums reduced together (one pair of barriers instead of two).
+template <int kThreads>
+__device__ __forceinline__ float2 group_reduce_pair(float2 v, float2* scratch) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v.x += __shfl_xor_sync(kFullMask, v.x, offset);
+    v.y += __shfl_xor_sync(kFullMask, v.y, offset);
+  }
+  if constexpr (kThreads > 32) {
+    constexpr int kWarps = kThreads / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < kWarps ? scratch[lane] : make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      v.x += __shfl_xor_sync(kFullMask, v.x, offset);
+      v.y += __shfl_xor_sync(kFullMask, v.y, offset);
+    }
+    __syncthreads();
+  }
+  return v;
+}
+
 // (max, sum of exp(x - max)) pairs, the state of an online softmax. Merging is exact for
 // -inf maxima: a side whose max is the merged max keeps its sum unscaled, so -inf - -inf
 // never reaches exp.

@@ -4,15 +4,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "rudnn/dtype.h"
-
 namespace rudnn::cuda {
 
-// The device type that stores a rudnn::DType: float, __half or __nv_bfloat16.
-template <DType D> struct DeviceType;
-template <> struct DeviceType<DType::f32> { using type = float; };
-template <> struct DeviceType<DType::f16> { using type = __half; };
-template <> struct DeviceType<DType::bf16> { using type = __nv_bfloat16; };
+// A quiet NaN, what undefined rows are filled with.
+constexpr float kNaN = __builtin_nanf("");
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }

@@ -21,19 +21,6 @@ __device__ __forceinline__ void load_pack(const T* p, float (&out)[W]) {
   for (int j = 0; j < W; ++j) out[j] = to_float(pack.v[j]);
 }
 
-// Streaming variant for data read exactly once: evict-first in the caches.
-template <class T, int W>
-__device__ __forceinline__ void load_pack_streaming(const T* p, float (&out)[W]) {
-  if constexpr (sizeof(T) * W == 16) {
-    const uint4 raw = __ldcs(reinterpret_cast<const uint4*>(p));
-    const Pack<T, W> pack = *reinterpret_cast<const Pack<T, W>*>(&raw);
-#pragma unroll
-    for (int j = 0; j < W; ++j) out[j] = to_float(pack.v[j]);
-  } else {
-    load_pack<T, W>(p, out);
-  }
-}
-
 // Stores W floats at p (aligned to W * sizeof(T)), rounded to T.
 template <class T, int W>
 __device__ __forceinline__ void store_pack(T* p, const float (&in)[W]) {
@@ -61,17 +48,6 @@ __device__ __forceinline__ void load_param(const void* p, bool is_float, int64_t
     }
   } else {
     load_pack<T, W>(static_cast<const T*>(p) + index, out);
-  }
-}
-
-// Stores W floats of a parameter gradient as T or as float.
-template <class T, int W>
-__device__ __forceinline__ void store_param(void* p, bool is_float, int64_t index, const float (&in)[W]) {
-  if (is_float) {
-#pragma unroll
-    for (int j = 0; j < W; ++j) static_cast<float*>(p)[index + j] = in[j];
-  } else {
-    store_pack<T, W>(static_cast<T*>(p) + index, in);
   }
 }
 

@@ -21,32 +21,9 @@ namespace rudnn::norm::cuda {
 namespace {
 
 using rudnn::cuda::group_reduce;
+using rudnn::cuda::group_reduce_pair;
 using rudnn::cuda::SumOp;
 using rudnn::cuda::WelfordState;
-
-// Two sums reduced together (one pair of barriers instead of two).
-template <int kThreads>
-__device__ __forceinline__ float2 group_reduce_pair(float2 v, float2* scratch) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    v.x += __shfl_xor_sync(rudnn::cuda::kFullMask, v.x, offset);
-    v.y += __shfl_xor_sync(rudnn::cuda::kFullMask, v.y, offset);
-  }
-  if constexpr (kThreads > 32) {
-    constexpr int kWarps = kThreads / 32;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    v = lane < kWarps ? scratch[lane] : make_float2(0.0f, 0.0f);
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      v.x += __shfl_xor_sync(rudnn::cuda::kFullMask, v.x, offset);
-      v.y += __shfl_xor_sync(rudnn::cuda::kFullMask, v.y, offset);
-    }
-    __syncthreads();
-  }
-  return v;
-}
 
 template <class T, class Tile, NormKind kKind>
 __global__ void __launch_bounds__(Tile::kBlockThreads)
@@ -269,6 +246,30 @@ void launch_reduce(const float* part, int64_t parts, int64_t cols, const ParamOu
   check_launch("reduce_partials");
 }
 
+// FP32 partial sums of the parameter gradients, [2, parts, H] (dgamma's, then dbeta's; only
+// the requested ones are written), and their fixed-order reduction into the outputs.
+struct Partials {
+  Tensor storage;
+  float* dgamma = nullptr;
+  float* dbeta = nullptr;
+  int64_t parts = 0;
+
+  Partials(const NormBackward& p, int64_t count, const Stream& stream) : parts(count) {
+    if ((p.dgamma.data == nullptr && p.dbeta.data == nullptr) || parts == 0) return;
+    storage = Tensor::empty({2, parts, p.cols}, DType::f32, stream.device(), stream);
+    float* base = static_cast<float*>(storage.data());
+    if (p.dgamma.data) dgamma = base;
+    if (p.dbeta.data) dbeta = base + parts * p.cols;
+  }
+
+  // With no parts (no rows) this writes zeros: a sum over nothing.
+  template <class T>
+  void reduce(const NormBackward& p, cudaStream_t stream) const {
+    launch_reduce<T>(dgamma, parts, p.cols, p.dgamma, stream);
+    launch_reduce<T>(dbeta, parts, p.cols, p.dbeta, stream);
+  }
+};
+
 template <class T, NormKind kKind>
 void launch(const NormBackward& p, const Stream& stream) {
   const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
@@ -291,38 +292,26 @@ void launch(const NormBackward& p, const Stream& stream) {
         check_launch("norm_backward_loop");
       }
       if (!want_params) return;
-      const int64_t chunks = (p.rows + kColumnChunkRows - 1) / kColumnChunkRows;
-      Tensor part;  // [2, chunks, H]: dgamma then dbeta partials
-      if (chunks > 0) part = Tensor::empty({2, chunks, p.cols}, DType::f32, device, stream);
-      float* base = part.defined() ? static_cast<float*>(part.data()) : nullptr;
-      float* dgamma_part = p.dgamma.data ? base : nullptr;
-      float* dbeta_part = p.dbeta.data && base ? base + chunks * p.cols : nullptr;
-      if (chunks > 0) {
+      const Partials part(p, (p.rows + kColumnChunkRows - 1) / kColumnChunkRows, stream);
+      if (part.parts > 0) {
         const dim3 grid(static_cast<unsigned>((p.cols + kColumnThreads - 1) / kColumnThreads),
-                        static_cast<unsigned>(chunks));
-        param_grad_columns<T><<<grid, kColumnThreads, 0, s>>>(p, row_stats, dgamma_part, dbeta_part);
+                        static_cast<unsigned>(part.parts));
+        param_grad_columns<T><<<grid, kColumnThreads, 0, s>>>(p, row_stats, part.dgamma, part.dbeta);
         check_launch("param_grad_columns");
       }
-      launch_reduce<T>(dgamma_part, chunks, p.cols, p.dgamma, s);
-      launch_reduce<T>(dbeta_part, chunks, p.cols, p.dbeta, s);
+      part.reduce<T>(p, s);
     } else {
       auto kernel = norm_backward_tile<T, Tile, kKind>;
       const int64_t row_blocks = row_grid(p.rows, Tile::kRowsPerBlock);
       static int occupancy_cache[64] = {};
       int64_t blocks = resident_blocks(kernel, Tile::kBlockThreads, device, occupancy_cache);
       if (blocks > row_blocks) blocks = row_blocks;
-      const int64_t parts = blocks * Tile::kRowsPerBlock;
-      Tensor part;  // [2, parts, H]: dgamma then dbeta partials
-      if (want_params && parts > 0) part = Tensor::empty({2, parts, p.cols}, DType::f32, device, stream);
-      float* base = part.defined() ? static_cast<float*>(part.data()) : nullptr;
-      float* dgamma_part = p.dgamma.data ? base : nullptr;
-      float* dbeta_part = p.dbeta.data && base ? base + parts * p.cols : nullptr;
+      const Partials part(p, blocks * Tile::kRowsPerBlock, stream);
       if (blocks > 0) {
-        kernel<<<static_cast<unsigned>(blocks), Tile::kBlockThreads, 0, s>>>(p, dgamma_part, dbeta_part);
+        kernel<<<static_cast<unsigned>(blocks), Tile::kBlockThreads, 0, s>>>(p, part.dgamma, part.dbeta);
         check_launch("norm_backward_tile");
       }
-      launch_reduce<T>(dgamma_part, parts, p.cols, p.dgamma, s);
-      launch_reduce<T>(dbeta_part, parts, p.cols, p.dbeta, s);
+      part.reduce<T>(p, s);
     }
   });
 }

@@ -17,7 +17,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <initializer_list>
 
 #include "core/cuda_api.h"
 #include "core/cuda_check.h"
@@ -42,7 +41,6 @@ struct RegisterTile {
   static constexpr int kWidth = kWidth_;
   static constexpr int kRowsPerBlock = kThreadsPerRow >= 128 ? 1 : 128 / kThreadsPerRow;
   static constexpr int kBlockThreads = kThreadsPerRow * kRowsPerBlock;
-  static constexpr int kCapacity = kThreadsPerRow * kVecs * kWidth;
   // For __launch_bounds__: 1024 threads' worth of these blocks per SM, i.e. at most 64
   // registers per thread. The forward kernels are bound by the bytes in flight per SM, that
   // is by how many rows are resident at once.
