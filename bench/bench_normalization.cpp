@@ -8,6 +8,11 @@
 //
 //   rudnn_bench [--quick] [--csv FILE] [--runs N] [--warmup N] [--sets N] [--filter TEXT]
 //               [--no-check] [--device N] [--rows R] [--cols H] [--ce-rows R] [--ce-classes C]
+//               [--variants]
+//
+// --variants times, after the default table, the ops whose kernels have launch choices
+// (normalization/cuda/tuning.h) once per alternative choice, in the same process: rows named
+// "op [variant]", so that the defaults are justified by a side-by-side measurement.
 #include <cuda_runtime.h>
 #include <rudnn/rudnn.h>
 
@@ -22,6 +27,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "normalization/cuda/tuning.h"
 
 namespace {
 
@@ -34,6 +40,7 @@ using rudnn::bench::TimingOptions;
 struct Options {
   bool quick = false;
   bool check = true;
+  bool variants = false;
   std::string csv;
   std::string filter;
   int runs = -1, warmup = -1, min_sets = 2;
@@ -56,7 +63,8 @@ struct Options {
       "  --no-check       skip the comparison with the CPU reference\n"
       "  --device N       CUDA device (default 0)\n"
       "  --rows R --cols H             normalization shape (default 16384 8192)\n"
-      "  --ce-rows R --ce-classes C    cross-entropy shape (default 8192 128256)\n");
+      "  --ce-rows R --ce-classes C    cross-entropy shape (default 8192 128256)\n"
+      "  --variants       also time the ops with launch choices once per alternative choice\n");
   std::exit(code);
 }
 
@@ -72,6 +80,7 @@ Options parse(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--quick") o.quick = true;
+    else if (a == "--variants") o.variants = true;
     else if (a == "--no-check") o.check = false;
     else if (a == "--csv") o.csv = next();
     else if (a == "--filter") o.filter = next();
@@ -106,7 +115,14 @@ struct Bench {
   TimingOptions timing;
   Table table;
 
-  bool wanted(const std::string& op) const { return opt.filter.empty() || op.find(opt.filter) != std::string::npos; }
+  // While timing a variant: its label (appended to op names) and the ops it concerns.
+  std::string variant;
+  std::vector<std::string> variant_ops;
+
+  bool wanted(const std::string& op) const {
+    if (!variant.empty() && std::find(variant_ops.begin(), variant_ops.end(), op) == variant_ops.end()) return false;
+    return opt.filter.empty() || op.find(opt.filter) != std::string::npos;
+  }
 
   void sync() const { RUDNN_BENCH_CUDA(cudaStreamSynchronize(cs)); }
 
@@ -123,7 +139,7 @@ struct Bench {
            const std::function<void(int)>& fn, const std::function<double()>& check, double tol) {
     if (!wanted(op)) return;
     Row row;
-    row.op = op;
+    row.op = variant.empty() ? op : op + " [" + variant + "]";
     row.shape = bench::shape_string(shape);
     row.dtype = dtype_name(dtype);
     row.bytes = bytes;
@@ -408,6 +424,47 @@ void bench_cross_entropy(Bench& b) {
   b.sync();
 }
 
+// The alternatives to the default launch choices, each timed on the ops it changes.
+void run_variants(Bench& b) {
+  using rudnn::norm::cuda::KernelTuning;
+  using rudnn::norm::cuda::kernel_tuning;
+  const KernelTuning defaults = kernel_tuning();
+  const std::vector<std::string> grads = {"cross_entropy_backward", "cross_entropy_with_grad"};
+  struct Variant {
+    std::string label;
+    std::vector<std::string> ops;
+    void (*set)(KernelTuning&);
+  };
+  using rudnn::norm::cuda::RowKernel;
+  const std::vector<std::string> norm_ops = {"rms_norm", "layer_norm (gamma+beta)", "rms_norm fwd+bwd"};
+  const std::vector<std::string> lse_ops = {"logsumexp"};
+  const Variant variants[] = {
+      {"norm staged", norm_ops, [](KernelTuning& t) { t.norm = RowKernel::staged; }},
+      {"norm staged, 3 stages", norm_ops, [](KernelTuning& t) { t.norm = RowKernel::staged, t.row_stages = 3; }},
+      {"tile", lse_ops, [](KernelTuning& t) { t.logsumexp = RowKernel::tile; }},
+      {"staged", lse_ops, [](KernelTuning& t) { t.logsumexp = RowKernel::staged; }},
+      {"staged, 3 stages", lse_ops, [](KernelTuning& t) { t.logsumexp = RowKernel::staged, t.row_stages = 3; }},
+      {"two-pass loop", grads, [](KernelTuning& t) { t.cluster_cross_entropy = false; }},
+      {"cluster 4, 2 stages", grads, [](KernelTuning& t) { t.cluster_size = 4, t.cluster_stages = 2; }},
+      {"cluster 8, 3 stages", grads, [](KernelTuning& t) { t.cluster_size = 8, t.cluster_stages = 3; }},
+      {"cluster 8, 2 stages", grads, [](KernelTuning& t) { t.cluster_size = 8, t.cluster_stages = 2; }},
+  };
+  for (const Variant& v : variants) {
+    kernel_tuning() = defaults;
+    kernel_tuning().trace = true;
+    v.set(kernel_tuning());
+    b.variant = v.label;
+    b.variant_ops = v.ops;
+    bench_norms(b);
+    release_cached_memory(b.dev);
+    bench_cross_entropy(b);
+    release_cached_memory(b.dev);
+  }
+  kernel_tuning() = defaults;
+  b.variant.clear();
+  b.variant_ops.clear();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -451,6 +508,7 @@ int main(int argc, char** argv) {
     release_cached_memory(b.dev);
     bench_cross_entropy(b);
     release_cached_memory(b.dev);
+    if (b.opt.variants) run_variants(b);
 
     // The copy again at the end: the ceiling is the better of the two, and the pair shows
     // whether the card's state drifted during the run.

@@ -1,12 +1,20 @@
 // Cross entropy over the last axis: the loss per row, and (kGrad) the gradient
 // dloss * (softmax - onehot) written in the same launch.
 //
-// Rows that fit a register tile are read once. Longer rows (vocabularies) take the loop
-// tile: one pass for the online (max, sum), then, with kGrad, a second pass for the
-// gradient. That second pass should hit L2, so a kGrad launch is a persistent grid sized to
-// keep the rows in flight within about half of L2.
+// Rows that fit a register tile are read once. Longer rows (vocabularies):
+// - forward only: the loop tile, one pass for the online (max, sum);
+// - with the gradient, on sm_90+: the cluster kernel, which splits each row across the blocks
+//   of a thread-block cluster and keeps it in their shared memory, so the logits are read
+//   from memory once;
+// - with the gradient otherwise (or rows too long for a cluster): the loop tile with a
+//   second pass for the gradient, on a persistent grid sized so that this pass mostly finds
+//   its rows in L2.
+#include <cooperative_groups.h>
+
 #include "normalization/cuda/launch.h"
 #include "normalization/cuda/row_tile.cuh"
+#include "normalization/cuda/staged_rows.cuh"
+#include "normalization/cuda/tuning.h"
 
 namespace rudnn::norm::cuda {
 
@@ -174,6 +182,174 @@ unsigned l2_resident_grid(const CrossEntropy& p, size_t element_size, Device dev
   return static_cast<unsigned>(blocks < p.rows ? blocks : p.rows);
 }
 
+// ---- The cluster kernel -----------------------------------------------------------------------
+//
+// Block `rank` of a cluster of C owns columns [rank * chunk_cols, (rank + 1) * chunk_cols) of
+// every row its cluster walks (rows cluster_id, cluster_id + clusters, ...). Per row: the
+// chunk lands in shared memory (StagedRows: kStages chunks in flight), the block reduces it
+// to an online (max, sum), each block publishes its state in its shared memory, and after a
+// cluster barrier every block merges all C states in rank order (the same bits everywhere),
+// then writes its chunk of the gradient from shared memory. The block owning the target
+// column writes the loss. Rows without a valid target are not read at all.
+
+constexpr int kClusterThreads = 512;
+constexpr int kMaxClusterSize = 8;  // the portable limit
+
+// Rows whose target is valid: the ones whose logits are read.
+struct RowsWithValidTarget {
+  const CrossEntropy* p;
+  __device__ bool operator()(int64_t row) const { return read_target(*p, row).kind == TargetKind::valid; }
+};
+
+template <class T, int kStages>
+__global__ void __launch_bounds__(kClusterThreads, 1) cross_entropy_grad_cluster(CrossEntropy p, int64_t chunk_cols) {
+#if __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  constexpr int W = 16 / sizeof(T);
+  using Packed = rudnn::cuda::Pack<T, W>;
+  __shared__ float2 scratch[32];
+  __shared__ float2 published[2];  // this block's (max, sum), alternating between exchanges
+
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int blocks = static_cast<int>(cluster.num_blocks());
+  const int64_t first_col = rank * chunk_cols;
+  const int64_t rest = p.cols - first_col;
+  const int chunk = static_cast<int>(rest < 0 ? 0 : (rest < chunk_cols ? rest : chunk_cols));
+  StagedRows<kStages, RowsWithValidTarget> logits(
+      static_cast<const T*>(p.logits.data) + first_col, p.logits.stride * static_cast<int64_t>(sizeof(T)),
+      static_cast<uint32_t>(chunk) * static_cast<uint32_t>(sizeof(T)), p.rows, blockIdx.x / blocks, gridDim.x / blocks,
+      RowsWithValidTarget{&p});
+  logits.begin();
+
+  unsigned exchanges = 0;
+  for (int64_t k = 0; logits.has(k); ++k) {
+    const int64_t row = logits.row(k);
+    const Target target = read_target(p, row);  // the same on every block of the cluster
+    T* dx = static_cast<T*>(p.dlogits.data) + row * p.dlogits.stride + first_col;
+    if (target.kind != TargetKind::valid) {
+      const float value = target.kind == TargetKind::ignored ? 0.0f : kNaN;
+      if (rank == 0 && threadIdx.x == 0 && p.loss) p.loss[row] = value;
+      float out[W];
+#pragma unroll
+      for (int j = 0; j < W; ++j) out[j] = value;
+      for (int c = static_cast<int>(threadIdx.x) * W; c < chunk; c += kClusterThreads * W) {
+        rudnn::cuda::store_pack<T, W>(dx + c, out);
+      }
+      logits.refill(k);  // its buffer was never filled, so nobody reads it
+      continue;
+    }
+    const float scale = p.dloss ? p.dloss[row] : p.grad_scale;  // loaded early, used last
+    const T* x = logits.template wait<T>(k);
+
+    rudnn::cuda::SoftmaxState state{MaxOp::identity(), 0.0f};
+    for (int c = static_cast<int>(threadIdx.x) * W; c < chunk; c += kClusterThreads * W) {
+      const Packed pack = *reinterpret_cast<const Packed*>(x + c);
+      float v[W];
+#pragma unroll
+      for (int j = 0; j < W; ++j) v[j] = to_float(pack.v[j]);
+      rudnn::cuda::fold(state, v);
+    }
+    state = group_reduce<kClusterThreads>(state, scratch);
+    float2* mine = &published[exchanges & 1];
+    if (threadIdx.x == 0) *mine = make_float2(state.max, state.sum);
+    // Publishing alternates between two slots: a block writes a slot again only two
+    // exchanges later, after a cluster barrier that every reader of its previous use passed.
+    cluster.sync();
+    SoftmaxState merged{MaxOp::identity(), 0.0f};
+    for (int r = 0; r < blocks; ++r) {
+      const float2 theirs = *cluster.map_shared_rank(mine, r);
+      merged = rudnn::cuda::merge(merged, SoftmaxState{theirs.x, theirs.y});
+    }
+    ++exchanges;
+
+    const float lse = rudnn::cuda::log_sum_exp(merged);
+    const int64_t target_col = target.index - first_col;
+    if (threadIdx.x == 0 && p.loss && target_col >= 0 && target_col < chunk) {
+      p.loss[row] = lse - to_float(x[target_col]);
+    }
+    const bool finite = isfinite(merged.max);
+    const float inv = 1.0f / merged.sum;
+    for (int c = static_cast<int>(threadIdx.x) * W; c < chunk; c += kClusterThreads * W) {
+      const Packed pack = *reinterpret_cast<const Packed*>(x + c);
+      float out[W];
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        const float onehot = c + j == target_col ? 1.0f : 0.0f;
+        out[j] = finite ? (__expf(to_float(pack.v[j]) - merged.max) * inv - onehot) * scale : kNaN;
+      }
+      rudnn::cuda::store_pack<T, W>(dx + c, out);
+    }
+    __syncthreads();  // every read of the buffer is done
+    logits.refill(k);
+  }
+  cluster.sync();  // no block leaves while another may still read its published state
+#endif
+}
+
+// Shared memory a cluster block may use for its chunk buffers (of the 227 KiB an SM offers,
+// leaving room for the static arrays and the header).
+constexpr uint32_t kClusterShared = 220 * 1024;
+
+// The cluster launch for a kGrad problem, if the device can run it and a cluster holds the
+// row: true when launched.
+template <class T, int kStages>
+bool launch_grad_cluster(const CrossEntropy& p, const Stream& stream, int forced_size) {
+  using Ring = StagedRows<kStages, RowsWithValidTarget>;
+  constexpr int W = 16 / sizeof(T);
+  auto kernel = cross_entropy_grad_cluster<T, kStages>;
+  const Device device = stream.device();
+  static signed char hopper[64];
+  if (!built_for_hopper(kernel, device, hopper)) return false;
+
+  // The smallest cluster whose blocks hold the row (or the forced size).
+  int size = 0;
+  int64_t chunk_cols = 0;
+  for (int c = 1; c <= kMaxClusterSize; c *= 2) {
+    if (forced_size > 0 && c != forced_size) continue;
+    const int64_t cols = ((p.cols + c - 1) / c + W - 1) / W * W;
+    if (Ring::shared_bytes(static_cast<uint32_t>(cols * sizeof(T))) <= kClusterShared) {
+      size = c;
+      chunk_cols = cols;
+      break;
+    }
+  }
+  if (size == 0) return false;
+
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(size);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.blockDim = dim3(kClusterThreads);
+  config.dynamicSmemBytes = kClusterShared;
+  config.stream = reinterpret_cast<cudaStream_t>(stream.handle());
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+
+  // Clusters resident at once, per device and cluster size, for the largest shared memory
+  // (one query each).
+  static int resident[64][4];
+  int& clusters = resident[device.index][size == 1 ? 0 : size == 2 ? 1 : size == 4 ? 2 : 3];
+  if (clusters == 0) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kClusterShared)),
+               "cudaFuncSetAttribute");
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
+               "cudaFuncSetAttribute");
+    config.gridDim = dim3(static_cast<unsigned>(size));
+    int n = 0;
+    check_cuda(cudaOccupancyMaxActiveClusters(&n, kernel, &config), "cudaOccupancyMaxActiveClusters");
+    clusters = n < 1 ? 1 : n;
+  }
+  const int64_t grid_clusters = p.rows < clusters ? p.rows : clusters;
+  config.gridDim = dim3(static_cast<unsigned>(grid_clusters * size));
+  config.dynamicSmemBytes = Ring::shared_bytes(static_cast<uint32_t>(chunk_cols * sizeof(T)));
+  trace_launch("cross_entropy_grad_cluster", config.gridDim.x, kClusterThreads, config.dynamicSmemBytes, clusters, size);
+  check_cuda(cudaLaunchKernelEx(&config, kernel, p, chunk_cols), "cross_entropy (cluster launch)");
+  return true;
+}
+
 template <class T, bool kGrad>
 void launch(const CrossEntropy& p, const Stream& stream) {
   const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
@@ -183,6 +359,12 @@ void launch(const CrossEntropy& p, const Stream& stream) {
   with_tile<T>(p.cols, a, [&](auto tile) {
     using Tile = decltype(tile);
     if constexpr (Tile::kLoop && kGrad) {
+      const KernelTuning& tuning = kernel_tuning();
+      if (Tile::kWidth > 1 && tuning.cluster_cross_entropy) {
+        const bool done = tuning.cluster_stages >= 3 ? launch_grad_cluster<T, 3>(p, stream, tuning.cluster_size)
+                                                     : launch_grad_cluster<T, 2>(p, stream, tuning.cluster_size);
+        if (done) return;
+      }
       // One 1024-thread block per SM (about): as many loads in flight as the L2 budget allows.
       cross_entropy_loop<T, Tile::kWidth, kGrad, kGradLoopThreads>
           <<<l2_resident_grid(p, sizeof(T), stream.device()), kGradLoopThreads, 0, s>>>(p);

@@ -2,6 +2,8 @@
 // of each output, statistics in FP32.
 #include "normalization/cuda/launch.h"
 #include "normalization/cuda/row_tile.cuh"
+#include "normalization/cuda/staged_rows.cuh"
+#include "normalization/cuda/tuning.h"
 
 namespace rudnn::norm::cuda {
 
@@ -12,61 +14,90 @@ using rudnn::cuda::round_to;
 using rudnn::cuda::SumOp;
 using rudnn::cuda::WelfordState;
 
-template <class T, class Tile, NormKind kKind>
-__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) norm_forward_tile(NormForward p) {
+// One row of a register tile: x_row is the row in global memory, or staged in shared memory.
+// `on_loaded()` runs on every thread once all of the row's threads hold their values (after
+// the first block barrier): from then on a staged row's buffer may be refilled.
+template <class T, class Tile, NormKind kKind, class OnLoaded>
+__device__ __forceinline__ void norm_forward_row(const NormForward& p, const RowThread<Tile>& t, int64_t row,
+                                                 const T* x_row, float* scratch, OnLoaded&& on_loaded) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
-  __shared__ float scratch[32];
-  const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
   const float inv_cols = 1.0f / static_cast<float>(cols);
 
-  for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
-    PackedRow<Tile, T> v;  // the row (or, for add_rms, the stored sum) in its storage type
-    load_row_packed(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, v);
-    if constexpr (kKind == NormKind::add_rms) {
-      PackedRow<Tile, T> r;
-      load_row_packed(t, static_cast<const T*>(p.residual.data) + row * p.residual.stride, cols, r);
+  PackedRow<Tile, T> v;  // the row (or, for add_rms, the stored sum) in its storage type
+  load_row_packed(t, x_row, cols, v);
+  if constexpr (kKind == NormKind::add_rms) {
+    PackedRow<Tile, T> r;
+    load_row_packed(t, static_cast<const T*>(p.residual.data) + row * p.residual.stride, cols, r);
 #pragma unroll
-      for (int i = 0; i < V; ++i)
+    for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int j = 0; j < W; ++j) v.pack[i].v[j] = from_float<T>(v(i, j) + r(i, j));  // FP32 sum, stored as T
-      store_row_packed(t, static_cast<T*>(p.sum.data) + row * p.sum.stride, cols, v);
-    }
+      for (int j = 0; j < W; ++j) v.pack[i].v[j] = from_float<T>(v(i, j) + r(i, j));  // FP32 sum, stored as T
+    store_row_packed(t, static_cast<T*>(p.sum.data) + row * p.sum.stride, cols, v);
+  }
 
-    float mean = 0.0f;
-    if constexpr (kKind == NormKind::layer) {
-      float s = 0.0f;
+  float mean = 0.0f;
+  if constexpr (kKind == NormKind::layer) {
+    float s = 0.0f;
 #pragma unroll
-      for (int i = 0; i < V; ++i)
+    for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int j = 0; j < W; ++j) s += v(i, j);  // vectors past the row loaded as 0
-      mean = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch) * inv_cols;
-    }
-    // Second pass over the registers: sum of squared deviations, no cancellation.
-    float ss = 0.0f;
+      for (int j = 0; j < W; ++j) s += v(i, j);  // vectors past the row loaded as 0
+    mean = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch) * inv_cols;
+    on_loaded();
+  }
+  // Second pass over the registers: sum of squared deviations, no cancellation.
+  float ss = 0.0f;
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      if (t.column(i) >= cols) continue;
+  for (int i = 0; i < V; ++i) {
+    if (t.column(i) >= cols) continue;
 #pragma unroll
-      for (int j = 0; j < W; ++j) ss += (v(i, j) - mean) * (v(i, j) - mean);
-    }
-    const float rstd = rsqrtf(group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols + p.eps);
+    for (int j = 0; j < W; ++j) ss += (v(i, j) - mean) * (v(i, j) - mean);
+  }
+  const float rstd = rsqrtf(group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols + p.eps);
+  if constexpr (kKind != NormKind::layer) on_loaded();
 
-    T* y = static_cast<T*>(p.y.data) + row * p.y.stride;
+  T* y = static_cast<T*>(p.y.data) + row * p.y.stride;
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int c = t.column(i);
-      if (c >= cols) continue;
-      float g[W], b[W], out[W];
-      load_param_or<T, W>(p.gamma, c, 1.0f, g);
-      if constexpr (kKind == NormKind::layer) load_param_or<T, W>(p.beta, c, 0.0f, b);
+  for (int i = 0; i < V; ++i) {
+    const int c = t.column(i);
+    if (c >= cols) continue;
+    float g[W], b[W], out[W];
+    load_param_or<T, W>(p.gamma, c, 1.0f, g);
+    if constexpr (kKind == NormKind::layer) load_param_or<T, W>(p.beta, c, 0.0f, b);
 #pragma unroll
-      for (int j = 0; j < W; ++j) {
-        out[j] = (v(i, j) - mean) * rstd * g[j];
-        if constexpr (kKind == NormKind::layer) out[j] += b[j];
+    for (int j = 0; j < W; ++j) {
+      if constexpr (kKind == NormKind::layer) {
+        out[j] = fmaf((v(i, j) - mean) * rstd, g[j], b[j]);
+      } else {
+        out[j] = v(i, j) * rstd * g[j];
       }
-      rudnn::cuda::store_pack<T, W>(y + c, out);
     }
+    rudnn::cuda::store_pack<T, W>(y + c, out);
+  }
+}
+
+template <class T, class Tile, NormKind kKind>
+__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) norm_forward_tile(NormForward p) {
+  __shared__ float scratch[32];
+  const RowThread<Tile> t;
+  for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
+    norm_forward_row<T, Tile, kKind>(p, t, row, static_cast<const T*>(p.x.data) + row * p.x.stride, scratch, [] {});
+  }
+}
+
+// The same on a persistent grid, x staged through shared memory (staged_rows.cuh; block tiles
+// only: the refill needs the block barrier of the first reduction).
+template <class T, class Tile, int kStages, NormKind kKind>
+__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) norm_forward_staged(NormForward p) {
+  static_assert(Tile::kRowsPerBlock == 1);
+  __shared__ float scratch[32];
+  StagedRows<kStages> x(p.x.data, p.x.stride * static_cast<int64_t>(sizeof(T)),
+                        static_cast<uint32_t>(p.cols * static_cast<int64_t>(sizeof(T))), p.rows, blockIdx.x, gridDim.x);
+  x.begin();
+  const RowThread<Tile> t;
+  for (int64_t k = 0; x.has(k); ++k) {
+    norm_forward_row<T, Tile, kKind>(p, t, x.row(k), x.template wait<T>(k), scratch, [&] { x.refill(k); });
   }
 }
 
@@ -135,8 +166,28 @@ __global__ void __launch_bounds__(kLoopThreads) norm_forward_loop(NormForward p)
   }
 }
 
+// Launches the staged kernel for Tile when the tuning asks for it and the device can run it;
+// returns false otherwise.
+template <class T, class Tile, int kStages, NormKind kKind>
+bool launch_staged(const NormForward& p, const Stream& stream) {
+  auto kernel = norm_forward_staged<T, Tile, kStages, kKind>;
+  const Device device = stream.device();
+  static signed char hopper[64];
+  if (!built_for_hopper(kernel, device, hopper)) return false;
+  using Ring = StagedRows<kStages>;
+  static int occupancy[64];
+  const int64_t resident =
+      resident_blocks(kernel, Tile::kBlockThreads, device, occupancy, Ring::shared_bytes(Tile::kMaxRowBytes));
+  const unsigned grid = static_cast<unsigned>(p.rows < resident ? p.rows : resident);
+  const uint32_t shared = Ring::shared_bytes(static_cast<uint32_t>(p.cols * sizeof(T)));
+  trace_launch("norm_forward_staged", grid, Tile::kBlockThreads, shared, resident);
+  kernel<<<grid, Tile::kBlockThreads, shared, reinterpret_cast<cudaStream_t>(stream.handle())>>>(p);
+  return true;
+}
+
 template <class T, NormKind kKind>
-void launch(const NormForward& p, cudaStream_t stream) {
+void launch(const NormForward& p, const Stream& stream) {
+  const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
   Alignment a;
   require_rows_aligned(a, p.x.data, p.x.stride, sizeof(T));
   require_rows_aligned(a, p.y.data, p.y.stride, sizeof(T));
@@ -146,13 +197,20 @@ void launch(const NormForward& p, cudaStream_t stream) {
   }
   a.pointer(p.gamma.data);
   a.pointer(p.beta.data);
+  const KernelTuning& tuning = kernel_tuning();
   with_tile<T>(p.cols, a, [&](auto tile) {
     using Tile = decltype(tile);
     if constexpr (Tile::kLoop) {
-      norm_forward_loop<T, Tile::kWidth, kKind><<<row_grid(p.rows, 1), kLoopThreads, 0, stream>>>(p);
+      norm_forward_loop<T, Tile::kWidth, kKind><<<row_grid(p.rows, 1), kLoopThreads, 0, s>>>(p);
     } else {
-      norm_forward_tile<T, Tile, kKind>
-          <<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
+      if constexpr (Tile::kRowsPerBlock == 1 && kKind != NormKind::add_rms) {
+        if (tuning.norm == RowKernel::staged) {
+          const bool done = tuning.row_stages >= 3 ? launch_staged<T, Tile, 3, kKind>(p, stream)
+                                                   : launch_staged<T, Tile, 2, kKind>(p, stream);
+          if (done) return;
+        }
+      }
+      norm_forward_tile<T, Tile, kKind><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, s>>>(p);
     }
   });
   check_launch("norm_forward");
@@ -162,13 +220,12 @@ void launch(const NormForward& p, cudaStream_t stream) {
 
 void norm_forward(const NormForward& p, const Stream& stream) {
   rudnn::detail::cuda::DeviceGuard guard(stream.device().index);
-  const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
   with_float_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     switch (p.kind) {
-      case NormKind::layer: return launch<T, NormKind::layer>(p, s);
-      case NormKind::rms: return launch<T, NormKind::rms>(p, s);
-      case NormKind::add_rms: return launch<T, NormKind::add_rms>(p, s);
+      case NormKind::layer: return launch<T, NormKind::layer>(p, stream);
+      case NormKind::rms: return launch<T, NormKind::rms>(p, stream);
+      case NormKind::add_rms: return launch<T, NormKind::add_rms>(p, stream);
     }
   });
 }

@@ -45,6 +45,8 @@ struct RegisterTile {
   // registers per thread. The forward kernels are bound by the bytes in flight per SM, that
   // is by how many rows are resident at once.
   static constexpr int kMinBlocksPerSm = 1024 / kBlockThreads;
+  // The longest row the tile holds, in bytes (register tiles are vectorised: 16-byte vectors).
+  static constexpr uint32_t kMaxRowBytes = static_cast<uint32_t>(kThreadsPerRow) * kVecs * 16u;
 };
 
 constexpr int kLoopThreads = 512;
@@ -251,12 +253,14 @@ __device__ __forceinline__ void store_row(const RowThread<Tile>& t, T* row, int 
 // Loop tiles: calls body(c, v) for each vector (column c, values v) of a row that this
 // thread owns, loading kUnroll vectors (packed, in the storage type) before the first is
 // used so that several loads are in flight.
+// `thread` is this thread's index among the kThreads that share the row.
 template <int W, int kThreads = kLoopThreads, class T, class Body>
-__device__ __forceinline__ void for_each_vector(const T* __restrict__ row, int64_t cols, Body&& body) {
+__device__ __forceinline__ void for_each_vector(const T* __restrict__ row, int64_t cols, Body&& body,
+                                                int thread = static_cast<int>(threadIdx.x)) {
   constexpr int U = LoopTile<W>::kUnroll;
   using Packed = rudnn::cuda::Pack<T, W>;
   const int64_t step = static_cast<int64_t>(kThreads) * W;
-  int64_t c = static_cast<int64_t>(threadIdx.x) * W;
+  int64_t c = static_cast<int64_t>(thread) * W;
   for (; c + (U - 1) * step < cols; c += U * step) {
     Packed raw[U];
 #pragma unroll
@@ -310,18 +314,48 @@ __device__ __forceinline__ void for_each_vector2(const T* __restrict__ row_a, co
   }
 }
 
-// Grid of a persistent kernel: as many blocks as are resident on the GPU at once. `cache`
-// belongs to one kernel (one slot per device), so the occupancy query runs once.
+// Grid of a persistent kernel: as many blocks as are resident on the GPU at once, with
+// `dynamic_shared` bytes of dynamic shared memory each (more than 48 KiB is opted into here).
+// `cache` belongs to one kernel (one slot per device), so the queries run once; a kernel whose
+// shared memory varies by call passes its largest size.
 template <class Kernel>
-int resident_blocks(Kernel kernel, int block_threads, Device device, int (&cache)[64]) {
+int resident_blocks(Kernel kernel, int block_threads, Device device, int (&cache)[64], size_t dynamic_shared = 0) {
   int& per_sm = cache[device.index];
   if (per_sm == 0) {
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, 0),
+    if (dynamic_shared > 0) {
+      // The whole of shared memory for this kernel, so that the occupancy below counts it.
+      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
+                 "cudaFuncSetAttribute");
+    }
+    if (dynamic_shared > 48 * 1024) {
+      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic_shared)),
+                 "cudaFuncSetAttribute");
+    }
+    int blocks = 0;
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, block_threads, dynamic_shared),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    if (per_sm < 1) per_sm = 1;
+    per_sm = blocks < 1 ? 1 : blocks;
   }
   return per_sm * multiprocessor_count(device);
 }
+
+// Whether `kernel` was compiled (to PTX) for sm_90 or newer, i.e. whether its bulk-copy and
+// cluster instructions exist in the code the device runs (they compile to nothing below
+// that). One query per kernel and device.
+template <class Kernel>
+bool built_for_hopper(Kernel kernel, Device device, signed char (&cache)[64]) {
+  signed char& known = cache[device.index];
+  if (known == 0) {
+    cudaFuncAttributes attributes{};
+    check_cuda(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes");
+    known = attributes.ptxVersion >= 90 && attributes.binaryVersion >= 90 ? 1 : -1;
+  }
+  return known > 0;
+}
+
+// One line on stderr per launch of a staged, warp-row or cluster kernel when
+// kernel_tuning().trace is set: the benchmark uses it to show the shapes it timed.
+void trace_launch(const char* kernel, unsigned grid, int block, size_t shared, int64_t resident, int cluster = 1);
 
 // Loads W affine-parameter values at column c, or `absent` when there is no parameter.
 template <class T, int W>

@@ -3,6 +3,8 @@
 // across the block, then re-read the row for the output.
 #include "normalization/cuda/launch.h"
 #include "normalization/cuda/row_tile.cuh"
+#include "normalization/cuda/staged_rows.cuh"
+#include "normalization/cuda/tuning.h"
 
 namespace rudnn::norm::cuda {
 
@@ -14,8 +16,6 @@ using rudnn::cuda::SoftmaxState;
 using rudnn::cuda::SumOp;
 
 using rudnn::cuda::kNaN;
-
-
 
 template <class T, class Tile>
 __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) softmax_tile(SoftmaxForward p) {
@@ -58,33 +58,76 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) so
   }
 }
 
-// Log-sum-exp only reads: the row stays packed in its storage type, and the register cap
-// (42) leaves room for 1536 threads per SM. (A persistent variant that loads its next row
-// while reducing the current one measured slower: 0.128 against 0.099 ms; see RESULTS.md.)
-template <class T, class Tile>
-__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm * 3 / 2) logsumexp_tile(SoftmaxForward p) {
+// Log-sum-exp of one row of a register tile (x_row in global or shared memory); the row stays
+// packed in its storage type. `on_loaded()` as in norm_forward_row: after the first barrier.
+template <class T, class Tile, class OnLoaded>
+__device__ __forceinline__ void logsumexp_row(const SoftmaxForward& p, const RowThread<Tile>& t, int64_t row,
+                                              const T* x_row, float* scratch, OnLoaded&& on_loaded) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
-  __shared__ float scratch[32];
-  const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
-  for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
-    PackedRow<Tile, T> x;
-    load_row_packed(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, x, -__builtin_huge_valf());
-    float m = MaxOp::identity();
+  PackedRow<Tile, T> x;
+  load_row_packed(t, x_row, cols, x, -__builtin_huge_valf());
+  float m = MaxOp::identity();
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+#pragma unroll
+    for (int j = 0; j < W; ++j) m = MaxOp{}(m, x(i, j));
+  m = group_reduce<Tile::kThreadsPerRow>(m, MaxOp{}, scratch);
+  on_loaded();
+  float s = 0.0f;
+  if (isfinite(m)) {
 #pragma unroll
     for (int i = 0; i < V; ++i)
 #pragma unroll
-      for (int j = 0; j < W; ++j) m = MaxOp{}(m, x(i, j));
-    m = group_reduce<Tile::kThreadsPerRow>(m, MaxOp{}, scratch);
-    float s = 0.0f;
-    if (isfinite(m)) {
-#pragma unroll
-      for (int i = 0; i < V; ++i)
-#pragma unroll
-        for (int j = 0; j < W; ++j) s += __expf(x(i, j) - m);  // the -inf fill adds 0
-    }
-    s = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch);
-    if (t.lane == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp({m, s}));
+      for (int j = 0; j < W; ++j) s += __expf(x(i, j) - m);  // the -inf fill adds 0
+  }
+  s = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch);
+  if (t.lane == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp({m, s}));
+}
+
+// The register cap (42) leaves room for 1536 threads per SM. (A persistent variant that loads
+// its next row into registers while reducing the current one measured slower: 0.128 against
+// 0.099 ms; see RESULTS.md. The staged kernel below does that with the bulk-copy engine.)
+template <class T, class Tile>
+__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm * 3 / 2) logsumexp_tile(SoftmaxForward p) {
+  __shared__ float scratch[32];
+  const RowThread<Tile> t;
+  for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
+    logsumexp_row<T, Tile>(p, t, row, static_cast<const T*>(p.x.data) + row * p.x.stride, scratch, [] {});
+  }
+}
+
+// Persistent log-sum-exp with rows staged through shared memory (staged_rows.cuh). The bytes
+// in flight sit in shared memory, not registers, so the register cap is the usual 64.
+template <class T, class Tile, int kStages>
+__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) logsumexp_staged(SoftmaxForward p) {
+  static_assert(Tile::kRowsPerBlock == 1);
+  __shared__ float scratch[32];
+  StagedRows<kStages> x(p.x.data, p.x.stride * static_cast<int64_t>(sizeof(T)),
+                        static_cast<uint32_t>(p.cols * static_cast<int64_t>(sizeof(T))), p.rows, blockIdx.x, gridDim.x);
+  x.begin();
+  const RowThread<Tile> t;
+  for (int64_t k = 0; x.has(k); ++k) {
+    logsumexp_row<T, Tile>(p, t, x.row(k), x.template wait<T>(k), scratch, [&] { x.refill(k); });
+  }
+}
+
+// Log-sum-exp with one warp per row: the lanes stream the row with several vectors in flight
+// and fold them into an online (max, sum); one warp reduction per row and no block barrier,
+// so a warp goes on to its next row without waiting for the others.
+constexpr int kWarpRowThreads = 256;
+
+template <class T, int W>
+__global__ void __launch_bounds__(kWarpRowThreads, 6) logsumexp_warp(SoftmaxForward p) {
+  constexpr int kWarps = kWarpRowThreads / 32;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < p.rows; row += step) {
+    const T* x = static_cast<const T*>(p.x.data) + row * p.x.stride;
+    SoftmaxState state{MaxOp::identity(), 0.0f};
+    for_each_vector<W, 32>(x, p.cols, [&](int64_t, const float (&v)[W]) { rudnn::cuda::fold(state, v); }, lane);
+    state = group_reduce<32>(state, nullptr);
+    if (lane == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp(state));
   }
 }
 
@@ -158,16 +201,48 @@ __global__ void __launch_bounds__(kLoopThreads) softmax_backward_loop(SoftmaxBac
   }
 }
 
+// Launches the staged log-sum-exp for Tile if the device can run it; returns false otherwise.
+template <class T, class Tile, int kStages>
+bool launch_logsumexp_staged(const SoftmaxForward& p, const Stream& stream) {
+  auto kernel = logsumexp_staged<T, Tile, kStages>;
+  const Device device = stream.device();
+  static signed char hopper[64];
+  if (!built_for_hopper(kernel, device, hopper)) return false;
+  using Ring = StagedRows<kStages>;
+  static int occupancy[64];
+  const int64_t resident =
+      resident_blocks(kernel, Tile::kBlockThreads, device, occupancy, Ring::shared_bytes(Tile::kMaxRowBytes));
+  const unsigned grid = static_cast<unsigned>(p.rows < resident ? p.rows : resident);
+  const uint32_t shared = Ring::shared_bytes(static_cast<uint32_t>(p.cols * sizeof(T)));
+  trace_launch("logsumexp_staged", grid, Tile::kBlockThreads, shared, resident);
+  kernel<<<grid, Tile::kBlockThreads, shared, reinterpret_cast<cudaStream_t>(stream.handle())>>>(p);
+  return true;
+}
+
 template <class T, bool kLse>
-void launch_forward(const SoftmaxForward& p, cudaStream_t stream) {
+void launch_forward(const SoftmaxForward& p, const Stream& s) {
+  const auto stream = reinterpret_cast<cudaStream_t>(s.handle());
   Alignment a;
   require_rows_aligned(a, p.x.data, p.x.stride, sizeof(T));
   if (!kLse) require_rows_aligned(a, p.y.data, p.y.stride, sizeof(T));
+  const KernelTuning& tuning = kernel_tuning();
   with_tile<T>(p.cols, a, [&](auto tile) {
     using Tile = decltype(tile);
     if constexpr (Tile::kLoop) {
       softmax_loop<T, Tile::kWidth, kLse><<<row_grid(p.rows, 1), kLoopThreads, 0, stream>>>(p);
     } else if constexpr (kLse) {
+      if constexpr (Tile::kRowsPerBlock == 1) {
+        if (tuning.logsumexp == RowKernel::staged) {
+          const bool done = tuning.row_stages >= 3 ? launch_logsumexp_staged<T, Tile, 3>(p, s)
+                                                   : launch_logsumexp_staged<T, Tile, 2>(p, s);
+          if (done) return;
+        } else if (tuning.logsumexp == RowKernel::warp) {
+          const unsigned grid = row_grid(p.rows, kWarpRowThreads / 32);
+          trace_launch("logsumexp_warp", grid, kWarpRowThreads, 0, 0);
+          logsumexp_warp<T, Tile::kWidth><<<grid, kWarpRowThreads, 0, stream>>>(p);
+          return;
+        }
+      }
       logsumexp_tile<T, Tile><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
     } else {
       softmax_tile<T, Tile><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
@@ -180,13 +255,12 @@ void launch_forward(const SoftmaxForward& p, cudaStream_t stream) {
 
 void softmax_forward(const SoftmaxForward& p, const Stream& stream) {
   rudnn::detail::cuda::DeviceGuard guard(stream.device().index);
-  const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
   with_float_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (p.lse != nullptr) {
-      launch_forward<T, true>(p, s);
+      launch_forward<T, true>(p, stream);
     } else {
-      launch_forward<T, false>(p, s);
+      launch_forward<T, false>(p, stream);
     }
   });
 }

@@ -10,6 +10,8 @@
 
 #if RUDNN_TEST_CUDA
 #include <cuda_runtime_api.h>
+
+#include "normalization/cuda/tuning.h"
 #endif
 
 #include "support/test_support.h"
@@ -202,6 +204,38 @@ TEST(NormGpu, CrossEntropyForwardBackwardAndFused) {
   }
 }
 
+// Vocabulary-sized rows, where the gradient comes from the cluster kernel on sm_90 (a row
+// split over 1, 2, 4 or 8 blocks, or the two-pass loop when even 8 cannot hold it): ignored
+// and out-of-range targets among valid ones, a per-row upstream gradient, and more rows
+// than there are clusters on the device.
+TEST(NormGpu, CrossEntropyGradientOfVocabularyRows) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    for (int64_t c : {32776, 40000, 128256, 151936, 262144}) {
+      const int64_t rows = rng.integer(20, 70);
+      std::vector<double> t = to_doubles(random_integers(rng, {rows}, DType::i64, -c, c - 1));
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t kind = rng.integer(0, 9);
+        if (kind == 0) t[r] = -100;                                    // ignored
+        if (kind == 1) t[r] = rng.integer(0, 1) ? c : -c - 1;          // out of range
+        if (kind == 2) t[r] = static_cast<double>(rng.integer(0, 1) ? 0 : c - 1);  // the ends of the row
+      }
+      const Tensor targets = host_tensor(t, {rows}, DType::i64);
+      const float scale = rng.uniform(0.1f, 2.0f);
+      expect_gpu_matches_reference(
+          [scale](const std::vector<Tensor>& in) {
+            const CrossEntropyOptions opts = CrossEntropyOptions{}.set_ignore_index(-100);
+            const CrossEntropyWithGrad fused = cross_entropy_with_grad(in[0], in[1], scale, opts);
+            return std::vector<Tensor>{cross_entropy_backward(in[0], in[1], in[2], opts), fused.loss, fused.dlogits};
+          },
+          {random_tensor(rng, {rows, c}, dt, rng.uniform(-3, 3), rng.uniform(0.5f, 3)), targets,
+           random_tensor(rng, {rows}, DType::f32)},
+          describe("cross_entropy (vocabulary rows)", dt, {rows, c}));
+    }
+  }
+}
+
 TEST(NormGpu, LayerNormBackward) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
@@ -386,6 +420,68 @@ void expect_graph_replay(const std::function<void(const Stream&)>& run, const st
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   (void)inputs;
+}
+
+// Every launch choice the benchmark can select (normalization/cuda/tuning.h) computes the same
+// function: each variant against the reference, on rows that reach the staged register tiles
+// (block tiles of 128 to 1024 threads) and the cluster kernel (one to eight blocks a row).
+TEST(NormGpu, EveryKernelVariantMatchesTheReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  using norm::cuda::KernelTuning;
+  using norm::cuda::kernel_tuning;
+  struct Restore {
+    KernelTuning saved = kernel_tuning();
+    ~Restore() { kernel_tuning() = saved; }
+  } restore;
+  struct Variant {
+    const char* name;
+    void (*set)(KernelTuning&);
+  };
+  using norm::cuda::RowKernel;
+  const Variant variants[] = {
+      {"defaults", [](KernelTuning&) {}},
+      {"norm tile, logsumexp tile", [](KernelTuning& t) { t.norm = t.logsumexp = RowKernel::tile; }},
+      {"staged", [](KernelTuning& t) { t.norm = t.logsumexp = RowKernel::staged; }},
+      {"staged, 3 stages", [](KernelTuning& t) { t.norm = t.logsumexp = RowKernel::staged, t.row_stages = 3; }},
+      {"logsumexp warp rows", [](KernelTuning& t) { t.logsumexp = RowKernel::warp; }},
+      {"two-pass loop", [](KernelTuning& t) { t.cluster_cross_entropy = false; }},
+      {"cluster 2 stages", [](KernelTuning& t) { t.cluster_stages = 2; }},
+      {"cluster 8", [](KernelTuning& t) { t.cluster_size = 8; }},
+      {"cluster 8, 2 stages", [](KernelTuning& t) { t.cluster_size = 8, t.cluster_stages = 2; }},
+  };
+  for (const Variant& v : variants) {
+    kernel_tuning() = restore.saved;
+    v.set(kernel_tuning());
+    SCOPED_TRACE(v.name);
+    for (DType dt : kFloatTypes) {
+      for (int64_t h : {1032, 4096, 8192, 16392, 32768}) {
+        const Shape shape{rng.integer(1, 300), h};
+        expect_gpu_matches_reference(
+            [](const std::vector<Tensor>& in) {
+              return std::vector<Tensor>{layer_norm(in[0], in[1], in[2], 1e-5f), rms_norm(in[0], in[1], 1e-6f),
+                                         logsumexp(in[0])};
+            },
+            {random_tensor(rng, shape, dt, rng.uniform(-2, 2)), random_param(rng, h, dt), random_param(rng, h, dt)},
+            describe("norms", dt, shape));
+      }
+      for (int64_t c : {40000, 128256}) {
+        const int64_t rows = rng.integer(1, 40);
+        std::vector<double> t = to_doubles(random_integers(rng, {rows}, DType::i64, -c, c - 1));
+        if (rows > 1) t[0] = -100;
+        const Tensor targets = host_tensor(t, {rows}, DType::i64);
+        expect_gpu_matches_reference(
+            [](const std::vector<Tensor>& in) {
+              const CrossEntropyOptions opts = CrossEntropyOptions{}.set_ignore_index(-100);
+              const CrossEntropyWithGrad fused = cross_entropy_with_grad(in[0], in[1], 0.5f, opts);
+              return std::vector<Tensor>{cross_entropy_backward(in[0], in[1], in[2], opts), fused.loss,
+                                         fused.dlogits};
+            },
+            {random_tensor(rng, {rows, c}, dt, 0, 2), targets, random_tensor(rng, {rows}, DType::f32)},
+            describe("cross_entropy", dt, {rows, c}));
+      }
+    }
+  }
 }
 
 TEST(NormGpu, EveryOpCapturesIntoACudaGraph) {
