@@ -107,9 +107,12 @@ class Row:
         return not self.status
 
 
-def run_case(case, shape, dtype, nbytes, ours, anchor, anchor_name, check=None, grad_to_none=None):
+def run_case(case, shape, dtype, nbytes, ours, anchor, anchor_name, check=None, grad_to_none=None,
+             ours_grad_to_none=None):
     """ours/anchor: zero-argument callables (ours None when rudnn is missing); check() returns
-    (error, tolerance), the worst over the results it compares."""
+    (error, tolerance), the worst over the results it compares. grad_to_none /
+    ours_grad_to_none: tensors whose .grad is reset (outside the timing) before each run of
+    the anchor / of ours."""
     if ARGS.filter and ARGS.filter not in case:
         return None
     row = Row(case, shape, str(dtype).replace("torch.", ""), nbytes, anchor_name)
@@ -129,7 +132,7 @@ def run_case(case, shape, dtype, nbytes, ours, anchor, anchor_name, check=None, 
             if DEV.startswith("cuda"):
                 torch.cuda.empty_cache()
         try:
-            row.ours_ms = bench_ms(ours)
+            row.ours_ms = bench_ms(ours, grad_to_none=ours_grad_to_none)
         except Exception as e:  # noqa: BLE001
             row.status.append(f"ERROR (ours: {type(e).__name__}: {str(e)[:120]})")
             traceback.print_exc(file=sys.stderr)
@@ -309,7 +312,27 @@ def cross_entropy_cases():
     run_case("cross_entropy_with_grad", shape, bf, 2 * L,
              have and (lambda: rudnn.cross_entropy_with_grad(logits, tgt, grad_scale=1.0 / R)),
              anchor_fb_fresh, "F.cross_entropy + .backward(), grad_to_none", check_wg, grad_to_none=[lg2])
-    del lg2
+
+    # what a torch training loop gets: rudnn.torch_autograd.cross_entropy (mean), forward and
+    # .backward(), against the same with F.cross_entropy; both gradients fresh each run
+    if have:
+        from rudnn import torch_autograd as ta
+    lg3 = logits.clone().requires_grad_(True)
+
+    def ours_autograd():
+        ta.cross_entropy(lg3, tgt).backward()
+
+    def check_autograd():
+        lg3.grad = None
+        loss = ta.cross_entropy(lg3, tgt)
+        loss.backward()
+        e = worst(loss_err(loss.detach()), (rel_err(lg3.grad, grad_ref()), tol_of(bf)))
+        lg3.grad = None
+        return e
+    run_case("cross_entropy autograd fwd+bwd", shape, bf, 2 * L, have and ours_autograd, anchor_fb_fresh,
+             "F.cross_entropy + .backward(), grad_to_none", check_autograd, grad_to_none=[lg2],
+             ours_grad_to_none=[lg3])
+    del lg2, lg3
 
 
 def copy_case():

@@ -163,5 +163,24 @@ void cross_entropy_with_grad_into(const Tensor& loss_out, const Tensor& dlogits_
                                   const Tensor& logits, const Tensor& targets, float grad_scale,
                                   const CrossEntropyOptions& options = {},
                                   const Stream& stream = {});
+// The same with an upstream gradient per row: dloss, FP32 of the targets' shape, as for
+// cross_entropy_backward; for an upstream gradient that lives on the device, such as
+// 1 / (number of non-ignored targets) for a mean loss, without a host synchronisation.
+CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor& targets,
+                                             const Tensor& dloss,
+                                             const CrossEntropyOptions& options = {},
+                                             const Stream& stream = {});
+void cross_entropy_with_grad_into(const Tensor& loss_out, const Tensor& dlogits_out,
+                                  const Tensor& logits, const Tensor& targets, const Tensor& dloss,
+                                  const CrossEntropyOptions& options = {},
+                                  const Stream& stream = {});
+
+// x *= s in place, where s is the value of `scale` (one F32 element on x's device), read by
+// the device: when s is exactly 1, x is left untouched at the cost of one launch, with no
+// pass over x and no host synchronisation. For a gradient computed ahead under an assumed
+// upstream gradient of 1 (cross_entropy_with_grad inside an autograd forward) once the true
+// upstream gradient is known on the device. x: F32/F16/BF16 with a dense last axis and one
+// row stride (else InvalidArgument); products rounded to x's dtype.
+void scale_unless_one(const Tensor& x, const Tensor& scale, const Stream& stream = {});
 
 }  // namespace rudnn

@@ -57,6 +57,7 @@ Memory and streams
     streams live as long as the process).
 """
 
+import numbers as _numbers
 import sys as _sys
 
 from . import _rudnn
@@ -102,6 +103,7 @@ __all__ = [
     "softmax_backward",
     "cross_entropy_backward",
     "cross_entropy_with_grad",
+    "scale_unless_one",
 ]
 
 
@@ -423,7 +425,10 @@ def cross_entropy_with_grad(logits, targets, grad_scale=1.0, ignore_index=None, 
 
     Args:
         logits, targets, ignore_index: as for :func:`cross_entropy`.
-        grad_scale: finite float.
+        grad_scale: a finite float, or a float32 array of ``targets``' shape on the logits'
+            device (one upstream gradient per row, as ``dloss`` of
+            :func:`cross_entropy_backward`; e.g. ``1 / count`` of the non-ignored targets,
+            computed on the device).
         out: optional ``(loss_out, dlogits_out)``.
 
     Returns:
@@ -431,13 +436,43 @@ def cross_entropy_with_grad(logits, targets, grad_scale=1.0, ignore_index=None, 
         shape and dtype.
 
     Raises:
-        InvalidArgument (ValueError): grad_scale not finite; otherwise as for :func:`cross_entropy`.
+        InvalidArgument (ValueError): grad_scale not finite; otherwise as for :func:`cross_entropy`
+        and, for an array, as ``dloss`` of :func:`cross_entropy_backward`.
     """
     kind, stream = _context(logits, stream)
+    if isinstance(grad_scale, _numbers.Real):
+        grad_scale = float(grad_scale)
+    else:
+        grad_scale = _input(grad_scale)
     r = _rudnn.cross_entropy_with_grad(
         _input(logits), _input(targets), grad_scale, ignore_index, stream=stream, out=_out_arg(out)
     )
     return out if out is not None else _outputs(kind, r)
+
+
+def scale_unless_one(x, scale, *, stream=None):
+    """``x *= scale`` in place, skipped on the device when ``scale`` is exactly 1.
+
+    For a gradient computed ahead under an assumed upstream gradient of 1 (as
+    :func:`cross_entropy_with_grad` inside an autograd forward), once the true upstream
+    gradient is known on the device: when it is 1, ``x`` is untouched at the cost of one
+    launch, and the host never waits for the value.
+
+    Args:
+        x: float32/float16/bfloat16 array with a dense last axis and one row stride.
+        scale: a float32 array of one element on ``x``'s device.
+
+    Returns:
+        ``x``.
+
+    Raises:
+        InvalidArgument (ValueError): scale not one float32 element, or x's layout.
+    """
+    _, stream = _context(x, stream)
+    torch = _torch()
+    target = x.detach() if torch is not None and isinstance(x, torch.Tensor) else x  # the same memory
+    _rudnn.scale_unless_one(target, _input(scale), stream=stream)
+    return x
 
 
 def __getattr__(name):

@@ -110,8 +110,25 @@ class CrossEntropyFunction(torch.autograd.Function):
     def forward(ctx, logits, targets, ignore_index, reduction):
         if reduction not in _REDUCTIONS:
             raise ValueError(f"cross_entropy: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-        loss = rudnn.cross_entropy(logits, targets, ignore_index)
-        ctx.save_for_backward(logits, targets)
+        if ignore_index is None:
+            count = torch.tensor(float(targets.numel()), dtype=torch.float32, device=logits.device)
+        else:
+            count = (targets != ignore_index).sum().to(torch.float32)
+        # A reduced loss whose logits need a gradient: the gradient comes from the same pass
+        # over the logits as the loss, under an upstream gradient of 1 (per row: 1 for "sum",
+        # 1 / count for "mean", computed on the device); backward scales it by the true
+        # upstream gradient on the device, which costs nothing when that is 1, as it is for
+        # loss.backward(). It holds a logits-sized gradient from forward to backward.
+        ctx.fused = ctx.needs_input_grad[0] and reduction != "none"
+        if ctx.fused:
+            per_row = torch.ones(targets.shape, dtype=torch.float32, device=logits.device)
+            if reduction == "mean":
+                per_row /= count
+            loss, dlogits = rudnn.cross_entropy_with_grad(logits, targets, per_row, ignore_index)
+            ctx.save_for_backward(dlogits)
+        else:
+            loss = rudnn.cross_entropy(logits, targets, ignore_index)
+            ctx.save_for_backward(logits, targets)
         ctx.ignore_index = ignore_index
         ctx.reduction = reduction
         if reduction == "none":
@@ -119,17 +136,17 @@ class CrossEntropyFunction(torch.autograd.Function):
         total = loss.sum()
         if reduction == "sum":
             return total
-        if ignore_index is None:
-            count = torch.tensor(float(targets.numel()), dtype=torch.float32, device=loss.device)
-        else:
-            count = (targets != ignore_index).sum().to(torch.float32)
         ctx.count = count
         return total / count
 
     @staticmethod
     def backward(ctx, grad):
-        logits, targets = ctx.saved_tensors
         grad = grad.to(torch.float32)
+        if ctx.fused:
+            (dlogits,) = ctx.saved_tensors
+            rudnn.scale_unless_one(dlogits, grad.reshape(1))
+            return dlogits, None, None, None
+        logits, targets = ctx.saved_tensors
         if ctx.reduction == "none":
             dloss = grad
         elif ctx.reduction == "sum":

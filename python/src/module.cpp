@@ -754,25 +754,51 @@ share its memory without copying) and, on the CPU, supports the buffer protocol
       py::arg("logits"), py::arg("targets"), py::arg("dloss"), py::arg("ignore_index") = py::none(), py::kw_only(),
       py::arg("stream") = py::none(), py::arg("out") = py::none());
 
+  // grad_scale: a float (the same upstream gradient on every row) or an F32 array of the
+  // targets' shape (one per row).
   m.def(
       "cross_entropy_with_grad",
-      [](py::object logits, py::object targets, double grad_scale, std::optional<int64_t> ignore_index,
+      [](py::object logits, py::object targets, py::object grad_scale, std::optional<int64_t> ignore_index,
          py::object stream, py::object out) -> py::object {
         const char* op = "cross_entropy_with_grad";
         const auto sv = parse_stream(stream, op);
         Tensor tl = import_array(logits, op, "logits", sv), tt = import_array(targets, op, "targets", sv);
+        const bool per_row = !py::isinstance<py::float_>(grad_scale) && !py::isinstance<py::int_>(grad_scale);
+        Tensor td = per_row ? import_array(grad_scale, op, "grad_scale", sv) : Tensor();
+        const float scale = per_row ? 1.0f : to_float(grad_scale.cast<double>());
         const rudnn::Stream s = op_stream(sv, tl);
         const auto opts = ce_options(ignore_index);
         if (out.is_none()) {
-          rudnn::CrossEntropyWithGrad r = without_gil([&] { return rudnn::cross_entropy_with_grad(tl, tt, to_float(grad_scale), opts, s); });
+          rudnn::CrossEntropyWithGrad r = without_gil([&] {
+            return per_row ? rudnn::cross_entropy_with_grad(tl, tt, td, opts, s)
+                           : rudnn::cross_entropy_with_grad(tl, tt, scale, opts, s);
+          });
           return py::make_tuple(wrap(std::move(r.loss)), wrap(std::move(r.dlogits)));
         }
         auto outs = out_tuple(out, op, 2);
         Tensor ol = import_out(outs[0], op, "out[0] (loss)", sv), od = import_out(outs[1], op, "out[1] (dlogits)", sv);
-        without_gil([&] { rudnn::cross_entropy_with_grad_into(ol, od, tl, tt, to_float(grad_scale), opts, s); });
+        without_gil([&] {
+          if (per_row) {
+            rudnn::cross_entropy_with_grad_into(ol, od, tl, tt, td, opts, s);
+          } else {
+            rudnn::cross_entropy_with_grad_into(ol, od, tl, tt, scale, opts, s);
+          }
+        });
         return out;
       },
       py::arg("logits"), py::arg("targets"), py::arg("grad_scale") = 1.0, py::arg("ignore_index") = py::none(),
       py::kw_only(), py::arg("stream") = py::none(), py::arg("out") = py::none());
+
+  m.def(
+      "scale_unless_one",
+      [](py::object x, py::object scale, py::object stream) {
+        const char* op = "scale_unless_one";
+        const auto sv = parse_stream(stream, op);
+        Tensor tx = import_out(x, op, "x", sv), ts = import_array(scale, op, "scale", sv);
+        const rudnn::Stream s = op_stream(sv, tx);
+        without_gil([&] { rudnn::scale_unless_one(tx, ts, s); });
+        return x;
+      },
+      py::arg("x"), py::arg("scale"), py::kw_only(), py::arg("stream") = py::none());
 
 }

@@ -468,7 +468,29 @@ def test_cross_entropy_with_grad(rng, dtype, shape, tdtype, ignore_index):
     check(ctx, "cross_entropy_with_grad loss", loss, ref_cross_entropy(logits, targets, ignore_index), F32)
     dref = ref_cross_entropy_backward(logits, targets, np.full(shape[:-1], scale), ignore_index)
     check(ctx, "cross_entropy_with_grad dlogits", d, dref, dtype)
+    # An upstream gradient per row, as an array.
+    dloss = rng.standard_normal(shape[:-1]).astype(F32)
+    loss2, d2 = rudnn.cross_entropy_with_grad(logits, targets, dloss, ignore_index)
+    check(ctx, "cross_entropy_with_grad (per row) loss", loss2, ref_cross_entropy(logits, targets, ignore_index), F32)
+    check(ctx, "cross_entropy_with_grad (per row) dlogits", d2,
+          ref_cross_entropy_backward(logits, targets, dloss, ignore_index), dtype)
     assert_unchanged(ctx, before, (logits, targets))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_scale_unless_one(rng, dtype):
+    ctx = Ctx(rng, dtype=np.dtype(dtype).name)
+    x = randn(rng, (5, 33), dtype)
+    original = x.copy()
+    assert rudnn.scale_unless_one(x, np.ones(1, F32)) is x
+    assert x.tobytes() == original.tobytes(), ctx.msg("scale 1 changed x")
+    rudnn.scale_unless_one(x, np.array([-0.5], F32))
+    expected = (original.astype(F32) * np.float32(-0.5)).astype(dtype)
+    assert x.tobytes() == expected.tobytes(), ctx.msg("scale -0.5")
+    with pytest.raises(rudnn.InvalidArgument, match="scale_unless_one: scale"):
+        rudnn.scale_unless_one(x, np.ones(2, F32))
+    with pytest.raises(rudnn.InvalidArgument, match="dense last axis"):
+        rudnn.scale_unless_one(x.T, np.ones(1, F32))
 
 
 # ---- Layouts --------------------------------------------------------------------------------

@@ -427,3 +427,14 @@ def test_autograd_wrappers(seed, dtype):
             ref.backward()
         check(f"cross_entropy {reduction} loss", loss.detach(), ref.detach(), torch.float32, seed)
         check(f"cross_entropy {reduction} dlogits", la.grad, l64.grad, dtype, seed)
+    # A reduced loss computes its gradient in the forward pass; an upstream gradient other
+    # than 1 reaches it in backward (scale_unless_one), with and without ignored targets.
+    for reduction in ("mean", "sum"):
+        for ignore in (-100, None):
+            t = targets if ignore is not None else targets.clamp(min=0)
+            la = logits.clone().requires_grad_()
+            (ta.cross_entropy(la, t, ignore_index=ignore, reduction=reduction) * 3.0).backward()
+            l64 = d64(logits).requires_grad_()
+            kw = {} if ignore is None else {"ignore_index": ignore}
+            (F.cross_entropy(l64.reshape(-1, C), t.reshape(-1), reduction=reduction, **kw) * 3.0).backward()
+            check(f"cross_entropy {reduction} x3 dlogits (ignore {ignore})", la.grad, l64.grad, dtype, seed)

@@ -375,9 +375,9 @@ void cross_entropy_impl(Call& call, const Tensor& loss_out, const Tensor& logits
   run_cross_entropy(call, p, logits);
 }
 
-void cross_entropy_backward_impl(Call& call, const Tensor& dlogits_out, const Tensor& logits, const Tensor& targets,
-                                 const Tensor& dloss, const CrossEntropyOptions& options) {
-  norm::CrossEntropy p = cross_entropy_problem(call, logits, targets, options);
+// The per-row upstream gradient: F32 of the targets' shape on the operands' device, made
+// dense when it is not.
+const float* dloss_in(Call& call, const Tensor& dloss, const Tensor& targets) {
   require_defined(call, "dloss", dloss);
   if (dloss.dtype() != DType::f32) {
     fail(ErrorCode::DTypeMismatch, cat(call.op, ": dloss has dtype ", dtype_name(dloss.dtype()), "; expected f32"));
@@ -387,31 +387,37 @@ void cross_entropy_backward_impl(Call& call, const Tensor& dlogits_out, const Te
                                        ", expected the targets' shape ", shape_str(targets.shape())));
   }
   require_device(call, "dloss", dloss);
+  if (dloss.is_contiguous()) return static_cast<const float*>(dloss.data());
+  call.temporaries.push_back(dloss.contiguous(call.stream));
+  return static_cast<const float*>(call.temporaries.back().data());
+}
+
+void cross_entropy_backward_impl(Call& call, const Tensor& dlogits_out, const Tensor& logits, const Tensor& targets,
+                                 const Tensor& dloss, const CrossEntropyOptions& options) {
+  norm::CrossEntropy p = cross_entropy_problem(call, logits, targets, options);
+  p.dloss = dloss_in(call, dloss, targets);
   p.dlogits = rows_out(call, "dlogits_out", dlogits_out, logits.shape(), logits.dtype());
   require_no_overlap(call, "dlogits_out", dlogits_out,
                      {{"logits", &logits}, {"targets", &targets}, {"dloss", &dloss}});
-  if (dloss.is_contiguous()) {
-    p.dloss = static_cast<const float*>(dloss.data());
-  } else {
-    call.temporaries.push_back(dloss.contiguous(call.stream));
-    p.dloss = static_cast<const float*>(call.temporaries.back().data());
-  }
   run_cross_entropy(call, p, logits);
 }
 
+// grad_scale is used when dloss is undefined.
 void cross_entropy_with_grad_impl(Call& call, const Tensor& loss_out, const Tensor& dlogits_out,
-                                  const Tensor& logits, const Tensor& targets, float grad_scale,
+                                  const Tensor& logits, const Tensor& targets, float grad_scale, const Tensor& dloss,
                                   const CrossEntropyOptions& options) {
   norm::CrossEntropy p = cross_entropy_problem(call, logits, targets, options);
-  if (!std::isfinite(grad_scale)) {
+  if (dloss.defined()) {
+    p.dloss = dloss_in(call, dloss, targets);
+  } else if (!std::isfinite(grad_scale)) {
     fail(ErrorCode::InvalidArgument, cat(call.op, ": grad_scale must be finite, got ", grad_scale));
   }
   p.grad_scale = grad_scale;
   p.loss = static_cast<float*>(dense_out(call, "loss_out", loss_out, leading_shape(logits), DType::f32));
   p.dlogits = rows_out(call, "dlogits_out", dlogits_out, logits.shape(), logits.dtype());
   require_no_overlap(call, "loss_out", loss_out,
-                     {{"logits", &logits}, {"targets", &targets}, {"dlogits_out", &dlogits_out}});
-  require_no_overlap(call, "dlogits_out", dlogits_out, {{"logits", &logits}, {"targets", &targets}});
+                     {{"logits", &logits}, {"targets", &targets}, {"dlogits_out", &dlogits_out}, {"dloss", &dloss}});
+  require_no_overlap(call, "dlogits_out", dlogits_out, {{"logits", &logits}, {"targets", &targets}, {"dloss", &dloss}});
   run_cross_entropy(call, p, logits);
 }
 
@@ -451,7 +457,7 @@ void cross_entropy_with_grad_into(const Tensor& loss_out, const Tensor& dlogits_
                                   const Tensor& targets, float grad_scale, const CrossEntropyOptions& options,
                                   const Stream& stream) {
   Call call("cross_entropy_with_grad", logits, stream);
-  cross_entropy_with_grad_impl(call, loss_out, dlogits_out, logits, targets, grad_scale, options);
+  cross_entropy_with_grad_impl(call, loss_out, dlogits_out, logits, targets, grad_scale, Tensor(), options);
 }
 
 CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, float grad_scale,
@@ -460,8 +466,46 @@ CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor&
   require_row_input(call, "logits", logits);
   CrossEntropyWithGrad r{Tensor::empty(leading_shape(logits), DType::f32, call.device, call.stream),
                          empty_like_rows(call, logits)};
-  cross_entropy_with_grad_impl(call, r.loss, r.dlogits, logits, targets, grad_scale, options);
+  cross_entropy_with_grad_impl(call, r.loss, r.dlogits, logits, targets, grad_scale, Tensor(), options);
   return r;
+}
+
+void cross_entropy_with_grad_into(const Tensor& loss_out, const Tensor& dlogits_out, const Tensor& logits,
+                                  const Tensor& targets, const Tensor& dloss, const CrossEntropyOptions& options,
+                                  const Stream& stream) {
+  Call call("cross_entropy_with_grad", logits, stream);
+  require_defined(call, "dloss", dloss);
+  cross_entropy_with_grad_impl(call, loss_out, dlogits_out, logits, targets, 1.0f, dloss, options);
+}
+
+CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, const Tensor& dloss,
+                                             const CrossEntropyOptions& options, const Stream& stream) {
+  Call call("cross_entropy_with_grad", logits, stream);
+  require_row_input(call, "logits", logits);
+  require_defined(call, "dloss", dloss);
+  CrossEntropyWithGrad r{Tensor::empty(leading_shape(logits), DType::f32, call.device, call.stream),
+                         empty_like_rows(call, logits)};
+  cross_entropy_with_grad_impl(call, r.loss, r.dlogits, logits, targets, 1.0f, dloss, options);
+  return r;
+}
+
+void scale_unless_one(const Tensor& x, const Tensor& scale, const Stream& stream) {
+  Call call("scale_unless_one", x, stream);
+  require_row_input(call, "x", x);
+  require_defined(call, "scale", scale);
+  if (scale.dtype() != DType::f32 || scale.numel() != 1) {
+    fail(ErrorCode::InvalidArgument, cat(call.op, ": scale is ", scale.str(), "; expected one f32 element"));
+  }
+  require_device(call, "scale", scale);
+  require_no_overlap(call, "x", x, {{"scale", &scale}});
+  norm::ScaleRows p;
+  p.cols = x.shape().back();
+  p.rows = x.numel() / p.cols;
+  p.dtype = x.dtype();
+  p.x = rows_out(call, "x", x, x.shape(), x.dtype());  // scaled in place: a dense last axis, one row stride
+  p.scale = static_cast<const float*>(scale.data());
+  if (p.rows == 0) return;
+  run(call, p, RUDNN_NORM_BACKENDS(scale_unless_one));
 }
 
 // ---- Backward norms and softmax -----------------------------------------------------------------

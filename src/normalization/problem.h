@@ -86,4 +86,12 @@ struct CrossEntropy {
   float grad_scale = 1.0f;
 };
 
+// x *= *scale in place, skipped when *scale == 1 (read where x lives).
+struct ScaleRows {
+  int64_t rows = 0, cols = 0;
+  DType dtype = DType::f32;
+  RowsOut x;
+  const float* scale = nullptr;
+};
+
 }  // namespace rudnn::norm

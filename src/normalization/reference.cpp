@@ -246,5 +246,16 @@ void softmax_backward(const SoftmaxBackward& p) {
 void cross_entropy(const CrossEntropy& p) {
   with_float_type(p.dtype, [&](auto tag) { cross_entropy_typed<decltype(tag)>(p); });
 }
+void scale_unless_one(const ScaleRows& p) {
+  const float s = *p.scale;
+  if (s == 1.0f) return;
+  with_float_type(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t r = 0; r < p.rows; ++r) {
+      T* x = row_out<T>(p.x, r);
+      for (int64_t c = 0; c < p.cols; ++c) x[c] = round_float<T>(static_cast<float>(to_double(x[c])) * s);
+    }
+  });
+}
 
 }  // namespace rudnn::norm::reference

@@ -12,5 +12,6 @@ void norm_backward(const NormBackward& p);
 void softmax_forward(const SoftmaxForward& p);
 void softmax_backward(const SoftmaxBackward& p);
 void cross_entropy(const CrossEntropy& p);
+void scale_unless_one(const ScaleRows& p);
 
 }  // namespace rudnn::norm::reference

@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_loop(CrossEntropy p) {
     }
     const T* x = static_cast<const T*>(p.logits.data) + row * p.logits.stride;
     SoftmaxState state{MaxOp::identity(), 0.0f};
-    for_each_vector<W, kThreads>(x, p.cols, [&](int64_t, const float (&v)[W]) { rudnn::cuda::fold(state, v); });
+    for_each_pack<W, kThreads>(x, p.cols, [&](int64_t, const auto& pack) { rudnn::cuda::fold(state, pack); });
     state = group_reduce<kThreads>(state, scratch);
     const bool finite = isfinite(state.max);
     if (threadIdx.x == 0 && p.loss) {
@@ -242,13 +242,9 @@ __global__ void __launch_bounds__(kClusterThreads, 1) cross_entropy_grad_cluster
     const float scale = p.dloss ? p.dloss[row] : p.grad_scale;  // loaded early, used last
     const T* x = logits.template wait<T>(k);
 
-    rudnn::cuda::SoftmaxState state{MaxOp::identity(), 0.0f};
+    SoftmaxState state{MaxOp::identity(), 0.0f};
     for (int c = static_cast<int>(threadIdx.x) * W; c < chunk; c += kClusterThreads * W) {
-      const Packed pack = *reinterpret_cast<const Packed*>(x + c);
-      float v[W];
-#pragma unroll
-      for (int j = 0; j < W; ++j) v[j] = to_float(pack.v[j]);
-      rudnn::cuda::fold(state, v);
+      rudnn::cuda::fold(state, *reinterpret_cast<const Packed*>(x + c));
     }
     state = group_reduce<kClusterThreads>(state, scratch);
     float2* mine = &published[exchanges & 1];
@@ -268,17 +264,32 @@ __global__ void __launch_bounds__(kClusterThreads, 1) cross_entropy_grad_cluster
     if (threadIdx.x == 0 && p.loss && target_col >= 0 && target_col < chunk) {
       p.loss[row] = lse - to_float(x[target_col]);
     }
-    const bool finite = isfinite(merged.max);
-    const float inv = 1.0f / merged.sum;
-    for (int c = static_cast<int>(threadIdx.x) * W; c < chunk; c += kClusterThreads * W) {
-      const Packed pack = *reinterpret_cast<const Packed*>(x + c);
+    if (isfinite(merged.max)) {
+      // softmax(x) = exp(x - lse): for 16-bit logits one FFMA and one ex2 (see
+      // exp_minus_max); F32 logits keep exp(x - max) / sum.
+      const float inv = 1.0f / merged.sum, lse_log2 = lse * rudnn::cuda::kLog2e;
+      auto softmax = [&](float v) {
+        if constexpr (sizeof(T) == 2) return rudnn::cuda::exp2_approx(fmaf(v, rudnn::cuda::kLog2e, -lse_log2));
+        return __expf(v - merged.max) * inv;
+      };
+      for (int c = static_cast<int>(threadIdx.x) * W; c < chunk; c += kClusterThreads * W) {
+        const Packed pack = *reinterpret_cast<const Packed*>(x + c);
+        float out[W];
+#pragma unroll
+        for (int j = 0; j < W; ++j) out[j] = softmax(to_float(pack.v[j])) * scale;
+        rudnn::cuda::store_pack<T, W>(dx + c, out);
+      }
+      // The target column: (softmax - 1) * scale, over the value its owner just stored.
+      if (target_col >= 0 && target_col < chunk && (target_col / W) % kClusterThreads == threadIdx.x) {
+        dx[target_col] = from_float<T>((softmax(to_float(x[target_col])) - 1.0f) * scale);
+      }
+    } else {  // a max of +inf or NaN: the row is undefined
       float out[W];
 #pragma unroll
-      for (int j = 0; j < W; ++j) {
-        const float onehot = c + j == target_col ? 1.0f : 0.0f;
-        out[j] = finite ? (__expf(to_float(pack.v[j]) - merged.max) * inv - onehot) * scale : kNaN;
+      for (int j = 0; j < W; ++j) out[j] = kNaN;
+      for (int c = static_cast<int>(threadIdx.x) * W; c < chunk; c += kClusterThreads * W) {
+        rudnn::cuda::store_pack<T, W>(dx + c, out);
       }
-      rudnn::cuda::store_pack<T, W>(dx + c, out);
     }
     __syncthreads();  // every read of the buffer is done
     logits.refill(k);
@@ -377,7 +388,47 @@ void launch(const CrossEntropy& p, const Stream& stream) {
   check_launch("cross_entropy");
 }
 
+// x *= s, unless s is 1: every block reads s first and leaves at once when it is, so the
+// common case costs one launch and no pass over x.
+template <class T, int W>
+__global__ void scale_unless_one_kernel(ScaleRows p) {
+  const float s = *p.scale;
+  if (s == 1.0f) return;
+  const int64_t per_row = p.cols / W, total = p.rows * per_row;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    T* x = static_cast<T*>(p.x.data) + (i / per_row) * p.x.stride + (i % per_row) * W;
+    float v[W];
+    rudnn::cuda::load_pack<T, W>(x, v);
+#pragma unroll
+    for (int j = 0; j < W; ++j) v[j] *= s;
+    rudnn::cuda::store_pack<T, W>(x, v);
+  }
+}
+
 }  // namespace
+
+void scale_unless_one(const ScaleRows& p, const Stream& stream) {
+  rudnn::detail::cuda::DeviceGuard guard(stream.device().index);
+  const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
+  with_float_type(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int W = 16 / sizeof(T);
+    Alignment a;
+    require_rows_aligned(a, p.x.data, p.x.stride, sizeof(T));
+    const bool vectorized = a.ok && p.cols % W == 0;
+    const int64_t items = p.rows * (vectorized ? p.cols / W : p.cols);
+    const int64_t most = 8 * static_cast<int64_t>(multiprocessor_count(stream.device()));
+    const int64_t wanted = (items + 255) / 256;
+    const unsigned grid = static_cast<unsigned>(wanted < most ? wanted : most);
+    if (vectorized) {
+      scale_unless_one_kernel<T, W><<<grid, 256, 0, s>>>(p);
+    } else {
+      scale_unless_one_kernel<T, 1><<<grid, 256, 0, s>>>(p);
+    }
+  });
+  check_launch("scale_unless_one");
+}
 
 void cross_entropy(const CrossEntropy& p, const Stream& stream) {
   rudnn::detail::cuda::DeviceGuard guard(stream.device().index);

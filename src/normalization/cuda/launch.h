@@ -14,5 +14,6 @@ void norm_backward(const NormBackward& p, const Stream& stream);
 void softmax_forward(const SoftmaxForward& p, const Stream& stream);
 void softmax_backward(const SoftmaxBackward& p, const Stream& stream);
 void cross_entropy(const CrossEntropy& p, const Stream& stream);
+void scale_unless_one(const ScaleRows& p, const Stream& stream);
 
 }  // namespace rudnn::norm::cuda

@@ -250,13 +250,13 @@ __device__ __forceinline__ void store_row(const RowThread<Tile>& t, T* row, int 
   }
 }
 
-// Loop tiles: calls body(c, v) for each vector (column c, values v) of a row that this
-// thread owns, loading kUnroll vectors (packed, in the storage type) before the first is
-// used so that several loads are in flight.
-// `thread` is this thread's index among the kThreads that share the row.
+// Loop tiles: calls body(c, pack) for each vector (column c, W packed values in the storage
+// type) of a row that this thread owns, loading kUnroll vectors before the first is used so
+// that several loads are in flight. `thread` is this thread's index among the kThreads that
+// share the row.
 template <int W, int kThreads = kLoopThreads, class T, class Body>
-__device__ __forceinline__ void for_each_vector(const T* __restrict__ row, int64_t cols, Body&& body,
-                                                int thread = static_cast<int>(threadIdx.x)) {
+__device__ __forceinline__ void for_each_pack(const T* __restrict__ row, int64_t cols, Body&& body,
+                                              int thread = static_cast<int>(threadIdx.x)) {
   constexpr int U = LoopTile<W>::kUnroll;
   using Packed = rudnn::cuda::Pack<T, W>;
   const int64_t step = static_cast<int64_t>(kThreads) * W;
@@ -266,18 +266,24 @@ __device__ __forceinline__ void for_each_vector(const T* __restrict__ row, int64
 #pragma unroll
     for (int u = 0; u < U; ++u) raw[u] = *reinterpret_cast<const Packed*>(row + c + u * step);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      float v[W];
+    for (int u = 0; u < U; ++u) body(c + u * step, raw[u]);
+  }
+  for (; c < cols; c += step) body(c, *reinterpret_cast<const Packed*>(row + c));
+}
+
+// The same with the values converted to FP32: body(c, v).
+template <int W, int kThreads = kLoopThreads, class T, class Body>
+__device__ __forceinline__ void for_each_vector(const T* __restrict__ row, int64_t cols, Body&& body,
+                                                int thread = static_cast<int>(threadIdx.x)) {
+  for_each_pack<W, kThreads>(
+      row, cols,
+      [&](int64_t c, const rudnn::cuda::Pack<T, W>& pack) {
+        float v[W];
 #pragma unroll
-      for (int j = 0; j < W; ++j) v[j] = to_float(raw[u].v[j]);
-      body(c + u * step, v);
-    }
-  }
-  for (; c < cols; c += step) {
-    float v[W];
-    rudnn::cuda::load_pack<T, W>(row + c, v);
-    body(c, v);
-  }
+        for (int j = 0; j < W; ++j) v[j] = to_float(pack.v[j]);
+        body(c, v);
+      },
+      thread);
 }
 
 // The same over two rows read side by side (x and residual, x and dy, ...).

@@ -69,17 +69,16 @@ __device__ __forceinline__ void logsumexp_row(const SoftmaxForward& p, const Row
   load_row_packed(t, x_row, cols, x, -__builtin_huge_valf());
   float m = MaxOp::identity();
 #pragma unroll
-  for (int i = 0; i < V; ++i)
-#pragma unroll
-    for (int j = 0; j < W; ++j) m = MaxOp{}(m, x(i, j));
+  for (int i = 0; i < V; ++i) m = MaxOp{}(m, rudnn::cuda::pack_max(x.pack[i]));
   m = group_reduce<Tile::kThreadsPerRow>(m, MaxOp{}, scratch);
   on_loaded();
   float s = 0.0f;
   if (isfinite(m)) {
+    const float m_log2 = m * rudnn::cuda::kLog2e;
 #pragma unroll
     for (int i = 0; i < V; ++i)
 #pragma unroll
-      for (int j = 0; j < W; ++j) s += __expf(x(i, j) - m);  // the -inf fill adds 0
+      for (int j = 0; j < W; ++j) s += rudnn::cuda::exp_minus_max<T>(x(i, j), m, m_log2);  // the -inf fill adds 0
   }
   s = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch);
   if (t.lane == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp({m, s}));
@@ -125,7 +124,7 @@ __global__ void __launch_bounds__(kWarpRowThreads, 6) logsumexp_warp(SoftmaxForw
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < p.rows; row += step) {
     const T* x = static_cast<const T*>(p.x.data) + row * p.x.stride;
     SoftmaxState state{MaxOp::identity(), 0.0f};
-    for_each_vector<W, 32>(x, p.cols, [&](int64_t, const float (&v)[W]) { rudnn::cuda::fold(state, v); }, lane);
+    for_each_pack<W, 32>(x, p.cols, [&](int64_t, const auto& pack) { rudnn::cuda::fold(state, pack); }, lane);
     state = group_reduce<32>(state, nullptr);
     if (lane == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp(state));
   }
@@ -137,7 +136,7 @@ __global__ void __launch_bounds__(kLoopThreads) softmax_loop(SoftmaxForward p) {
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const T* x = static_cast<const T*>(p.x.data) + row * p.x.stride;
     SoftmaxState state{MaxOp::identity(), 0.0f};
-    for_each_vector<W>(x, p.cols, [&](int64_t, const float (&v)[W]) { rudnn::cuda::fold(state, v); });
+    for_each_pack<W>(x, p.cols, [&](int64_t, const auto& pack) { rudnn::cuda::fold(state, pack); });
     state = group_reduce<kLoopThreads>(state, scratch);
     if constexpr (kLse) {
       if (threadIdx.x == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp(state));

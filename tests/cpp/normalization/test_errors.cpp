@@ -130,6 +130,30 @@ TEST(NormErrors, OutputRulesOfTheIntoForms) {
                            ErrorCode::DTypeMismatch, {"dgamma_out has dtype bf16"}));
 }
 
+TEST(NormErrors, CrossEntropyPerRowUpstreamGradientAndScaleUnlessOne) {
+  const Tensor x = Tensor::full({4, 8}, 1.0, DType::f32);
+  const Tensor t = Tensor::zeros({4}, DType::i64);
+  EXPECT_TRUE(throws_error([&] { cross_entropy_with_grad(x, t, Tensor::full({4}, 1.0, DType::bf16)); },
+                           ErrorCode::DTypeMismatch, {"cross_entropy_with_grad", "dloss has dtype bf16", "f32"}));
+  EXPECT_TRUE(throws_error([&] { cross_entropy_with_grad(x, t, Tensor::full({5}, 1.0, DType::f32)); },
+                           ErrorCode::ShapeMismatch, {"cross_entropy_with_grad", "dloss has shape [5]"}));
+  EXPECT_TRUE(throws_error([&] { cross_entropy_with_grad(x, t, Tensor()); }, ErrorCode::InvalidArgument,
+                           {"cross_entropy_with_grad", "dloss", "undefined"}));
+  const Tensor one = Tensor::full({1}, 1.0, DType::f32);
+  EXPECT_TRUE(throws_error([&] { scale_unless_one(x, Tensor::full({2}, 1.0, DType::f32)); }, ErrorCode::InvalidArgument,
+                           {"scale_unless_one", "scale", "one f32 element"}));
+  EXPECT_TRUE(throws_error([&] { scale_unless_one(x, Tensor::full({1}, 1.0, DType::f16)); }, ErrorCode::InvalidArgument,
+                           {"scale_unless_one", "scale"}));
+  EXPECT_TRUE(throws_error([&] { scale_unless_one(Tensor::zeros({4}, DType::i32), one); }, ErrorCode::DTypeMismatch,
+                           {"scale_unless_one", "x has dtype i32"}));
+  EXPECT_TRUE(throws_error([&] { scale_unless_one(x.transpose(0, 1), one); }, ErrorCode::InvalidArgument,
+                           {"scale_unless_one", "x", "dense last axis"}));
+  EXPECT_TRUE(throws_error([&] { scale_unless_one(x, x.view({32}).slice(0, 0, 1)); }, ErrorCode::InvalidArgument,
+                           {"scale_unless_one", "x overlaps scale"}));
+  EXPECT_TRUE(throws_error([&] { scale_unless_one(x, Tensor()); }, ErrorCode::InvalidArgument,
+                           {"scale_unless_one", "scale", "undefined"}));
+}
+
 TEST(NormErrors, RejectedCallsLeaveOutputsUntouched) {
   const Tensor x = Tensor::full({4, 8}, 1.0, DType::f32);
   const Tensor out = poisoned({4, 8}, DType::f32, Device::cpu());

@@ -236,6 +236,39 @@ TEST(NormGpu, CrossEntropyGradientOfVocabularyRows) {
   }
 }
 
+// The per-row upstream gradient form of the fused op, and scale_unless_one, against the
+// reference; a scale of exactly 1 leaves the tensor's bits as they were.
+TEST(NormGpu, PerRowUpstreamGradientAndScaleUnlessOne) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    for (int64_t c : {100, 8192, 128256}) {
+      const int64_t rows = rng.integer(1, 30);
+      const Tensor targets = random_integers(rng, {rows}, DType::i64, -c, c - 1);
+      expect_gpu_matches_reference(
+          [](const std::vector<Tensor>& in) {
+            const CrossEntropyWithGrad r = cross_entropy_with_grad(in[0], in[1], in[2]);
+            return std::vector<Tensor>{r.loss, r.dlogits};
+          },
+          {random_tensor(rng, {rows, c}, dt, 0, 2), targets, random_tensor(rng, {rows}, DType::f32)},
+          describe("cross_entropy_with_grad (per-row dloss)", dt, {rows, c}));
+    }
+    for (int64_t c : {1, 7, 8, 4096, 4100}) {
+      const Shape shape{rng.integer(1, 50), c};
+      const Tensor host = random_tensor(rng, shape, dt);
+      const Tensor x = on_gpu(host);
+      scale_unless_one(x, on_gpu(Tensor::full({1}, 1.0, DType::f32)));
+      EXPECT_TRUE(bit_equal(x.to_host(), host)) << describe("scale_unless_one(1)", dt, shape);
+      const float s = rng.uniform(-2, 2);
+      scale_unless_one(x, on_gpu(Tensor::full({1}, s, DType::f32)));
+      const Tensor expected = Tensor::empty(shape, dt);
+      expected.copy_from(host);
+      scale_unless_one(expected, Tensor::full({1}, s, DType::f32));
+      EXPECT_TRUE(bit_equal(x.to_host(), expected)) << describe("scale_unless_one", dt, shape);
+    }
+  }
+}
+
 TEST(NormGpu, LayerNormBackward) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
@@ -504,6 +537,8 @@ TEST(NormGpu, EveryOpCapturesIntoACudaGraph) {
                  an = poisoned(shape, dt, kGpu), sm = poisoned(shape, dt, kGpu), lse = poisoned({rows}, dt, kGpu),
                  ce = poisoned({rows}, DType::f32, kGpu), dce = poisoned(shape, dt, kGpu),
                  ce2 = poisoned({rows}, DType::f32, kGpu), dce2 = poisoned(shape, dt, kGpu),
+                 ce3 = poisoned({rows}, DType::f32, kGpu), dce3 = poisoned(shape, dt, kGpu),
+                 half = Tensor::full({1}, 0.5, DType::f32, kGpu),
                  dx = poisoned(shape, dt, kGpu), dg = poisoned({h}, DType::f32, kGpu), db = poisoned({h}, dt, kGpu),
                  rdx = poisoned(shape, dt, kGpu), rdg = poisoned({h}, DType::f32, kGpu),
                  sdx = poisoned(shape, dt, kGpu);
@@ -516,6 +551,8 @@ TEST(NormGpu, EveryOpCapturesIntoACudaGraph) {
       cross_entropy_into(ce, x, t, {}, s);
       cross_entropy_backward_into(dce, x, t, dl, {}, s);
       cross_entropy_with_grad_into(ce2, dce2, x, t, 0.25f, {}, s);
+      cross_entropy_with_grad_into(ce3, dce3, x, t, dl, {}, s);
+      scale_unless_one(dce3, half, s);  // the same as dloss * 0.5
       layer_norm_backward_into(dx, dg, db, dy, x, g, b, 1e-5f, s);
       rms_norm_backward_into(rdx, rdg, dy, x, g, 1e-6f, s);
       softmax_backward_into(sdx, dy, sm, s);
@@ -545,6 +582,10 @@ TEST(NormGpu, EveryOpCapturesIntoACudaGraph) {
       const CrossEntropyWithGrad fused = cross_entropy_with_grad(hx, ht, 0.25f);
       EXPECT_TRUE(all_close(ce2, fused.loss));
       EXPECT_TRUE(all_close(dce2, fused.dlogits));
+      EXPECT_TRUE(all_close(ce3, cross_entropy(hx, ht)));
+      Tensor halved = cross_entropy_backward(hx, ht, hdl);
+      scale_unless_one(halved, Tensor::full({1}, 0.5, DType::f32));
+      EXPECT_TRUE(all_close(dce3, halved));
       const LayerNormGrads lg = layer_norm_backward(hdy, hx, hg, hb, 1e-5f);
       EXPECT_TRUE(all_close(dx, lg.dx));
       EXPECT_TRUE(all_close(dg, lg.dgamma));

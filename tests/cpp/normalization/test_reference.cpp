@@ -186,6 +186,34 @@ TEST(NormReference, CrossEntropyWithGradEqualsForwardAndBackward) {
   const CrossEntropyWithGrad both = cross_entropy_with_grad(logits, targets, scale);
   EXPECT_TRUE(bit_equal(both.loss, cross_entropy(logits, targets)));
   EXPECT_TRUE(bit_equal(both.dlogits, cross_entropy_backward(logits, targets, Tensor::full({13}, scale, DType::f32))));
+  // With an upstream gradient per row.
+  const Tensor dloss = random_tensor(rng, {13}, DType::f32);
+  const CrossEntropyWithGrad per_row = cross_entropy_with_grad(logits, targets, dloss);
+  EXPECT_TRUE(bit_equal(per_row.loss, cross_entropy(logits, targets)));
+  EXPECT_TRUE(bit_equal(per_row.dlogits, cross_entropy_backward(logits, targets, dloss)));
+}
+
+TEST(NormReference, ScaleUnlessOne) {
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    const Tensor x = random_tensor(rng, {5, 7}, dt);
+    Tensor untouched = Tensor::empty(x.shape(), dt);
+    untouched.copy_from(x);
+    scale_unless_one(x, Tensor::full({1}, 1.0, DType::f32));
+    EXPECT_TRUE(bit_equal(x, untouched)) << dtype_name(dt);
+    scale_unless_one(x, Tensor::full({1}, -0.5, DType::f32));
+    const auto before = to_doubles(untouched), after = to_doubles(x);
+    for (size_t i = 0; i < before.size(); ++i) {
+      // Exact: a product by -0.5 in FP32, then rounded to the dtype it came from.
+      ASSERT_EQ(after[i], -0.5 * before[i]) << dtype_name(dt) << " element " << i;
+    }
+  }
+  // Rows of a strided view are scaled in place, the rows between untouched.
+  const Tensor base = Tensor::full({6, 4}, 2.0, DType::f32);
+  scale_unless_one(base.slice(0, 0, 6, 2), Tensor::full({1}, 3.0, DType::f32));
+  const auto v = to_doubles(base);
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t c = 0; c < 4; ++c) ASSERT_EQ(v[r * 4 + c], r % 2 ? 2.0 : 6.0);
 }
 
 TEST(NormReference, StridedInputsEqualContiguousOnes) {
