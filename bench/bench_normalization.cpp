@@ -444,10 +444,10 @@ void run_variants(Bench& b) {
       {"tile", lse_ops, [](KernelTuning& t) { t.logsumexp = RowKernel::tile; }},
       {"staged", lse_ops, [](KernelTuning& t) { t.logsumexp = RowKernel::staged; }},
       {"staged, 3 stages", lse_ops, [](KernelTuning& t) { t.logsumexp = RowKernel::staged, t.row_stages = 3; }},
-      {"two-pass loop", grads, [](KernelTuning& t) { t.cluster_cross_entropy = false; }},
-      {"cluster 4, 2 stages", grads, [](KernelTuning& t) { t.cluster_size = 4, t.cluster_stages = 2; }},
-      {"cluster 8, 3 stages", grads, [](KernelTuning& t) { t.cluster_size = 8, t.cluster_stages = 3; }},
-      {"cluster 8, 2 stages", grads, [](KernelTuning& t) { t.cluster_size = 8, t.cluster_stages = 2; }},
+      {"cluster (smallest that holds the row), 3 stages", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true; }},
+      {"cluster 4, 2 stages", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 4, t.cluster_stages = 2; }},
+      {"cluster 8, 3 stages", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 8, t.cluster_stages = 3; }},
+      {"cluster 8, 2 stages", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 8, t.cluster_stages = 2; }},
   };
   for (const Variant& v : variants) {
     kernel_tuning() = defaults;

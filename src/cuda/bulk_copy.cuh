@@ -87,4 +87,24 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, 
 #endif
 }
 
+// The address of `local` (this block's shared memory) in block `rank` of the cluster.
+__device__ __forceinline__ uint32_t peer_shared_address(const void* local, uint32_t rank) {
+  uint32_t remote = 0;
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(rank));
+#endif
+  return remote;
+}
+
+// Stores two floats into another block's shared memory (addresses from peer_shared_address)
+// and counts their 8 bytes down on that block's mbarrier: the receiver learns of the data by
+// waiting on its own barrier, with no cluster-wide barrier and no memory fence.
+__device__ __forceinline__ void store_to_peer(uint32_t remote, float2 v, uint32_t remote_bar) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(remote),
+               "f"(v.x), "f"(v.y), "r"(remote_bar)
+               : "memory");
+#endif
+}
+
 }  // namespace rudnn::cuda

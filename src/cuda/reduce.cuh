@@ -103,15 +103,6 @@ __device__ __forceinline__ void fold(SoftmaxState& s, const float (&v)[W]) {
   s = {m, sum};
 }
 
-constexpr float kLog2e = 1.4426950408889634f;
-
-// 2^x on the special-function unit (ex2.approx.ftz: about 2 ulp; what __expf is built on).
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // The NaN-propagating maximum of a packed vector. 16-bit types compare pairs in one
 // instruction (__hmax2_nan; exact, as the maximum is one of the values).
 template <class T, int W>
@@ -131,30 +122,15 @@ __device__ __forceinline__ float pack_max(const Pack<T, W>& x) {
   }
 }
 
-// exp(x - max) for a value x of type T, given max_log2 = max * log2(e). For 16-bit inputs
-// one FFMA and one ex2: the rounding of max_log2 costs |max| * 1e-7 relative, far below their
-// precision. F32 inputs keep the subtraction first (exact for nearby values).
-template <class T>
-__device__ __forceinline__ float exp_minus_max(float x, float max, float max_log2) {
-  if constexpr (std::is_same_v<T, float>) {
-    (void)max_log2;
-    return __expf(x - max);
-  } else {
-    (void)max;
-    return exp2_approx(fmaf(x, kLog2e, -max_log2));
-  }
-}
-
 // Folds a packed vector into an online softmax state: one rescale of the running sum per
 // vector, the maximum on packed pairs for 16-bit types.
 template <class T, int W>
 __device__ __forceinline__ void fold(SoftmaxState& s, const Pack<T, W>& x) {
   const float m = MaxOp{}(s.max, pack_max(x));
   if (m == -__builtin_huge_valf()) return;  // everything so far is -inf: the sum stays 0
-  const float m_log2 = m * kLog2e;
-  float sum = s.max == m ? s.sum : s.sum * exp_minus_max<T>(s.max, m, m_log2);
+  float sum = s.max == m ? s.sum : s.sum * __expf(s.max - m);
 #pragma unroll
-  for (int j = 0; j < W; ++j) sum += exp_minus_max<T>(to_float(x.v[j]), m, m_log2);
+  for (int j = 0; j < W; ++j) sum += __expf(to_float(x.v[j]) - m);  // exactly 1 for the maximum
   s = {m, sum};
 }
 

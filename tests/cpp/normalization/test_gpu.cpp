@@ -204,37 +204,47 @@ TEST(NormGpu, CrossEntropyForwardBackwardAndFused) {
   }
 }
 
-// Vocabulary-sized rows, where the gradient comes from the cluster kernel on sm_90 (a row
-// split over 1, 2, 4 or 8 blocks, or the two-pass loop when even 8 cannot hold it): ignored
-// and out-of-range targets among valid ones, a per-row upstream gradient, and more rows
-// than there are clusters on the device.
+#if RUDNN_TEST_CUDA
+// Vocabulary-sized rows, through the default two-pass loop and through the cluster kernel
+// (sm_90; a row split over 1, 2, 4 or 8 blocks, or the loop when even 8 cannot hold it):
+// ignored and out-of-range targets among valid ones, a per-row upstream gradient, and more
+// rows than there are clusters on the device.
 TEST(NormGpu, CrossEntropyGradientOfVocabularyRows) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
-  for (DType dt : kFloatTypes) {
-    for (int64_t c : {32776, 40000, 128256, 151936, 262144}) {
-      const int64_t rows = rng.integer(20, 70);
-      std::vector<double> t = to_doubles(random_integers(rng, {rows}, DType::i64, -c, c - 1));
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t kind = rng.integer(0, 9);
-        if (kind == 0) t[r] = -100;                                    // ignored
-        if (kind == 1) t[r] = rng.integer(0, 1) ? c : -c - 1;          // out of range
-        if (kind == 2) t[r] = static_cast<double>(rng.integer(0, 1) ? 0 : c - 1);  // the ends of the row
+  struct Restore {
+    norm::cuda::KernelTuning saved = norm::cuda::kernel_tuning();
+    ~Restore() { norm::cuda::kernel_tuning() = saved; }
+  } restore;
+  for (const bool cluster : {false, true}) {
+    norm::cuda::kernel_tuning().cluster_cross_entropy = cluster;
+    SCOPED_TRACE(cluster ? "cluster kernel" : "two-pass loop");
+    for (DType dt : kFloatTypes) {
+      for (int64_t c : {32776, 40000, 128256, 151936, 262144}) {
+        const int64_t rows = rng.integer(20, 70);
+        std::vector<double> t = to_doubles(random_integers(rng, {rows}, DType::i64, -c, c - 1));
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t kind = rng.integer(0, 9);
+          if (kind == 0) t[r] = -100;                                    // ignored
+          if (kind == 1) t[r] = rng.integer(0, 1) ? c : -c - 1;          // out of range
+          if (kind == 2) t[r] = static_cast<double>(rng.integer(0, 1) ? 0 : c - 1);  // the ends of the row
+        }
+        const Tensor targets = host_tensor(t, {rows}, DType::i64);
+        const float scale = rng.uniform(0.1f, 2.0f);
+        expect_gpu_matches_reference(
+            [scale](const std::vector<Tensor>& in) {
+              const CrossEntropyOptions opts = CrossEntropyOptions{}.set_ignore_index(-100);
+              const CrossEntropyWithGrad fused = cross_entropy_with_grad(in[0], in[1], scale, opts);
+              return std::vector<Tensor>{cross_entropy_backward(in[0], in[1], in[2], opts), fused.loss, fused.dlogits};
+            },
+            {random_tensor(rng, {rows, c}, dt, rng.uniform(-3, 3), rng.uniform(0.5f, 3)), targets,
+             random_tensor(rng, {rows}, DType::f32)},
+            describe("cross_entropy (vocabulary rows)", dt, {rows, c}));
       }
-      const Tensor targets = host_tensor(t, {rows}, DType::i64);
-      const float scale = rng.uniform(0.1f, 2.0f);
-      expect_gpu_matches_reference(
-          [scale](const std::vector<Tensor>& in) {
-            const CrossEntropyOptions opts = CrossEntropyOptions{}.set_ignore_index(-100);
-            const CrossEntropyWithGrad fused = cross_entropy_with_grad(in[0], in[1], scale, opts);
-            return std::vector<Tensor>{cross_entropy_backward(in[0], in[1], in[2], opts), fused.loss, fused.dlogits};
-          },
-          {random_tensor(rng, {rows, c}, dt, rng.uniform(-3, 3), rng.uniform(0.5f, 3)), targets,
-           random_tensor(rng, {rows}, DType::f32)},
-          describe("cross_entropy (vocabulary rows)", dt, {rows, c}));
     }
   }
 }
+#endif  // RUDNN_TEST_CUDA
 
 // The per-row upstream gradient form of the fused op, and scale_unless_one, against the
 // reference; a scale of exactly 1 leaves the tensor's bits as they were.
@@ -478,10 +488,11 @@ TEST(NormGpu, EveryKernelVariantMatchesTheReference) {
       {"staged", [](KernelTuning& t) { t.norm = t.logsumexp = RowKernel::staged; }},
       {"staged, 3 stages", [](KernelTuning& t) { t.norm = t.logsumexp = RowKernel::staged, t.row_stages = 3; }},
       {"logsumexp warp rows", [](KernelTuning& t) { t.logsumexp = RowKernel::warp; }},
-      {"two-pass loop", [](KernelTuning& t) { t.cluster_cross_entropy = false; }},
-      {"cluster 2 stages", [](KernelTuning& t) { t.cluster_stages = 2; }},
-      {"cluster 8", [](KernelTuning& t) { t.cluster_size = 8; }},
-      {"cluster 8, 2 stages", [](KernelTuning& t) { t.cluster_size = 8, t.cluster_stages = 2; }},
+      {"cluster", [](KernelTuning& t) { t.cluster_cross_entropy = true; }},
+      {"cluster 2 stages", [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_stages = 2; }},
+      {"cluster 8", [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 8; }},
+      {"cluster 8, 2 stages",
+       [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 8, t.cluster_stages = 2; }},
   };
   for (const Variant& v : variants) {
     kernel_tuning() = restore.saved;
