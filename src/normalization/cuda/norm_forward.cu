@@ -92,13 +92,10 @@ template <class T, class Tile, int kStages, NormKind kKind>
 __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) norm_forward_staged(NormForward p) {
   static_assert(Tile::kRowsPerBlock == 1);
   __shared__ float scratch[32];
-  StagedRows<kStages> x(p.x.data, p.x.stride * static_cast<int64_t>(sizeof(T)),
-                        static_cast<uint32_t>(p.cols * static_cast<int64_t>(sizeof(T))), p.rows, blockIdx.x, gridDim.x);
-  x.begin();
   const RowThread<Tile> t;
-  for (int64_t k = 0; x.has(k); ++k) {
-    norm_forward_row<T, Tile, kKind>(p, t, x.row(k), x.template wait<T>(k), scratch, [&] { x.refill(k); });
-  }
+  for_each_staged_row<T, kStages>(p.x, p.rows, p.cols, [&](int64_t row, const T* x, auto&& on_loaded) {
+    norm_forward_row<T, Tile, kKind>(p, t, row, x, scratch, on_loaded);
+  });
 }
 
 template <class T, int W, NormKind kKind>
@@ -166,25 +163,6 @@ __global__ void __launch_bounds__(kLoopThreads) norm_forward_loop(NormForward p)
   }
 }
 
-// Launches the staged kernel for Tile when the tuning asks for it and the device can run it;
-// returns false otherwise.
-template <class T, class Tile, int kStages, NormKind kKind>
-bool launch_staged(const NormForward& p, const Stream& stream) {
-  auto kernel = norm_forward_staged<T, Tile, kStages, kKind>;
-  const Device device = stream.device();
-  static signed char hopper[64];
-  if (!built_for_hopper(kernel, device, hopper)) return false;
-  using Ring = StagedRows<kStages>;
-  static int occupancy[64];
-  const int64_t resident =
-      resident_blocks(kernel, Tile::kBlockThreads, device, occupancy, Ring::shared_bytes(Tile::kMaxRowBytes));
-  const unsigned grid = static_cast<unsigned>(p.rows < resident ? p.rows : resident);
-  const uint32_t shared = Ring::shared_bytes(static_cast<uint32_t>(p.cols * sizeof(T)));
-  trace_launch("norm_forward_staged", grid, Tile::kBlockThreads, shared, resident);
-  kernel<<<grid, Tile::kBlockThreads, shared, reinterpret_cast<cudaStream_t>(stream.handle())>>>(p);
-  return true;
-}
-
 template <class T, NormKind kKind>
 void launch(const NormForward& p, const Stream& stream) {
   const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
@@ -205,8 +183,13 @@ void launch(const NormForward& p, const Stream& stream) {
     } else {
       if constexpr (Tile::kRowsPerBlock == 1 && kKind != NormKind::add_rms) {
         if (tuning.norm == RowKernel::staged) {
-          const bool done = tuning.row_stages >= 3 ? launch_staged<T, Tile, 3, kKind>(p, stream)
-                                                   : launch_staged<T, Tile, 2, kKind>(p, stream);
+          const auto row_bytes = static_cast<uint32_t>(p.cols * sizeof(T));
+          const bool done =
+              tuning.row_stages >= 3
+                  ? launch_staged_rows<norm_forward_staged<T, Tile, 3, kKind>, Tile, 3>("norm_forward_staged", p,
+                                                                                         row_bytes, stream)
+                  : launch_staged_rows<norm_forward_staged<T, Tile, 2, kKind>, Tile, 2>("norm_forward_staged", p,
+                                                                                         row_bytes, stream);
           if (done) return;
         }
       }

@@ -101,13 +101,10 @@ template <class T, class Tile, int kStages>
 __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) logsumexp_staged(SoftmaxForward p) {
   static_assert(Tile::kRowsPerBlock == 1);
   __shared__ float scratch[32];
-  StagedRows<kStages> x(p.x.data, p.x.stride * static_cast<int64_t>(sizeof(T)),
-                        static_cast<uint32_t>(p.cols * static_cast<int64_t>(sizeof(T))), p.rows, blockIdx.x, gridDim.x);
-  x.begin();
   const RowThread<Tile> t;
-  for (int64_t k = 0; x.has(k); ++k) {
-    logsumexp_row<T, Tile>(p, t, x.row(k), x.template wait<T>(k), scratch, [&] { x.refill(k); });
-  }
+  for_each_staged_row<T, kStages>(p.x, p.rows, p.cols, [&](int64_t row, const T* x, auto&& on_loaded) {
+    logsumexp_row<T, Tile>(p, t, row, x, scratch, on_loaded);
+  });
 }
 
 // Log-sum-exp with one warp per row: the lanes stream the row with several vectors in flight
@@ -199,24 +196,6 @@ __global__ void __launch_bounds__(kLoopThreads) softmax_backward_loop(SoftmaxBac
   }
 }
 
-// Launches the staged log-sum-exp for Tile if the device can run it; returns false otherwise.
-template <class T, class Tile, int kStages>
-bool launch_logsumexp_staged(const SoftmaxForward& p, const Stream& stream) {
-  auto kernel = logsumexp_staged<T, Tile, kStages>;
-  const Device device = stream.device();
-  static signed char hopper[64];
-  if (!built_for_hopper(kernel, device, hopper)) return false;
-  using Ring = StagedRows<kStages>;
-  static int occupancy[64];
-  const int64_t resident =
-      resident_blocks(kernel, Tile::kBlockThreads, device, occupancy, Ring::shared_bytes(Tile::kMaxRowBytes));
-  const unsigned grid = static_cast<unsigned>(p.rows < resident ? p.rows : resident);
-  const uint32_t shared = Ring::shared_bytes(static_cast<uint32_t>(p.cols * sizeof(T)));
-  trace_launch("logsumexp_staged", grid, Tile::kBlockThreads, shared, resident);
-  kernel<<<grid, Tile::kBlockThreads, shared, reinterpret_cast<cudaStream_t>(stream.handle())>>>(p);
-  return true;
-}
-
 template <class T, bool kLse>
 void launch_forward(const SoftmaxForward& p, const Stream& s) {
   const auto stream = reinterpret_cast<cudaStream_t>(s.handle());
@@ -231,8 +210,11 @@ void launch_forward(const SoftmaxForward& p, const Stream& s) {
     } else if constexpr (kLse) {
       if constexpr (Tile::kRowsPerBlock == 1) {
         if (tuning.logsumexp == RowKernel::staged) {
-          const bool done = tuning.row_stages >= 3 ? launch_logsumexp_staged<T, Tile, 3>(p, s)
-                                                   : launch_logsumexp_staged<T, Tile, 2>(p, s);
+          const auto row_bytes = static_cast<uint32_t>(p.cols * sizeof(T));
+          const bool done =
+              tuning.row_stages >= 3
+                  ? launch_staged_rows<logsumexp_staged<T, Tile, 3>, Tile, 3>("logsumexp_staged", p, row_bytes, s)
+                  : launch_staged_rows<logsumexp_staged<T, Tile, 2>, Tile, 2>("logsumexp_staged", p, row_bytes, s);
           if (done) return;
         } else if (tuning.logsumexp == RowKernel::warp) {
           const unsigned grid = row_grid(p.rows, kWarpRowThreads / 32);

@@ -26,6 +26,8 @@
 #include <cstdint>
 
 #include "cuda/bulk_copy.cuh"
+#include "normalization/cuda/row_tile.cuh"
+#include "normalization/problem.h"
 
 namespace rudnn::norm::cuda {
 
@@ -111,5 +113,37 @@ class StagedRows {
   uint64_t* full_;
   unsigned char* buffers_;
 };
+
+// The loop of a staged register-tile kernel (block tiles: the refill needs a block barrier):
+// walks this block's rows of `in` ([rows, cols] of T) and calls
+// row(index, row_in_shared_memory, on_loaded) for each, where the row function calls
+// on_loaded() once every thread holds its part of the row.
+template <class T, int kStages, class RowFn>
+__device__ __forceinline__ void for_each_staged_row(const RowsIn& in, int64_t rows, int64_t cols, RowFn&& row) {
+  StagedRows<kStages> x(in.data, in.stride * static_cast<int64_t>(sizeof(T)),
+                        static_cast<uint32_t>(cols * static_cast<int64_t>(sizeof(T))), rows, blockIdx.x, gridDim.x);
+  x.begin();
+  for (int64_t k = 0; x.has(k); ++k) row(x.row(k), x.template wait<T>(k), [&] { x.refill(k); });
+}
+
+// Launches kKernel(p), a staged kernel of Tile with kStages row buffers, on a persistent grid
+// of the blocks resident at once (counted at the tile's longest row, so that one occupancy
+// query serves every row length), with shared memory for rows of `row_bytes`. Returns false,
+// launching nothing, when the kernel was not compiled for sm_90+.
+template <auto kKernel, class Tile, int kStages, class Problem>
+bool launch_staged_rows(const char* name, const Problem& p, uint32_t row_bytes, const Stream& stream) {
+  const Device device = stream.device();
+  static signed char hopper[64];
+  if (!built_for_hopper(kKernel, device, hopper)) return false;
+  using Ring = StagedRows<kStages>;
+  static int occupancy[64];
+  const int64_t resident =
+      resident_blocks(kKernel, Tile::kBlockThreads, device, occupancy, Ring::shared_bytes(Tile::kMaxRowBytes));
+  const unsigned grid = static_cast<unsigned>(p.rows < resident ? p.rows : resident);
+  const uint32_t shared = Ring::shared_bytes(row_bytes);
+  trace_launch(name, grid, Tile::kBlockThreads, shared, resident);
+  kKernel<<<grid, Tile::kBlockThreads, shared, reinterpret_cast<cudaStream_t>(stream.handle())>>>(p);
+  return true;
+}
 
 }  // namespace rudnn::norm::cuda
