@@ -435,15 +435,8 @@ void run_variants(Bench& b) {
     std::vector<std::string> ops;
     void (*set)(KernelTuning&);
   };
-  using rudnn::norm::cuda::RowKernel;
-  const std::vector<std::string> norm_ops = {"rms_norm", "layer_norm (gamma+beta)", "rms_norm fwd+bwd"};
-  const std::vector<std::string> lse_ops = {"logsumexp"};
   const Variant variants[] = {
-      {"norm staged", norm_ops, [](KernelTuning& t) { t.norm = RowKernel::staged; }},
-      {"norm staged, 3 stages", norm_ops, [](KernelTuning& t) { t.norm = RowKernel::staged, t.row_stages = 3; }},
-      {"tile", lse_ops, [](KernelTuning& t) { t.logsumexp = RowKernel::tile; }},
-      {"staged", lse_ops, [](KernelTuning& t) { t.logsumexp = RowKernel::staged; }},
-      {"staged, 3 stages", lse_ops, [](KernelTuning& t) { t.logsumexp = RowKernel::staged, t.row_stages = 3; }},
+      {"tile", {"logsumexp"}, [](KernelTuning& t) { t.logsumexp_warp_rows = false; }},
       {"cluster (smallest that holds the row), 3 stages", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true; }},
       {"cluster 4, 2 stages", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 4, t.cluster_stages = 2; }},
       {"cluster 8, 3 stages", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 8, t.cluster_stages = 3; }},

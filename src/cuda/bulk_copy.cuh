@@ -1,7 +1,7 @@
 // Hopper's bulk-copy engine (cp.async.bulk, "TMA" without a tensor map) and the shared-memory
 // barriers it completes, as thin wrappers over PTX. Callers must run on sm_90 or newer: the
-// bodies compile to nothing below that, and host code checks `binary_arch` of the kernel
-// before choosing a path that uses them.
+// bodies compile to nothing below that, and host code checks the kernel's compiled
+// architecture (built_for_hopper in row_tile.cuh) before choosing a path that uses them.
 //
 // The pattern: one thread arms an mbarrier with the bytes it expects and starts a copy that
 // counts those bytes down as they land; any thread waits on the barrier's phase parity and

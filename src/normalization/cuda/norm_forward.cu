@@ -2,8 +2,6 @@
 // of each output, statistics in FP32.
 #include "normalization/cuda/launch.h"
 #include "normalization/cuda/row_tile.cuh"
-#include "normalization/cuda/staged_rows.cuh"
-#include "normalization/cuda/tuning.h"
 
 namespace rudnn::norm::cuda {
 
@@ -14,88 +12,65 @@ using rudnn::cuda::round_to;
 using rudnn::cuda::SumOp;
 using rudnn::cuda::WelfordState;
 
-// One row of a register tile: x_row is the row in global memory, or staged in shared memory.
-// `on_loaded()` runs on every thread once all of the row's threads hold their values (after
-// the first block barrier): from then on a staged row's buffer may be refilled.
-template <class T, class Tile, NormKind kKind, class OnLoaded>
-__device__ __forceinline__ void norm_forward_row(const NormForward& p, const RowThread<Tile>& t, int64_t row,
-                                                 const T* x_row, float* scratch, OnLoaded&& on_loaded) {
+template <class T, class Tile, NormKind kKind>
+__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) norm_forward_tile(NormForward p) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
+  __shared__ float scratch[32];
+  const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
   const float inv_cols = 1.0f / static_cast<float>(cols);
 
-  PackedRow<Tile, T> v;  // the row (or, for add_rms, the stored sum) in its storage type
-  load_row_packed(t, x_row, cols, v);
-  if constexpr (kKind == NormKind::add_rms) {
-    PackedRow<Tile, T> r;
-    load_row_packed(t, static_cast<const T*>(p.residual.data) + row * p.residual.stride, cols, r);
-#pragma unroll
-    for (int i = 0; i < V; ++i)
-#pragma unroll
-      for (int j = 0; j < W; ++j) v.pack[i].v[j] = from_float<T>(v(i, j) + r(i, j));  // FP32 sum, stored as T
-    store_row_packed(t, static_cast<T*>(p.sum.data) + row * p.sum.stride, cols, v);
-  }
-
-  float mean = 0.0f;
-  if constexpr (kKind == NormKind::layer) {
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < V; ++i)
-#pragma unroll
-      for (int j = 0; j < W; ++j) s += v(i, j);  // vectors past the row loaded as 0
-    mean = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch) * inv_cols;
-    on_loaded();
-  }
-  // Second pass over the registers: sum of squared deviations, no cancellation.
-  float ss = 0.0f;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    if (t.column(i) >= cols) continue;
-#pragma unroll
-    for (int j = 0; j < W; ++j) ss += (v(i, j) - mean) * (v(i, j) - mean);
-  }
-  const float rstd = rsqrtf(group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols + p.eps);
-  if constexpr (kKind != NormKind::layer) on_loaded();
-
-  T* y = static_cast<T*>(p.y.data) + row * p.y.stride;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int c = t.column(i);
-    if (c >= cols) continue;
-    float g[W], b[W], out[W];
-    load_param_or<T, W>(p.gamma, c, 1.0f, g);
-    if constexpr (kKind == NormKind::layer) load_param_or<T, W>(p.beta, c, 0.0f, b);
-#pragma unroll
-    for (int j = 0; j < W; ++j) {
-      if constexpr (kKind == NormKind::layer) {
-        out[j] = fmaf((v(i, j) - mean) * rstd, g[j], b[j]);
-      } else {
-        out[j] = v(i, j) * rstd * g[j];
-      }
-    }
-    rudnn::cuda::store_pack<T, W>(y + c, out);
-  }
-}
-
-template <class T, class Tile, NormKind kKind>
-__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) norm_forward_tile(NormForward p) {
-  __shared__ float scratch[32];
-  const RowThread<Tile> t;
   for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
-    norm_forward_row<T, Tile, kKind>(p, t, row, static_cast<const T*>(p.x.data) + row * p.x.stride, scratch, [] {});
-  }
-}
+    PackedRow<Tile, T> v;  // the row (or, for add_rms, the stored sum) in its storage type
+    load_row_packed(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, v);
+    if constexpr (kKind == NormKind::add_rms) {
+      PackedRow<Tile, T> r;
+      load_row_packed(t, static_cast<const T*>(p.residual.data) + row * p.residual.stride, cols, r);
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+#pragma unroll
+        for (int j = 0; j < W; ++j) v.pack[i].v[j] = from_float<T>(v(i, j) + r(i, j));  // FP32 sum, stored as T
+      store_row_packed(t, static_cast<T*>(p.sum.data) + row * p.sum.stride, cols, v);
+    }
 
-// The same on a persistent grid, x staged through shared memory (staged_rows.cuh; block tiles
-// only: the refill needs the block barrier of the first reduction).
-template <class T, class Tile, int kStages, NormKind kKind>
-__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) norm_forward_staged(NormForward p) {
-  static_assert(Tile::kRowsPerBlock == 1);
-  __shared__ float scratch[32];
-  const RowThread<Tile> t;
-  for_each_staged_row<T, kStages>(p.x, p.rows, p.cols, [&](int64_t row, const T* x, auto&& on_loaded) {
-    norm_forward_row<T, Tile, kKind>(p, t, row, x, scratch, on_loaded);
-  });
+    float mean = 0.0f;
+    if constexpr (kKind == NormKind::layer) {
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+#pragma unroll
+        for (int j = 0; j < W; ++j) s += v(i, j);  // vectors past the row loaded as 0
+      mean = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch) * inv_cols;
+    }
+    // Second pass over the registers: sum of squared deviations, no cancellation.
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      if (t.column(i) >= cols) continue;
+#pragma unroll
+      for (int j = 0; j < W; ++j) ss += (v(i, j) - mean) * (v(i, j) - mean);
+    }
+    const float rstd = rsqrtf(group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols + p.eps);
+
+    T* y = static_cast<T*>(p.y.data) + row * p.y.stride;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int c = t.column(i);
+      if (c >= cols) continue;
+      float g[W], b[W], out[W];
+      load_param_or<T, W>(p.gamma, c, 1.0f, g);
+      if constexpr (kKind == NormKind::layer) load_param_or<T, W>(p.beta, c, 0.0f, b);
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        if constexpr (kKind == NormKind::layer) {
+          out[j] = fmaf((v(i, j) - mean) * rstd, g[j], b[j]);
+        } else {
+          out[j] = v(i, j) * rstd * g[j];
+        }
+      }
+      rudnn::cuda::store_pack<T, W>(y + c, out);
+    }
+  }
 }
 
 template <class T, int W, NormKind kKind>
@@ -164,8 +139,7 @@ __global__ void __launch_bounds__(kLoopThreads) norm_forward_loop(NormForward p)
 }
 
 template <class T, NormKind kKind>
-void launch(const NormForward& p, const Stream& stream) {
-  const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
+void launch(const NormForward& p, cudaStream_t stream) {
   Alignment a;
   require_rows_aligned(a, p.x.data, p.x.stride, sizeof(T));
   require_rows_aligned(a, p.y.data, p.y.stride, sizeof(T));
@@ -175,25 +149,13 @@ void launch(const NormForward& p, const Stream& stream) {
   }
   a.pointer(p.gamma.data);
   a.pointer(p.beta.data);
-  const KernelTuning& tuning = kernel_tuning();
   with_tile<T>(p.cols, a, [&](auto tile) {
     using Tile = decltype(tile);
     if constexpr (Tile::kLoop) {
-      norm_forward_loop<T, Tile::kWidth, kKind><<<row_grid(p.rows, 1), kLoopThreads, 0, s>>>(p);
+      norm_forward_loop<T, Tile::kWidth, kKind><<<row_grid(p.rows, 1), kLoopThreads, 0, stream>>>(p);
     } else {
-      if constexpr (Tile::kRowsPerBlock == 1 && kKind != NormKind::add_rms) {
-        if (tuning.norm == RowKernel::staged) {
-          const auto row_bytes = static_cast<uint32_t>(p.cols * sizeof(T));
-          const bool done =
-              tuning.row_stages >= 3
-                  ? launch_staged_rows<norm_forward_staged<T, Tile, 3, kKind>, Tile, 3>("norm_forward_staged", p,
-                                                                                         row_bytes, stream)
-                  : launch_staged_rows<norm_forward_staged<T, Tile, 2, kKind>, Tile, 2>("norm_forward_staged", p,
-                                                                                         row_bytes, stream);
-          if (done) return;
-        }
-      }
-      norm_forward_tile<T, Tile, kKind><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, s>>>(p);
+      norm_forward_tile<T, Tile, kKind>
+          <<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
     }
   });
   check_launch("norm_forward");
@@ -203,12 +165,13 @@ void launch(const NormForward& p, const Stream& stream) {
 
 void norm_forward(const NormForward& p, const Stream& stream) {
   rudnn::detail::cuda::DeviceGuard guard(stream.device().index);
+  const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
   with_float_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     switch (p.kind) {
-      case NormKind::layer: return launch<T, NormKind::layer>(p, stream);
-      case NormKind::rms: return launch<T, NormKind::rms>(p, stream);
-      case NormKind::add_rms: return launch<T, NormKind::add_rms>(p, stream);
+      case NormKind::layer: return launch<T, NormKind::layer>(p, s);
+      case NormKind::rms: return launch<T, NormKind::rms>(p, s);
+      case NormKind::add_rms: return launch<T, NormKind::add_rms>(p, s);
     }
   });
 }

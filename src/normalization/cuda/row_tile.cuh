@@ -45,8 +45,6 @@ struct RegisterTile {
   // registers per thread. The forward kernels are bound by the bytes in flight per SM, that
   // is by how many rows are resident at once.
   static constexpr int kMinBlocksPerSm = 1024 / kBlockThreads;
-  // The longest row the tile holds, in bytes (register tiles are vectorised: 16-byte vectors).
-  static constexpr uint32_t kMaxRowBytes = static_cast<uint32_t>(kThreadsPerRow) * kVecs * 16u;
 };
 
 constexpr int kLoopThreads = 512;
@@ -273,17 +271,13 @@ __device__ __forceinline__ void for_each_pack(const T* __restrict__ row, int64_t
 
 // The same with the values converted to FP32: body(c, v).
 template <int W, int kThreads = kLoopThreads, class T, class Body>
-__device__ __forceinline__ void for_each_vector(const T* __restrict__ row, int64_t cols, Body&& body,
-                                                int thread = static_cast<int>(threadIdx.x)) {
-  for_each_pack<W, kThreads>(
-      row, cols,
-      [&](int64_t c, const rudnn::cuda::Pack<T, W>& pack) {
-        float v[W];
+__device__ __forceinline__ void for_each_vector(const T* __restrict__ row, int64_t cols, Body&& body) {
+  for_each_pack<W, kThreads>(row, cols, [&](int64_t c, const rudnn::cuda::Pack<T, W>& pack) {
+    float v[W];
 #pragma unroll
-        for (int j = 0; j < W; ++j) v[j] = to_float(pack.v[j]);
-        body(c, v);
-      },
-      thread);
+    for (int j = 0; j < W; ++j) v[j] = to_float(pack.v[j]);
+    body(c, v);
+  });
 }
 
 // The same over two rows read side by side (x and residual, x and dy, ...).
@@ -320,27 +314,15 @@ __device__ __forceinline__ void for_each_vector2(const T* __restrict__ row_a, co
   }
 }
 
-// Grid of a persistent kernel: as many blocks as are resident on the GPU at once, with
-// `dynamic_shared` bytes of dynamic shared memory each (more than 48 KiB is opted into here).
-// `cache` belongs to one kernel (one slot per device), so the queries run once; a kernel whose
-// shared memory varies by call passes its largest size.
+// Grid of a persistent kernel: as many blocks as are resident on the GPU at once. `cache`
+// belongs to one kernel (one slot per device), so the occupancy query runs once.
 template <class Kernel>
-int resident_blocks(Kernel kernel, int block_threads, Device device, int (&cache)[64], size_t dynamic_shared = 0) {
+int resident_blocks(Kernel kernel, int block_threads, Device device, int (&cache)[64]) {
   int& per_sm = cache[device.index];
   if (per_sm == 0) {
-    if (dynamic_shared > 0) {
-      // The whole of shared memory for this kernel, so that the occupancy below counts it.
-      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
-                 "cudaFuncSetAttribute");
-    }
-    if (dynamic_shared > 48 * 1024) {
-      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic_shared)),
-                 "cudaFuncSetAttribute");
-    }
-    int blocks = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, block_threads, dynamic_shared),
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, 0),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    per_sm = blocks < 1 ? 1 : blocks;
+    if (per_sm < 1) per_sm = 1;
   }
   return per_sm * multiprocessor_count(device);
 }
@@ -359,7 +341,7 @@ bool built_for_hopper(Kernel kernel, Device device, signed char (&cache)[64]) {
   return known > 0;
 }
 
-// One line on stderr per launch of a staged, warp-row or cluster kernel when
+// One line on stderr per launch of a warp-row or cluster kernel when
 // kernel_tuning().trace is set: the benchmark uses it to show the shapes it timed.
 void trace_launch(const char* kernel, unsigned grid, int block, size_t shared, int64_t resident, int cluster = 1);
 

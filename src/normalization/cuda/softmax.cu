@@ -3,7 +3,6 @@
 // across the block, then re-read the row for the output.
 #include "normalization/cuda/launch.h"
 #include "normalization/cuda/row_tile.cuh"
-#include "normalization/cuda/staged_rows.cuh"
 #include "normalization/cuda/tuning.h"
 
 namespace rudnn::norm::cuda {
@@ -58,53 +57,35 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) so
   }
 }
 
-// Log-sum-exp of one row of a register tile (x_row in global or shared memory); the row stays
-// packed in its storage type. `on_loaded()` as in norm_forward_row: after the first barrier.
-template <class T, class Tile, class OnLoaded>
-__device__ __forceinline__ void logsumexp_row(const SoftmaxForward& p, const RowThread<Tile>& t, int64_t row,
-                                              const T* x_row, float* scratch, OnLoaded&& on_loaded) {
-  constexpr int V = Tile::kVecs, W = Tile::kWidth;
-  const int cols = static_cast<int>(p.cols);
-  PackedRow<Tile, T> x;
-  load_row_packed(t, x_row, cols, x, -__builtin_huge_valf());
-  float m = MaxOp::identity();
-#pragma unroll
-  for (int i = 0; i < V; ++i) m = MaxOp{}(m, rudnn::cuda::pack_max(x.pack[i]));
-  m = group_reduce<Tile::kThreadsPerRow>(m, MaxOp{}, scratch);
-  on_loaded();
-  float s = 0.0f;
-  if (isfinite(m)) {
-#pragma unroll
-    for (int i = 0; i < V; ++i)
-#pragma unroll
-      for (int j = 0; j < W; ++j) s += __expf(x(i, j) - m);  // the -inf fill adds 0
-  }
-  s = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch);
-  if (t.lane == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp({m, s}));
-}
-
-// The register cap (42) leaves room for 1536 threads per SM. (A persistent variant that loads
-// its next row into registers while reducing the current one measured slower: 0.128 against
-// 0.099 ms; see RESULTS.md. The staged kernel below does that with the bulk-copy engine.)
+// Log-sum-exp on a register tile: the row stays packed in its storage type, and the register
+// cap (42) leaves room for 1536 threads per SM. Rows of a whole block take the warp-row
+// kernel below by default (measured faster: RESULTS.md, rounds 7-9); this one serves the warp
+// tiles. (A persistent variant that loaded its next row into registers while reducing the
+// current one measured slower, 0.128 against 0.099 ms, and so did rows staged through shared
+// memory by the bulk-copy engine.)
 template <class T, class Tile>
 __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm * 3 / 2) logsumexp_tile(SoftmaxForward p) {
+  constexpr int V = Tile::kVecs, W = Tile::kWidth;
   __shared__ float scratch[32];
   const RowThread<Tile> t;
+  const int cols = static_cast<int>(p.cols);
   for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
-    logsumexp_row<T, Tile>(p, t, row, static_cast<const T*>(p.x.data) + row * p.x.stride, scratch, [] {});
+    PackedRow<Tile, T> x;
+    load_row_packed(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, x, -__builtin_huge_valf());
+    float m = MaxOp::identity();
+#pragma unroll
+    for (int i = 0; i < V; ++i) m = MaxOp{}(m, rudnn::cuda::pack_max(x.pack[i]));
+    m = group_reduce<Tile::kThreadsPerRow>(m, MaxOp{}, scratch);
+    float s = 0.0f;
+    if (isfinite(m)) {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+#pragma unroll
+        for (int j = 0; j < W; ++j) s += __expf(x(i, j) - m);  // the -inf fill adds 0
+    }
+    s = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch);
+    if (t.lane == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp({m, s}));
   }
-}
-
-// Persistent log-sum-exp with rows staged through shared memory (staged_rows.cuh). The bytes
-// in flight sit in shared memory, not registers, so the register cap is the usual 64.
-template <class T, class Tile, int kStages>
-__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) logsumexp_staged(SoftmaxForward p) {
-  static_assert(Tile::kRowsPerBlock == 1);
-  __shared__ float scratch[32];
-  const RowThread<Tile> t;
-  for_each_staged_row<T, kStages>(p.x, p.rows, p.cols, [&](int64_t row, const T* x, auto&& on_loaded) {
-    logsumexp_row<T, Tile>(p, t, row, x, scratch, on_loaded);
-  });
 }
 
 // Log-sum-exp with one warp per row: the lanes stream the row with several vectors in flight
@@ -197,8 +178,7 @@ __global__ void __launch_bounds__(kLoopThreads) softmax_backward_loop(SoftmaxBac
 }
 
 template <class T, bool kLse>
-void launch_forward(const SoftmaxForward& p, const Stream& s) {
-  const auto stream = reinterpret_cast<cudaStream_t>(s.handle());
+void launch_forward(const SoftmaxForward& p, cudaStream_t stream) {
   Alignment a;
   require_rows_aligned(a, p.x.data, p.x.stride, sizeof(T));
   if (!kLse) require_rows_aligned(a, p.y.data, p.y.stride, sizeof(T));
@@ -209,14 +189,7 @@ void launch_forward(const SoftmaxForward& p, const Stream& s) {
       softmax_loop<T, Tile::kWidth, kLse><<<row_grid(p.rows, 1), kLoopThreads, 0, stream>>>(p);
     } else if constexpr (kLse) {
       if constexpr (Tile::kRowsPerBlock == 1) {
-        if (tuning.logsumexp == RowKernel::staged) {
-          const auto row_bytes = static_cast<uint32_t>(p.cols * sizeof(T));
-          const bool done =
-              tuning.row_stages >= 3
-                  ? launch_staged_rows<logsumexp_staged<T, Tile, 3>, Tile, 3>("logsumexp_staged", p, row_bytes, s)
-                  : launch_staged_rows<logsumexp_staged<T, Tile, 2>, Tile, 2>("logsumexp_staged", p, row_bytes, s);
-          if (done) return;
-        } else if (tuning.logsumexp == RowKernel::warp) {
+        if (tuning.logsumexp_warp_rows) {
           const unsigned grid = row_grid(p.rows, kWarpRowThreads / 32);
           trace_launch("logsumexp_warp", grid, kWarpRowThreads, 0, 0);
           logsumexp_warp<T, Tile::kWidth><<<grid, kWarpRowThreads, 0, stream>>>(p);
@@ -235,12 +208,13 @@ void launch_forward(const SoftmaxForward& p, const Stream& s) {
 
 void softmax_forward(const SoftmaxForward& p, const Stream& stream) {
   rudnn::detail::cuda::DeviceGuard guard(stream.device().index);
+  const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
   with_float_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (p.lse != nullptr) {
-      launch_forward<T, true>(p, stream);
+      launch_forward<T, true>(p, s);
     } else {
-      launch_forward<T, false>(p, stream);
+      launch_forward<T, false>(p, s);
     }
   });
 }

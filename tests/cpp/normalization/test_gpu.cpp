@@ -466,8 +466,8 @@ void expect_graph_replay(const std::function<void(const Stream&)>& run, const st
 }
 
 // Every launch choice the benchmark can select (normalization/cuda/tuning.h) computes the same
-// function: each variant against the reference, on rows that reach the staged register tiles
-// (block tiles of 128 to 1024 threads) and the cluster kernel (one to eight blocks a row).
+// function: each variant against the reference, on rows that reach the block tiles (128 to
+// 1024 threads) and the cluster kernel (one to eight blocks a row).
 TEST(NormGpu, EveryKernelVariantMatchesTheReference) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
@@ -481,13 +481,9 @@ TEST(NormGpu, EveryKernelVariantMatchesTheReference) {
     const char* name;
     void (*set)(KernelTuning&);
   };
-  using norm::cuda::RowKernel;
   const Variant variants[] = {
       {"defaults", [](KernelTuning&) {}},
-      {"norm tile, logsumexp tile", [](KernelTuning& t) { t.norm = t.logsumexp = RowKernel::tile; }},
-      {"staged", [](KernelTuning& t) { t.norm = t.logsumexp = RowKernel::staged; }},
-      {"staged, 3 stages", [](KernelTuning& t) { t.norm = t.logsumexp = RowKernel::staged, t.row_stages = 3; }},
-      {"logsumexp warp rows", [](KernelTuning& t) { t.logsumexp = RowKernel::warp; }},
+      {"logsumexp on the block tile", [](KernelTuning& t) { t.logsumexp_warp_rows = false; }},
       {"cluster", [](KernelTuning& t) { t.cluster_cross_entropy = true; }},
       {"cluster 2 stages", [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_stages = 2; }},
       {"cluster 8", [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 8; }},
