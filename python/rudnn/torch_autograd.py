@@ -110,20 +110,25 @@ class CrossEntropyFunction(torch.autograd.Function):
     def forward(ctx, logits, targets, ignore_index, reduction):
         if reduction not in _REDUCTIONS:
             raise ValueError(f"cross_entropy: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-        if ignore_index is None:
-            count = torch.tensor(float(targets.numel()), dtype=torch.float32, device=logits.device)
-        else:
-            count = (targets != ignore_index).sum().to(torch.float32)
+        # The rows a mean divides by: known on the host, or (with ignored targets) counted on
+        # the device, so that nothing waits for it.
+        count = 1.0
+        if reduction == "mean":
+            if ignore_index is None:
+                count = float(targets.numel())
+            else:
+                count = (targets != ignore_index).sum().to(torch.float32)
         # A reduced loss whose logits need a gradient: the gradient comes from the same pass
-        # over the logits as the loss, under an upstream gradient of 1 (per row: 1 for "sum",
-        # 1 / count for "mean", computed on the device); backward scales it by the true
-        # upstream gradient on the device, which costs nothing when that is 1, as it is for
-        # loss.backward(). It holds a logits-sized gradient from forward to backward.
+        # over the logits as the loss, under an upstream gradient of 1 (per row: 1 / count);
+        # backward scales it by the true upstream gradient on the device, which costs nothing
+        # when that is 1, as it is for loss.backward(). It holds a logits-sized gradient from
+        # forward to backward.
         ctx.fused = ctx.needs_input_grad[0] and reduction != "none"
         if ctx.fused:
-            per_row = torch.ones(targets.shape, dtype=torch.float32, device=logits.device)
-            if reduction == "mean":
-                per_row /= count
+            if isinstance(count, torch.Tensor):
+                per_row = count.reciprocal().expand(targets.shape)
+            else:
+                per_row = 1.0 / max(count, 1.0)
             loss, dlogits = rudnn.cross_entropy_with_grad(logits, targets, per_row, ignore_index)
             ctx.save_for_backward(dlogits)
         else:

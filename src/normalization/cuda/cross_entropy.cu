@@ -237,20 +237,17 @@ __global__ void __launch_bounds__(kClusterThreads, 1) cross_entropy_grad_cluster
   logits.begin();  // also fences the barrier initialisation for the cluster
   cluster.sync();  // every block's barriers are set up before anyone sends to them
 
+  auto own_columns = [&](auto&& f) {  // this thread's vectors of the block's chunk
+    for (int c = static_cast<int>(threadIdx.x) * W; c < chunk; c += kClusterThreads * W) f(first_col + c);
+  };
+
   unsigned exchanges = 0;
   for (int64_t k = 0; logits.has(k); ++k) {
     const int64_t row = logits.row(k);
     const Target target = read_target(p, row);  // the same on every block of the cluster
-    T* dx = static_cast<T*>(p.dlogits.data) + row * p.dlogits.stride + first_col;
     if (target.kind != TargetKind::valid) {
-      const float value = target.kind == TargetKind::ignored ? 0.0f : kNaN;
-      if (rank == 0 && threadIdx.x == 0 && p.loss) p.loss[row] = value;
-      float out[W];
-#pragma unroll
-      for (int j = 0; j < W; ++j) out[j] = value;
-      for (int c = static_cast<int>(threadIdx.x) * W; c < chunk; c += kClusterThreads * W) {
-        rudnn::cuda::store_pack<T, W>(dx + c, out);
-      }
+      write_constant_row<T, W>(p, row, target.kind == TargetKind::ignored ? 0.0f : kNaN, rank == 0 && threadIdx.x == 0,
+                               own_columns);
       logits.refill(k);  // its buffer was never filled, so nobody reads it
       continue;
     }
@@ -292,6 +289,7 @@ __global__ void __launch_bounds__(kClusterThreads, 1) cross_entropy_grad_cluster
         if constexpr (sizeof(T) == 2) return __expf(v - lse);
         return __expf(v - merged.max) * inv;
       };
+      T* dx = static_cast<T*>(p.dlogits.data) + row * p.dlogits.stride + first_col;
       for (int c = static_cast<int>(threadIdx.x) * W; c < chunk; c += kClusterThreads * W) {
         const Packed pack = *reinterpret_cast<const Packed*>(x + c);
         float out[W];
@@ -303,13 +301,8 @@ __global__ void __launch_bounds__(kClusterThreads, 1) cross_entropy_grad_cluster
       if (target_col >= 0 && target_col < chunk && (target_col / W) % kClusterThreads == threadIdx.x) {
         dx[target_col] = from_float<T>((softmax(to_float(x[target_col])) - 1.0f) * scale);
       }
-    } else {  // a max of +inf or NaN: the row is undefined
-      float out[W];
-#pragma unroll
-      for (int j = 0; j < W; ++j) out[j] = kNaN;
-      for (int c = static_cast<int>(threadIdx.x) * W; c < chunk; c += kClusterThreads * W) {
-        rudnn::cuda::store_pack<T, W>(dx + c, out);
-      }
+    } else {  // a max of +inf or NaN: the row is undefined (its loss is already written)
+      write_constant_row<T, W>(p, row, kNaN, false, own_columns);
     }
     __syncthreads();  // every read of the buffer is done
     logits.refill(k);
