@@ -430,6 +430,7 @@ void run_variants(Bench& b) {
   using rudnn::norm::cuda::kernel_tuning;
   const KernelTuning defaults = kernel_tuning();
   const std::vector<std::string> grads = {"cross_entropy_backward", "cross_entropy_with_grad"};
+  const std::vector<std::string> norms = {"rms_norm", "layer_norm (gamma+beta)", "add_rms_norm"};
   struct Variant {
     std::string label;
     std::vector<std::string> ops;
@@ -437,10 +438,13 @@ void run_variants(Bench& b) {
   };
   const Variant variants[] = {
       {"tile", {"logsumexp"}, [](KernelTuning& t) { t.logsumexp_warp_rows = false; }},
-      {"cluster (smallest that holds the row), 3 stages", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true; }},
-      {"cluster 4, 2 stages", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 4, t.cluster_stages = 2; }},
-      {"cluster 8, 3 stages", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 8, t.cluster_stages = 3; }},
-      {"cluster 8, 2 stages", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 8, t.cluster_stages = 2; }},
+      {"1280 threads/SM", norms, [](KernelTuning& t) { t.norm_forward_threads_per_sm = 1280; }},
+      {"1536 threads/SM", norms, [](KernelTuning& t) { t.norm_forward_threads_per_sm = 1536; }},
+      {"cluster (smallest that holds the row)", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true; }},
+      {"cluster of 512-thread blocks", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_threads = 512; }},
+      {"persistent clusters", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_persistent = true; }},
+      {"persistent clusters of 512-thread blocks", grads,
+       [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_persistent = true, t.cluster_threads = 512; }},
   };
   for (const Variant& v : variants) {
     kernel_tuning() = defaults;

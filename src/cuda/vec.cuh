@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/types.cuh"
 
@@ -12,6 +13,28 @@ template <class T, int W>
 struct alignas(sizeof(T) * W) Pack {
   T v[W];
 };
+
+// A 16-byte pack with every element `value` rounded to T. Built from bits: converting into
+// each element would store through the elements' addresses, which keeps a whole array of
+// packs in local memory.
+template <class T, int W>
+__device__ __forceinline__ Pack<T, W> filled_pack(float value) {
+  static_assert(sizeof(T) * W == 16, "a 16-byte pack");
+  uint32_t word;
+  if constexpr (sizeof(T) == 4) {
+    word = __float_as_uint(value);
+  } else {
+    const T rounded = from_float<T>(value);
+    uint32_t half_word;
+    if constexpr (std::is_same_v<T, __half>) {
+      half_word = __half_as_ushort(rounded);
+    } else {
+      half_word = __bfloat16_as_ushort(rounded);
+    }
+    word = half_word | (half_word << 16);
+  }
+  return __builtin_bit_cast(Pack<T, W>, make_uint4(word, word, word, word));
+}
 
 // Loads W elements at p (aligned to W * sizeof(T)) as floats.
 template <class T, int W>

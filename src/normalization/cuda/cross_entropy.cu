@@ -4,16 +4,16 @@
 // Rows that fit a register tile are read once. Longer rows (vocabularies):
 // - forward only: the loop tile, one pass for the online (max, sum);
 // - with the gradient, on sm_90+: the cluster kernel, which splits each row across the blocks
-//   of a thread-block cluster and keeps it in their shared memory, so the logits are read
-//   from memory once;
+//   of a thread-block cluster and keeps it in their registers, so the logits are read from
+//   memory once;
 // - with the gradient otherwise (or rows too long for a cluster): the loop tile with a
 //   second pass for the gradient, on a persistent grid sized so that this pass mostly finds
 //   its rows in L2.
 #include <cooperative_groups.h>
 
+#include "cuda/cluster.cuh"
 #include "normalization/cuda/launch.h"
 #include "normalization/cuda/row_tile.cuh"
-#include "normalization/cuda/staged_rows.cuh"
 #include "normalization/cuda/tuning.h"
 
 namespace rudnn::norm::cuda {
@@ -184,33 +184,27 @@ unsigned l2_resident_grid(const CrossEntropy& p, size_t element_size, Device dev
 
 // ---- The cluster kernel -----------------------------------------------------------------------
 //
-// Block `rank` of a cluster of C owns columns [rank * chunk_cols, (rank + 1) * chunk_cols) of
-// every row its cluster walks (rows cluster_id, cluster_id + clusters, ...). Per row: the
-// chunk lands in shared memory (StagedRows: kStages chunks in flight), the block reduces it
-// to an online (max, sum) and sends that to every block of the cluster (st.async into their
-// shared memory, counted on their exchange barrier); each block waits for the C states on
-// its own barrier, merges them in rank order (the same bits everywhere), then writes its
-// chunk of the gradient from shared memory. The block owning the target column writes the
-// loss. Rows without a valid target are not read at all.
+// A vocabulary row is too long for one block's registers but not for a cluster's: the row is
+// split over the C blocks of a thread-block cluster, block `rank` owning packs
+// [rank * chunk_packs, (rank + 1) * chunk_packs), and thread t of it holding the packs
+// rank * chunk_packs + i * kThreads + t (i < kClusterVecs) in registers, as loaded. Per row:
+// each block reduces its chunk to (max, sum) and sends that to every block of the cluster
+// (st.async into their shared memory, counted on their exchange barrier); each block waits
+// for the C states on its own barrier, merges them in rank order (the same bits everywhere)
+// and writes its chunk of the gradient from the registers. The logits are read once.
 //
-// (A cluster barrier per row instead measured 3x slower than the two-pass loop: its
-// release/acquire at cluster scope waits for the block's gradient stores to drain and
-// invalidates L1, every row.)
+// Clusters walk rows cluster_id, cluster_id + clusters, ...; rows without a valid target
+// are written without reading the logits or exchanging anything (the target is the same on
+// every block of the cluster).
 
-constexpr int kClusterThreads = 512;
+constexpr int kClusterVecs = 8;     // packs per thread
 constexpr int kMaxClusterSize = 8;  // the portable limit
 
-// Rows whose target is valid: the ones whose logits are read.
-struct RowsWithValidTarget {
-  const CrossEntropy* p;
-  __device__ bool operator()(int64_t row) const { return read_target(*p, row).kind == TargetKind::valid; }
-};
-
-template <class T, int kStages>
-__global__ void __launch_bounds__(kClusterThreads, 1) cross_entropy_grad_cluster(CrossEntropy p, int64_t chunk_cols) {
+template <class T, int kThreads>
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_cluster(CrossEntropy p, int64_t chunk_packs) {
 #if __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
-  constexpr int W = 16 / sizeof(T);
+  constexpr int W = 16 / sizeof(T), V = kClusterVecs;
   using Packed = rudnn::cuda::Pack<T, W>;
   __shared__ float2 scratch[32];
   // The C blocks' (max, sum) of a row, in two sets used by alternate exchanges, each with a
@@ -223,44 +217,72 @@ __global__ void __launch_bounds__(kClusterThreads, 1) cross_entropy_grad_cluster
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int blocks = static_cast<int>(cluster.num_blocks());
-  const int64_t first_col = rank * chunk_cols;
-  const int64_t rest = p.cols - first_col;
-  const int chunk = static_cast<int>(rest < 0 ? 0 : (rest < chunk_cols ? rest : chunk_cols));
-  StagedRows<kStages, RowsWithValidTarget> logits(
-      static_cast<const T*>(p.logits.data) + first_col, p.logits.stride * static_cast<int64_t>(sizeof(T)),
-      static_cast<uint32_t>(chunk) * static_cast<uint32_t>(sizeof(T)), p.rows, blockIdx.x / blocks, gridDim.x / blocks,
-      RowsWithValidTarget{&p});
+  // This thread's packs: columns first_col + i * kStride, for i < V with i * kThreads < own.
+  constexpr int kStride = kThreads * W;
+  const int64_t packs = p.cols / W;
+  const int64_t first_pack = rank * chunk_packs + threadIdx.x;
+  const int64_t own_packs = (rank + 1) * chunk_packs < packs ? (rank + 1) * chunk_packs - first_pack : packs - first_pack;
+  const int own = static_cast<int>(own_packs < 0 ? 0 : (own_packs > V * kThreads ? V * kThreads : own_packs));
+  const int64_t first_col = first_pack * W;
+  auto owned = [&](int i) { return i * kThreads < own; };
+  const Packed negative_infinity = rudnn::cuda::filled_pack<T, W>(-__builtin_huge_valf());  // past the row
+  auto own_columns = [&](auto&& f) {
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      if (owned(i)) f(first_col + i * kStride);
+  };
+
   if (threadIdx.x == 0) {
     rudnn::cuda::mbarrier_init(&exchanged[0], 1);
     rudnn::cuda::mbarrier_init(&exchanged[1], 1);
+    rudnn::cuda::fence_barrier_init();
   }
-  logits.begin();  // also fences the barrier initialisation for the cluster
-  cluster.sync();  // every block's barriers are set up before anyone sends to them
-
-  auto own_columns = [&](auto&& f) {  // this thread's vectors of the block's chunk
-    for (int c = static_cast<int>(threadIdx.x) * W; c < chunk; c += kClusterThreads * W) f(first_col + c);
-  };
+  // Every block's barriers must be set up before anyone sends to them; the wait is put off
+  // until the first exchange, so that it overlaps the first row's loads.
+  cluster.barrier_arrive();
+  bool peers_ready = false;
 
   unsigned exchanges = 0;
-  for (int64_t k = 0; logits.has(k); ++k) {
-    const int64_t row = logits.row(k);
-    const Target target = read_target(p, row);  // the same on every block of the cluster
+  const int64_t clusters = gridDim.x / blocks;
+  for (int64_t row = blockIdx.x / blocks; row < p.rows; row += clusters) {
+    const Target target = read_target(p, row);
     if (target.kind != TargetKind::valid) {
       write_constant_row<T, W>(p, row, target.kind == TargetKind::ignored ? 0.0f : kNaN, rank == 0 && threadIdx.x == 0,
                                own_columns);
-      logits.refill(k);  // its buffer was never filled, so nobody reads it
       continue;
     }
     const float scale = p.dloss ? p.dloss[row] : p.grad_scale;  // loaded early, used last
-    const T* x = logits.template wait<T>(k);
-
-    SoftmaxState state{MaxOp::identity(), 0.0f};
-    for (int c = static_cast<int>(threadIdx.x) * W; c < chunk; c += kClusterThreads * W) {
-      rudnn::cuda::fold(state, *reinterpret_cast<const Packed*>(x + c));
+    const T* x = static_cast<const T*>(p.logits.data) + row * p.logits.stride;
+    const T* x_own = x + first_col;
+    Packed v[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      if (owned(i)) {
+        v[i] = *reinterpret_cast<const Packed*>(x_own + i * kStride);
+      } else {
+        v[i] = negative_infinity;
+      }
     }
-    state = group_reduce<kClusterThreads>(state, scratch);
+
+    // This thread's (max, sum): the maximum first, then one exp per value.
+    float m = MaxOp::identity();
+#pragma unroll
+    for (int i = 0; i < V; ++i) m = MaxOp{}(m, rudnn::cuda::pack_max(v[i]));
+    float s = 0.0f;
+    if (m != -__builtin_huge_valf()) {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+#pragma unroll
+        for (int j = 0; j < W; ++j) s += __expf(to_float(v[i].v[j]) - m);
+    }
+    const SoftmaxState state = group_reduce<kThreads>(SoftmaxState{m, s}, scratch);
+
     SoftmaxState merged = state;
     if (blocks > 1) {  // (st.async needs a cluster of two or more)
+      if (!peers_ready) {
+        cluster.barrier_wait();
+        peers_ready = true;
+      }
       const int set = static_cast<int>(exchanges & 1);
       if (threadIdx.x == 0) {
         rudnn::cuda::mbarrier_arrive_expect_bytes(&exchanged[set], static_cast<uint32_t>(blocks * sizeof(float2)));
@@ -277,68 +299,53 @@ __global__ void __launch_bounds__(kClusterThreads, 1) cross_entropy_grad_cluster
     }
 
     const float lse = rudnn::cuda::log_sum_exp(merged);
-    const int64_t target_col = target.index - first_col;
-    if (threadIdx.x == 0 && p.loss && target_col >= 0 && target_col < chunk) {
-      p.loss[row] = lse - to_float(x[target_col]);
+    // The target column relative to this thread's first one (-1 when elsewhere): the one-hot
+    // test below is then one 32-bit compare with a constant.
+    const int64_t target_offset = target.index - first_col;
+    const int target_at = target_offset >= 0 && target_offset < V * kStride ? static_cast<int>(target_offset) : -1;
+    if (target_at >= 0 && target_at % kStride < W && owned(target_at / kStride) && p.loss) {
+      p.loss[row] = lse - to_float(x[target.index]);  // by the one thread that owns the target
     }
+    T* dx = static_cast<T*>(p.dlogits.data) + row * p.dlogits.stride + first_col;
     if (isfinite(merged.max)) {
       // softmax(x) = exp(x - lse) for 16-bit logits (one subtraction fewer per element; the
       // rounding of lse is far below their precision); F32 logits keep exp(x - max) / sum.
       const float inv = 1.0f / merged.sum;
-      auto softmax = [&](float v) {
-        if constexpr (sizeof(T) == 2) return __expf(v - lse);
-        return __expf(v - merged.max) * inv;
-      };
-      T* dx = static_cast<T*>(p.dlogits.data) + row * p.dlogits.stride + first_col;
-      for (int c = static_cast<int>(threadIdx.x) * W; c < chunk; c += kClusterThreads * W) {
-        const Packed pack = *reinterpret_cast<const Packed*>(x + c);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        if (!owned(i)) continue;
         float out[W];
 #pragma unroll
-        for (int j = 0; j < W; ++j) out[j] = softmax(to_float(pack.v[j])) * scale;
-        rudnn::cuda::store_pack<T, W>(dx + c, out);
-      }
-      // The target column: (softmax - 1) * scale, over the value its owner just stored.
-      if (target_col >= 0 && target_col < chunk && (target_col / W) % kClusterThreads == threadIdx.x) {
-        dx[target_col] = from_float<T>((softmax(to_float(x[target_col])) - 1.0f) * scale);
+        for (int j = 0; j < W; ++j) {
+          const float x_j = to_float(v[i].v[j]);
+          const float softmax = sizeof(T) == 2 ? __expf(x_j - lse) : __expf(x_j - merged.max) * inv;
+          out[j] = (softmax - (i * kStride + j == target_at ? 1.0f : 0.0f)) * scale;
+        }
+        rudnn::cuda::store_pack<T, W>(dx + i * kStride, out);
       }
     } else {  // a max of +inf or NaN: the row is undefined (its loss is already written)
       write_constant_row<T, W>(p, row, kNaN, false, own_columns);
     }
-    __syncthreads();  // every read of the buffer is done
-    logits.refill(k);
   }
-  cluster.sync();  // no block leaves while a peer could still send to it
+  if (!peers_ready) cluster.barrier_wait();
+  // No block leaves while a peer could still be sending to it.
+  cluster.sync();
 #endif
 }
 
-// Shared memory a cluster block may use for its chunk buffers (of the 227 KiB an SM offers,
-// leaving room for the static arrays and the header).
-constexpr uint32_t kClusterShared = 220 * 1024;
-
-// The cluster launch for a kGrad problem, if the device can run it and a cluster holds the
-// row: true when launched.
-template <class T, int kStages>
-bool launch_grad_cluster(const CrossEntropy& p, const Stream& stream, int forced_size) {
-  using Ring = StagedRows<kStages, RowsWithValidTarget>;
+// The cluster launch for a kGrad problem, if the device can run it and a cluster's registers
+// hold the row: true when launched. `forced_size` (0: the smallest that holds the row) and
+// `persistent` (a grid of the clusters resident at once, or one cluster per row) come from
+// kernel_tuning().
+template <class T, int kThreads>
+bool launch_grad_cluster_with(const CrossEntropy& p, const Stream& stream, int size, bool persistent) {
   constexpr int W = 16 / sizeof(T);
-  auto kernel = cross_entropy_grad_cluster<T, kStages>;
+  auto kernel = cross_entropy_grad_cluster<T, kThreads>;
   const Device device = stream.device();
   static signed char hopper[64];
   if (!built_for_hopper(kernel, device, hopper)) return false;
-
-  // The smallest cluster whose blocks hold the row (or the forced size).
-  int size = 0;
-  int64_t chunk_cols = 0;
-  for (int c = 1; c <= kMaxClusterSize; c *= 2) {
-    if (forced_size > 0 && c != forced_size) continue;
-    const int64_t cols = ((p.cols + c - 1) / c + W - 1) / W * W;
-    if (Ring::shared_bytes(static_cast<uint32_t>(cols * sizeof(T))) <= kClusterShared) {
-      size = c;
-      chunk_cols = cols;
-      break;
-    }
-  }
-  if (size == 0) return false;
+  const int64_t packs = p.cols / W;
+  const int64_t chunk_packs = (packs + size - 1) / size;
 
   cudaLaunchConfig_t config{};
   cudaLaunchAttribute attribute{};
@@ -346,32 +353,45 @@ bool launch_grad_cluster(const CrossEntropy& p, const Stream& stream, int forced
   attribute.val.clusterDim.x = static_cast<unsigned>(size);
   attribute.val.clusterDim.y = 1;
   attribute.val.clusterDim.z = 1;
-  config.blockDim = dim3(kClusterThreads);
-  config.dynamicSmemBytes = kClusterShared;
+  config.blockDim = dim3(kThreads);
   config.stream = reinterpret_cast<cudaStream_t>(stream.handle());
   config.attrs = &attribute;
   config.numAttrs = 1;
 
-  // Clusters resident at once, per device and cluster size, for the largest shared memory
-  // (one query each).
-  static int resident[64][4];
-  int& clusters = resident[device.index][size == 1 ? 0 : size == 2 ? 1 : size == 4 ? 2 : 3];
-  if (clusters == 0) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kClusterShared)),
-               "cudaFuncSetAttribute");
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
-               "cudaFuncSetAttribute");
-    config.gridDim = dim3(static_cast<unsigned>(size));
-    int n = 0;
-    check_cuda(cudaOccupancyMaxActiveClusters(&n, kernel, &config), "cudaOccupancyMaxActiveClusters");
-    clusters = n < 1 ? 1 : n;
+  int64_t clusters = (int64_t{1} << 30) / size;  // one per row, within the grid's limit
+  if (persistent) {  // clusters resident at once, per device and size (one query each)
+    static int resident[64][4];
+    int& n = resident[device.index][size == 2 ? 0 : size == 4 ? 1 : 2];
+    if (n == 0) {
+      config.gridDim = dim3(static_cast<unsigned>(size));
+      check_cuda(cudaOccupancyMaxActiveClusters(&n, kernel, &config), "cudaOccupancyMaxActiveClusters");
+      if (n < 1) n = 1;
+    }
+    clusters = n;
   }
-  const int64_t grid_clusters = p.rows < clusters ? p.rows : clusters;
-  config.gridDim = dim3(static_cast<unsigned>(grid_clusters * size));
-  config.dynamicSmemBytes = Ring::shared_bytes(static_cast<uint32_t>(chunk_cols * sizeof(T)));
-  trace_launch("cross_entropy_grad_cluster", config.gridDim.x, kClusterThreads, config.dynamicSmemBytes, clusters, size);
-  check_cuda(cudaLaunchKernelEx(&config, kernel, p, chunk_cols), "cross_entropy (cluster launch)");
+  if (p.rows < clusters) clusters = p.rows;
+  config.gridDim = dim3(static_cast<unsigned>(clusters * size));
+  trace_launch("cross_entropy_grad_cluster", config.gridDim.x, kThreads, 0, clusters, size);
+  check_cuda(cudaLaunchKernelEx(&config, kernel, p, chunk_packs), "cross_entropy (cluster launch)");
   return true;
+}
+
+// Smallest block and cluster whose registers hold the row: 256 threads in clusters of 2, 4
+// or 8, then 512 threads in clusters of 8.
+template <class T>
+bool launch_grad_cluster(const CrossEntropy& p, const Stream& stream, const KernelTuning& tuning) {
+  constexpr int W = 16 / sizeof(T);
+  const int64_t packs = p.cols / W;
+  for (int threads : {256, 512}) {
+    for (int size = 2; size <= kMaxClusterSize; size *= 2) {
+      if (tuning.cluster_size > 0 && size != tuning.cluster_size) continue;
+      if (tuning.cluster_threads > 0 && threads != tuning.cluster_threads) continue;
+      if (static_cast<int64_t>(size) * threads * kClusterVecs < packs) continue;
+      return threads == 256 ? launch_grad_cluster_with<T, 256>(p, stream, size, tuning.cluster_persistent)
+                            : launch_grad_cluster_with<T, 512>(p, stream, size, tuning.cluster_persistent);
+    }
+  }
+  return false;
 }
 
 template <class T, bool kGrad>
@@ -384,11 +404,7 @@ void launch(const CrossEntropy& p, const Stream& stream) {
     using Tile = decltype(tile);
     if constexpr (Tile::kLoop && kGrad) {
       const KernelTuning& tuning = kernel_tuning();
-      if (Tile::kWidth > 1 && tuning.cluster_cross_entropy) {
-        const bool done = tuning.cluster_stages >= 3 ? launch_grad_cluster<T, 3>(p, stream, tuning.cluster_size)
-                                                     : launch_grad_cluster<T, 2>(p, stream, tuning.cluster_size);
-        if (done) return;
-      }
+      if (Tile::kWidth > 1 && tuning.cluster_cross_entropy && launch_grad_cluster<T>(p, stream, tuning)) return;
       // One 1024-thread block per SM (about): as many loads in flight as the L2 budget allows.
       cross_entropy_loop<T, Tile::kWidth, kGrad, kGradLoopThreads>
           <<<l2_resident_grid(p, sizeof(T), stream.device()), kGradLoopThreads, 0, s>>>(p);

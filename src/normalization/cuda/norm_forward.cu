@@ -2,6 +2,7 @@
 // of each output, statistics in FP32.
 #include "normalization/cuda/launch.h"
 #include "normalization/cuda/row_tile.cuh"
+#include "normalization/cuda/tuning.h"
 
 namespace rudnn::norm::cuda {
 
@@ -12,9 +13,16 @@ using rudnn::cuda::round_to;
 using rudnn::cuda::SumOp;
 using rudnn::cuda::WelfordState;
 
-template <class T, class Tile, NormKind kKind>
-__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) norm_forward_tile(NormForward p) {
+// kThreadsPerSm: the threads resident per SM that the register budget is set for. Above 1024
+// the row is re-converted from its packed form at each use (PackedRow::reconverted); else
+// the compiler keeps it converted, which needs twice the registers for the row.
+template <class T, class Tile, NormKind kKind, int kThreadsPerSm>
+__global__ void __launch_bounds__(Tile::kBlockThreads, kThreadsPerSm / Tile::kBlockThreads) norm_forward_tile(NormForward p) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
+  auto value = [](const PackedRow<Tile, T>& r, int i, int j) {
+    if constexpr (kThreadsPerSm > 1024) return r.reconverted(i, j);
+    return r(i, j);
+  };
   __shared__ float scratch[32];
   const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
@@ -29,7 +37,7 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) no
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int j = 0; j < W; ++j) v.pack[i].v[j] = from_float<T>(v(i, j) + r(i, j));  // FP32 sum, stored as T
+        for (int j = 0; j < W; ++j) v.pack[i].v[j] = from_float<T>(value(v, i, j) + value(r, i, j));  // FP32 sum, stored as T
       store_row_packed(t, static_cast<T*>(p.sum.data) + row * p.sum.stride, cols, v);
     }
 
@@ -39,7 +47,7 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) no
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int j = 0; j < W; ++j) s += v(i, j);  // vectors past the row loaded as 0
+        for (int j = 0; j < W; ++j) s += value(v, i, j);  // vectors past the row loaded as 0
       mean = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch) * inv_cols;
     }
     // Second pass over the registers: sum of squared deviations, no cancellation.
@@ -48,7 +56,7 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) no
     for (int i = 0; i < V; ++i) {
       if (t.column(i) >= cols) continue;
 #pragma unroll
-      for (int j = 0; j < W; ++j) ss += (v(i, j) - mean) * (v(i, j) - mean);
+      for (int j = 0; j < W; ++j) ss += (value(v, i, j) - mean) * (value(v, i, j) - mean);
     }
     const float rstd = rsqrtf(group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols + p.eps);
 
@@ -63,9 +71,9 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) no
 #pragma unroll
       for (int j = 0; j < W; ++j) {
         if constexpr (kKind == NormKind::layer) {
-          out[j] = fmaf((v(i, j) - mean) * rstd, g[j], b[j]);
+          out[j] = fmaf((value(v, i, j) - mean) * rstd, g[j], b[j]);
         } else {
-          out[j] = v(i, j) * rstd * g[j];
+          out[j] = value(v, i, j) * rstd * g[j];
         }
       }
       rudnn::cuda::store_pack<T, W>(y + c, out);
@@ -154,8 +162,12 @@ void launch(const NormForward& p, cudaStream_t stream) {
     if constexpr (Tile::kLoop) {
       norm_forward_loop<T, Tile::kWidth, kKind><<<row_grid(p.rows, 1), kLoopThreads, 0, stream>>>(p);
     } else {
-      norm_forward_tile<T, Tile, kKind>
-          <<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
+      const unsigned grid = row_grid(p.rows, Tile::kRowsPerBlock);
+      switch (kernel_tuning().norm_forward_threads_per_sm) {
+        case 1280: norm_forward_tile<T, Tile, kKind, 1280><<<grid, Tile::kBlockThreads, 0, stream>>>(p); break;
+        case 1536: norm_forward_tile<T, Tile, kKind, 1536><<<grid, Tile::kBlockThreads, 0, stream>>>(p); break;
+        default: norm_forward_tile<T, Tile, kKind, 1024><<<grid, Tile::kBlockThreads, 0, stream>>>(p); break;
+      }
     }
   });
   check_launch("norm_forward");

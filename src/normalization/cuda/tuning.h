@@ -13,14 +13,20 @@ struct KernelTuning {
   // Log-sum-exp of rows that fill a block register tile: one warp per row streaming the row
   // into an online reduction (true), or the block register tile (false).
   bool logsumexp_warp_rows = true;
+  // Forward norms on register tiles: the threads per SM their register budget is set for
+  // (1024, 1280 or 1536; more threads resident means more rows in flight, fewer registers
+  // per thread).
+  int norm_forward_threads_per_sm = 1024;
   // Cross-entropy gradient of long rows (vocabularies): each row split across the blocks of
-  // a thread-block cluster and held in their shared memory, read from memory once
-  // (cross_entropy.cu), with `cluster_stages` buffers per block (2 or 3). `cluster_size` 0
-  // picks the smallest cluster whose blocks hold the row. Off: on the H200 it measured about
-  // 3x slower than the two-pass loop (bench/RESULTS.md), for a reason not yet found.
+  // a thread-block cluster and held in their registers, read from memory once
+  // (cross_entropy.cu); false: the two-pass loop. `cluster_size` (2, 4 or 8) and
+  // `cluster_threads` (256 or 512) force a shape when it holds the row; 0 picks the smallest
+  // that does. `cluster_persistent`: a grid of the clusters resident at once walking the rows,
+  // instead of one cluster per row.
   bool cluster_cross_entropy = false;
-  int cluster_stages = 3;
   int cluster_size = 0;
+  int cluster_threads = 0;
+  bool cluster_persistent = false;
   // Print each warp-row or cluster launch's shape to stderr (the benchmark's --variants sets
   // it).
   bool trace = false;

@@ -205,8 +205,9 @@ TEST(NormGpu, CrossEntropyForwardBackwardAndFused) {
 }
 
 #if RUDNN_TEST_CUDA
-// Vocabulary-sized rows, through the default two-pass loop and through the cluster kernel
-// (sm_90; a row split over 1, 2, 4 or 8 blocks, or the loop when even 8 cannot hold it):
+// Vocabulary-sized rows, through the two-pass loop and through the cluster kernel (sm_90; a
+// row split over 2, 4 or 8 blocks of 256 or 512 threads, or the loop when even 8 of 512
+// cannot hold it: F32 rows of 262144):
 // ignored and out-of-range targets among valid ones, a per-row upstream gradient, and more
 // rows than there are clusters on the device.
 TEST(NormGpu, CrossEntropyGradientOfVocabularyRows) {
@@ -467,7 +468,7 @@ void expect_graph_replay(const std::function<void(const Stream&)>& run, const st
 
 // Every launch choice the benchmark can select (normalization/cuda/tuning.h) computes the same
 // function: each variant against the reference, on rows that reach the block tiles (128 to
-// 1024 threads) and the cluster kernel (one to eight blocks a row).
+// 1024 threads) and the cluster kernel (two to eight blocks a row).
 TEST(NormGpu, EveryKernelVariantMatchesTheReference) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
@@ -484,25 +485,28 @@ TEST(NormGpu, EveryKernelVariantMatchesTheReference) {
   const Variant variants[] = {
       {"defaults", [](KernelTuning&) {}},
       {"logsumexp on the block tile", [](KernelTuning& t) { t.logsumexp_warp_rows = false; }},
-      {"cluster", [](KernelTuning& t) { t.cluster_cross_entropy = true; }},
-      {"cluster 2 stages", [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_stages = 2; }},
-      {"cluster 8", [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 8; }},
-      {"cluster 8, 2 stages",
-       [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 8, t.cluster_stages = 2; }},
+      {"forward norms at 1280 threads/SM", [](KernelTuning& t) { t.norm_forward_threads_per_sm = 1280; }},
+      {"forward norms at 1536 threads/SM", [](KernelTuning& t) { t.norm_forward_threads_per_sm = 1536; }},
+      {"cluster (smallest that holds the row)", [](KernelTuning& t) { t.cluster_cross_entropy = true; }},
+      {"cluster of 8", [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 8; }},
+      {"cluster of 512-thread blocks", [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_threads = 512; }},
+      {"persistent clusters", [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_persistent = true; }},
   };
   for (const Variant& v : variants) {
     kernel_tuning() = restore.saved;
     v.set(kernel_tuning());
     SCOPED_TRACE(v.name);
     for (DType dt : kFloatTypes) {
-      for (int64_t h : {1032, 4096, 8192, 16392, 32768}) {
+      for (int64_t h : {200, 1032, 4096, 8192, 16392, 32768}) {
         const Shape shape{rng.integer(1, 300), h};
         expect_gpu_matches_reference(
             [](const std::vector<Tensor>& in) {
+              const AddRmsNormResult added = add_rms_norm(in[0], in[3], in[1], 1e-6f);
               return std::vector<Tensor>{layer_norm(in[0], in[1], in[2], 1e-5f), rms_norm(in[0], in[1], 1e-6f),
-                                         logsumexp(in[0])};
+                                         logsumexp(in[0]), added.sum, added.normed};
             },
-            {random_tensor(rng, shape, dt, rng.uniform(-2, 2)), random_param(rng, h, dt), random_param(rng, h, dt)},
+            {random_tensor(rng, shape, dt, rng.uniform(-2, 2)), random_param(rng, h, dt), random_param(rng, h, dt),
+             random_tensor(rng, shape, dt)},
             describe("norms", dt, shape));
       }
       for (int64_t c : {40000, 128256}) {

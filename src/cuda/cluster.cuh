@@ -1,12 +1,13 @@
-// Hopper's bulk-copy engine (cp.async.bulk, "TMA" without a tensor map) and the shared-memory
-// barriers it completes, as thin wrappers over PTX. Callers must run on sm_90 or newer: the
-// bodies compile to nothing below that, and host code checks the kernel's compiled
-// architecture (built_for_hopper in row_tile.cuh) before choosing a path that uses them.
+// Thread-block clusters (sm_90+): shared-memory barriers (mbarrier) and stores into a peer
+// block's shared memory that count down on the peer's barrier, as thin wrappers over PTX.
+// Callers must run on sm_90 or newer: the bodies compile to nothing below that, and host code
+// checks the kernel's compiled architecture (built_for_hopper in row_tile.cuh) before
+// choosing a path that uses them.
 //
-// The pattern: one thread arms an mbarrier with the bytes it expects and starts a copy that
-// counts those bytes down as they land; any thread waits on the barrier's phase parity and
-// then reads the shared memory with ordinary loads. A buffer is refilled only after every
-// reader has passed a block barrier (ordering the reads before the engine's writes).
+// The pattern: a block arms its own mbarrier with the bytes it expects; peers send those
+// bytes with store_to_peer, each store counting its bytes down on the barrier; the block
+// waits on the barrier's phase parity and then reads the data with ordinary loads. No
+// cluster-wide barrier or memory fence per exchange.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,18 +27,10 @@ __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) 
 #endif
 }
 
-// Makes initialised barriers visible to the bulk-copy engine and to the rest of the cluster.
+// Makes initialised barriers visible to the rest of the cluster.
 __device__ __forceinline__ void fence_barrier_init() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-}
-
-// Orders this thread's earlier shared-memory accesses before later bulk-copy (async proxy)
-// accesses to the same memory.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
 }
 
@@ -46,13 +39,6 @@ __device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint64_t* bar, uint
 #if __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
                : "memory");
-#endif
-}
-
-// One arrival with no bytes: completes a phase armed for one arrival without a copy.
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar)) : "memory");
 #endif
 }
 
@@ -73,17 +59,6 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
         : "r"(addr), "r"(parity)
         : "memory");
   } while (!done);
-#endif
-}
-
-// Starts copying `bytes` (a multiple of 16; both addresses 16-byte aligned) from global
-// memory to this block's shared memory; `bar` is counted down by the bytes as they land.
-__device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   shared_address(dst)),
-               "l"(src), "r"(bytes), "r"(shared_address(bar))
-               : "memory");
 #endif
 }
 
