@@ -22,7 +22,8 @@ struct KernelTuning {
   // (cross_entropy.cu); false: the two-pass loop. `cluster_size` (2, 4 or 8) and
   // `cluster_threads` (256 or 512) force a shape when it holds the row; 0 picks the smallest
   // that does. `cluster_persistent`: a grid of the clusters resident at once walking the rows,
-  // instead of one cluster per row.
+  // instead of one cluster per row. Off until a GPU round has timed it against the loop
+  // (bench/RESULTS.md: written after the last round of 2026-12-03).
   bool cluster_cross_entropy = false;
   int cluster_size = 0;
   int cluster_threads = 0;
