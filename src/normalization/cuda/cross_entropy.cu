@@ -333,10 +333,9 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_
 #endif
 }
 
-// The cluster launch for a kGrad problem, if the device can run it and a cluster's registers
-// hold the row: true when launched. `forced_size` (0: the smallest that holds the row) and
-// `persistent` (a grid of the clusters resident at once, or one cluster per row) come from
-// kernel_tuning().
+// The cluster launch for a kGrad problem with clusters of `size` blocks of kThreads, if the
+// device can run it: true when launched. `persistent`: a grid of the clusters resident at
+// once, else one cluster per row.
 template <class T, int kThreads>
 bool launch_grad_cluster_with(const CrossEntropy& p, const Stream& stream, int size, bool persistent) {
   constexpr int W = 16 / sizeof(T);
@@ -360,7 +359,7 @@ bool launch_grad_cluster_with(const CrossEntropy& p, const Stream& stream, int s
 
   int64_t clusters = (int64_t{1} << 30) / size;  // one per row, within the grid's limit
   if (persistent) {  // clusters resident at once, per device and size (one query each)
-    static int resident[64][4];
+    static int resident[64][3];
     int& n = resident[device.index][size == 2 ? 0 : size == 4 ? 1 : 2];
     if (n == 0) {
       config.gridDim = dim3(static_cast<unsigned>(size));

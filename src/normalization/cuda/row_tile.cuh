@@ -238,11 +238,8 @@ __device__ __forceinline__ void load_row_packed(const RowThread<Tile>& t, const 
     const int c = t.column(i);
     if (c < cols) {
       r.pack[i] = *reinterpret_cast<const rudnn::cuda::Pack<T, Tile::kWidth>*>(row + c);
-    } else if constexpr (sizeof(T) * Tile::kWidth == 16) {
-      r.pack[i] = rudnn::cuda::filled_pack<T, Tile::kWidth>(fill);
     } else {
-#pragma unroll
-      for (int j = 0; j < Tile::kWidth; ++j) r.pack[i].v[j] = from_float<T>(fill);
+      r.pack[i] = rudnn::cuda::filled_pack<T, Tile::kWidth>(fill);  // register tiles are 16-byte packs
     }
   }
 }
