@@ -438,13 +438,8 @@ void run_variants(Bench& b) {
   };
   const Variant variants[] = {
       {"tile", {"logsumexp"}, [](KernelTuning& t) { t.logsumexp_warp_rows = false; }},
-      {"1280 threads/SM", norms, [](KernelTuning& t) { t.norm_forward_threads_per_sm = 1280; }},
-      {"1536 threads/SM", norms, [](KernelTuning& t) { t.norm_forward_threads_per_sm = 1536; }},
-      {"cluster (smallest that holds the row)", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true; }},
-      {"cluster of 512-thread blocks", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_threads = 512; }},
-      {"persistent clusters", grads, [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_persistent = true; }},
-      {"persistent clusters of 512-thread blocks", grads,
-       [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_persistent = true, t.cluster_threads = 512; }},
+      {"two-pass loop", grads, [](KernelTuning& t) { t.cluster_cross_entropy = false; }},
+      {"cluster of 512-thread blocks", grads, [](KernelTuning& t) { t.cluster_threads = 512; }},
   };
   for (const Variant& v : variants) {
     kernel_tuning() = defaults;

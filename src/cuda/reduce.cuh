@@ -74,6 +74,17 @@ __device__ __forceinline__ float2 group_reduce_pair(float2 v, float2* scratch) {
   return v;
 }
 
+constexpr float kLog2e = 1.4426950408889634f;
+
+// exp(x - shift) given shift_log2e = shift * log2(e): one FFMA and one ex2.approx, where
+// __expf(x - shift) spends an FADD and an FMUL. For kernels that take an exponential of every
+// element and are bound by instruction issue (the cross-entropy gradient).
+__device__ __forceinline__ float exp_shifted(float x, float shift_log2e) {
+  float r;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(r) : "f"(fmaf(x, kLog2e, -shift_log2e)));
+  return r;
+}
+
 // (max, sum of exp(x - max)) pairs, the state of an online softmax. Merging is exact for
 // -inf maxima: a side whose max is the merged max keeps its sum unscaled, so -inf - -inf
 // never reaches exp.

@@ -44,13 +44,23 @@ __device__ __forceinline__ void load_pack(const T* p, float (&out)[W]) {
   for (int j = 0; j < W; ++j) out[j] = to_float(pack.v[j]);
 }
 
-// Stores W floats at p (aligned to W * sizeof(T)), rounded to T.
+// Stores W floats at p (aligned to W * sizeof(T)), rounded to T; 16-bit types convert in
+// pairs (one instruction per two elements).
 template <class T, int W>
 __device__ __forceinline__ void store_pack(T* p, const float (&in)[W]) {
-  Pack<T, W> pack;
+  if constexpr (sizeof(T) == 2 && W % 2 == 0) {
+    struct alignas(sizeof(T) * W) Words {
+      unsigned w[W / 2];
+    } words;
 #pragma unroll
-  for (int j = 0; j < W; ++j) pack.v[j] = from_float<T>(in[j]);
-  *reinterpret_cast<Pack<T, W>*>(p) = pack;
+    for (int q = 0; q < W / 2; ++q) words.w[q] = pack_pair<T>(in[2 * q], in[2 * q + 1]);
+    *reinterpret_cast<Words*>(p) = words;
+  } else {
+    Pack<T, W> pack;
+#pragma unroll
+    for (int j = 0; j < W; ++j) pack.v[j] = from_float<T>(in[j]);
+    *reinterpret_cast<Pack<T, W>*>(p) = pack;
+  }
 }
 
 // Loads W elements of an affine parameter stored as T or as float (chosen at run time;

@@ -196,6 +196,11 @@ unsigned l2_resident_grid(const CrossEntropy& p, size_t element_size, Device dev
 // Clusters walk rows cluster_id, cluster_id + clusters, ...; rows without a valid target
 // are written without reading the logits or exchanging anything (the target is the same on
 // every block of the cluster).
+//
+// One cluster per row: a block's load, reductions and stores run one after another and
+// overlap with those of the other clusters resident on its SM. (A grid of resident clusters
+// that loaded each next row while finishing the current one, with half the packs per
+// buffer, was slower: 1.86-2.05 ms against 1.41, bench/RESULTS.md round 13.)
 
 constexpr int kClusterVecs = 8;     // packs per thread
 constexpr int kMaxClusterSize = 8;  // the portable limit
@@ -270,10 +275,11 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_
     for (int i = 0; i < V; ++i) m = MaxOp{}(m, rudnn::cuda::pack_max(v[i]));
     float s = 0.0f;
     if (m != -__builtin_huge_valf()) {
+      const float m_log2e = m * rudnn::cuda::kLog2e;
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int j = 0; j < W; ++j) s += __expf(to_float(v[i].v[j]) - m);
+        for (int j = 0; j < W; ++j) s += rudnn::cuda::exp_shifted(to_float(v[i].v[j]), m_log2e);
     }
     const SoftmaxState state = group_reduce<kThreads>(SoftmaxState{m, s}, scratch);
 
@@ -299,28 +305,38 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_
     }
 
     const float lse = rudnn::cuda::log_sum_exp(merged);
-    // The target column relative to this thread's first one (-1 when elsewhere): the one-hot
-    // test below is then one 32-bit compare with a constant.
+    // The pack of this thread that holds the target column, and its place in it (-1: none).
     const int64_t target_offset = target.index - first_col;
-    const int target_at = target_offset >= 0 && target_offset < V * kStride ? static_cast<int>(target_offset) : -1;
-    if (target_at >= 0 && target_at % kStride < W && owned(target_at / kStride) && p.loss) {
-      p.loss[row] = lse - to_float(x[target.index]);  // by the one thread that owns the target
+    int target_pack = -1, target_lane = 0;
+    if (target_offset >= 0 && target_offset < V * kStride && target_offset % kStride < W &&
+        owned(static_cast<int>(target_offset / kStride))) {
+      target_pack = static_cast<int>(target_offset / kStride);
+      target_lane = static_cast<int>(target_offset % kStride);
+      if (p.loss) p.loss[row] = lse - to_float(x[target.index]);  // by the one thread that owns the target
     }
     T* dx = static_cast<T*>(p.dlogits.data) + row * p.dlogits.stride + first_col;
     if (isfinite(merged.max)) {
-      // softmax(x) = exp(x - lse) for 16-bit logits (one subtraction fewer per element; the
+      // softmax(x) = exp(x - lse) for 16-bit logits (one FFMA and one ex2 per element; the
       // rounding of lse is far below their precision); F32 logits keep exp(x - max) / sum.
       const float inv = 1.0f / merged.sum;
+      const float shift_log2e = (sizeof(T) == 2 ? lse : merged.max) * rudnn::cuda::kLog2e;
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         if (!owned(i)) continue;
-        float out[W];
+        float softmax[W];
 #pragma unroll
         for (int j = 0; j < W; ++j) {
-          const float x_j = to_float(v[i].v[j]);
-          const float softmax = sizeof(T) == 2 ? __expf(x_j - lse) : __expf(x_j - merged.max) * inv;
-          out[j] = (softmax - (i * kStride + j == target_at ? 1.0f : 0.0f)) * scale;
+          softmax[j] = rudnn::cuda::exp_shifted(to_float(v[i].v[j]), shift_log2e);
+          if (sizeof(T) != 2) softmax[j] *= inv;
         }
+        // The one-hot term, by one thread of the cluster: a compare per pack, not per element.
+        if (i == target_pack) {
+#pragma unroll
+          for (int j = 0; j < W; ++j) softmax[j] -= j == target_lane ? 1.0f : 0.0f;
+        }
+        float out[W];
+#pragma unroll
+        for (int j = 0; j < W; ++j) out[j] = softmax[j] * scale;
         rudnn::cuda::store_pack<T, W>(dx + i * kStride, out);
       }
     } else {  // a max of +inf or NaN: the row is undefined (its loss is already written)
@@ -333,16 +349,14 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_
 #endif
 }
 
-// The cluster launch for a kGrad problem with clusters of `size` blocks of kThreads, if the
-// device can run it: true when launched. `persistent`: a grid of the clusters resident at
-// once, else one cluster per row.
+// The cluster launch for a kGrad problem, one cluster of `size` blocks of kThreads per row,
+// if the device can run it: true when launched.
 template <class T, int kThreads>
-bool launch_grad_cluster_with(const CrossEntropy& p, const Stream& stream, int size, bool persistent) {
+bool launch_grad_cluster_with(const CrossEntropy& p, const Stream& stream, int size) {
   constexpr int W = 16 / sizeof(T);
   auto kernel = cross_entropy_grad_cluster<T, kThreads>;
-  const Device device = stream.device();
   static signed char hopper[64];
-  if (!built_for_hopper(kernel, device, hopper)) return false;
+  if (!built_for_hopper(kernel, stream.device(), hopper)) return false;
   const int64_t packs = p.cols / W;
   const int64_t chunk_packs = (packs + size - 1) / size;
 
@@ -356,19 +370,8 @@ bool launch_grad_cluster_with(const CrossEntropy& p, const Stream& stream, int s
   config.stream = reinterpret_cast<cudaStream_t>(stream.handle());
   config.attrs = &attribute;
   config.numAttrs = 1;
-
-  int64_t clusters = (int64_t{1} << 30) / size;  // one per row, within the grid's limit
-  if (persistent) {  // clusters resident at once, per device and size (one query each)
-    static int resident[64][3];
-    int& n = resident[device.index][size == 2 ? 0 : size == 4 ? 1 : 2];
-    if (n == 0) {
-      config.gridDim = dim3(static_cast<unsigned>(size));
-      check_cuda(cudaOccupancyMaxActiveClusters(&n, kernel, &config), "cudaOccupancyMaxActiveClusters");
-      if (n < 1) n = 1;
-    }
-    clusters = n;
-  }
-  if (p.rows < clusters) clusters = p.rows;
+  const int64_t most = (int64_t{1} << 30) / size;  // the grid's limit; clusters then walk rows
+  const int64_t clusters = p.rows < most ? p.rows : most;
   config.gridDim = dim3(static_cast<unsigned>(clusters * size));
   trace_launch("cross_entropy_grad_cluster", config.gridDim.x, kThreads, 0, clusters, size);
   check_cuda(cudaLaunchKernelEx(&config, kernel, p, chunk_packs), "cross_entropy (cluster launch)");
@@ -386,8 +389,8 @@ bool launch_grad_cluster(const CrossEntropy& p, const Stream& stream, const Kern
       if (tuning.cluster_size > 0 && size != tuning.cluster_size) continue;
       if (tuning.cluster_threads > 0 && threads != tuning.cluster_threads) continue;
       if (static_cast<int64_t>(size) * threads * kClusterVecs < packs) continue;
-      return threads == 256 ? launch_grad_cluster_with<T, 256>(p, stream, size, tuning.cluster_persistent)
-                            : launch_grad_cluster_with<T, 512>(p, stream, size, tuning.cluster_persistent);
+      return threads == 256 ? launch_grad_cluster_with<T, 256>(p, stream, size)
+                            : launch_grad_cluster_with<T, 512>(p, stream, size);
     }
   }
   return false;

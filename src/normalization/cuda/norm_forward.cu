@@ -2,7 +2,6 @@
 // of each output, statistics in FP32.
 #include "normalization/cuda/launch.h"
 #include "normalization/cuda/row_tile.cuh"
-#include "normalization/cuda/tuning.h"
 
 namespace rudnn::norm::cuda {
 
@@ -13,16 +12,9 @@ using rudnn::cuda::round_to;
 using rudnn::cuda::SumOp;
 using rudnn::cuda::WelfordState;
 
-// kThreadsPerSm: the threads resident per SM that the register budget is set for. Above 1024
-// the row is re-converted from its packed form at each use (PackedRow::reconverted); else
-// the compiler keeps it converted, which needs twice the registers for the row.
-template <class T, class Tile, NormKind kKind, int kThreadsPerSm>
-__global__ void __launch_bounds__(Tile::kBlockThreads, kThreadsPerSm / Tile::kBlockThreads) norm_forward_tile(NormForward p) {
+template <class T, class Tile, NormKind kKind>
+__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) norm_forward_tile(NormForward p) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
-  auto value = [](const PackedRow<Tile, T>& r, int i, int j) {
-    if constexpr (kThreadsPerSm > 1024) return r.reconverted(i, j);
-    return r(i, j);
-  };
   __shared__ float scratch[32];
   const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
@@ -37,18 +29,24 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, kThreadsPerSm / Tile::kBl
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int j = 0; j < W; ++j) v.pack[i].v[j] = from_float<T>(value(v, i, j) + value(r, i, j));  // FP32 sum, stored as T
+        for (int j = 0; j < W; ++j) v.pack[i].v[j] = from_float<T>(v(i, j) + r(i, j));  // FP32 sum, stored as T
       store_row_packed(t, static_cast<T*>(p.sum.data) + row * p.sum.stride, cols, v);
     }
 
     float mean = 0.0f;
     if constexpr (kKind == NormKind::layer) {
+      // The mean as K + mean(x - K), K the row's first element: exact for a constant row
+      // (whose variance is then exactly 0 and its output exactly beta), and as accurate as
+      // mean(x) elsewhere.
+      const float k = to_float(static_cast<const T*>(p.x.data)[row * p.x.stride]);
       float s = 0.0f;
 #pragma unroll
-      for (int i = 0; i < V; ++i)
+      for (int i = 0; i < V; ++i) {
+        if (t.column(i) >= cols) continue;
 #pragma unroll
-        for (int j = 0; j < W; ++j) s += value(v, i, j);  // vectors past the row loaded as 0
-      mean = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch) * inv_cols;
+        for (int j = 0; j < W; ++j) s += v(i, j) - k;
+      }
+      mean = k + group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch) / static_cast<float>(cols);
     }
     // Second pass over the registers: sum of squared deviations, no cancellation.
     float ss = 0.0f;
@@ -56,7 +54,7 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, kThreadsPerSm / Tile::kBl
     for (int i = 0; i < V; ++i) {
       if (t.column(i) >= cols) continue;
 #pragma unroll
-      for (int j = 0; j < W; ++j) ss += (value(v, i, j) - mean) * (value(v, i, j) - mean);
+      for (int j = 0; j < W; ++j) ss += (v(i, j) - mean) * (v(i, j) - mean);
     }
     const float rstd = rsqrtf(group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols + p.eps);
 
@@ -71,9 +69,9 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, kThreadsPerSm / Tile::kBl
 #pragma unroll
       for (int j = 0; j < W; ++j) {
         if constexpr (kKind == NormKind::layer) {
-          out[j] = fmaf((value(v, i, j) - mean) * rstd, g[j], b[j]);
+          out[j] = fmaf((v(i, j) - mean) * rstd, g[j], b[j]);
         } else {
-          out[j] = value(v, i, j) * rstd * g[j];
+          out[j] = v(i, j) * rstd * g[j];
         }
       }
       rudnn::cuda::store_pack<T, W>(y + c, out);
@@ -91,17 +89,22 @@ __global__ void __launch_bounds__(kLoopThreads) norm_forward_loop(NormForward p)
     const T* x = static_cast<const T*>(p.x.data) + row * p.x.stride;
     T* sum_row = kKind == NormKind::add_rms ? static_cast<T*>(p.sum.data) + row * p.sum.stride : nullptr;
 
-    // Pass 1: statistics (and, for add_rms, the stored sum).
+    // Pass 1: statistics (and, for add_rms, the stored sum). LayerNorm's are of x - K, K the
+    // row's first element, as in the tile kernel: exact for constant rows.
     WelfordState w{0.0f, 0.0f, 0.0f};
     float ss = 0.0f;
+    const float k = kKind == NormKind::layer ? to_float(x[0]) : 0.0f;
     auto accumulate = [&](const float (&v)[W]) {
       if constexpr (kKind == NormKind::layer) {
-        float m = 0.0f, m2 = 0.0f;
+        float d[W], m = 0.0f, m2 = 0.0f;
 #pragma unroll
-        for (int j = 0; j < W; ++j) m += v[j];
+        for (int j = 0; j < W; ++j) {
+          d[j] = v[j] - k;
+          m += d[j];
+        }
         m *= 1.0f / W;
 #pragma unroll
-        for (int j = 0; j < W; ++j) m2 += (v[j] - m) * (v[j] - m);
+        for (int j = 0; j < W; ++j) m2 += (d[j] - m) * (d[j] - m);
         w = merge(w, WelfordState{static_cast<float>(W), m, m2});
       } else {
 #pragma unroll
@@ -122,7 +125,7 @@ __global__ void __launch_bounds__(kLoopThreads) norm_forward_loop(NormForward p)
     float mean = 0.0f, var;
     if constexpr (kKind == NormKind::layer) {
       w = group_reduce<kLoopThreads>(w, welford_scratch);
-      mean = w.mean;
+      mean = k + w.mean;
       var = w.m2 * inv_cols;
     } else {
       var = group_reduce<kLoopThreads>(ss, SumOp{}, scratch) * inv_cols;
@@ -163,11 +166,7 @@ void launch(const NormForward& p, cudaStream_t stream) {
       norm_forward_loop<T, Tile::kWidth, kKind><<<row_grid(p.rows, 1), kLoopThreads, 0, stream>>>(p);
     } else {
       const unsigned grid = row_grid(p.rows, Tile::kRowsPerBlock);
-      switch (kernel_tuning().norm_forward_threads_per_sm) {
-        case 1280: norm_forward_tile<T, Tile, kKind, 1280><<<grid, Tile::kBlockThreads, 0, stream>>>(p); break;
-        case 1536: norm_forward_tile<T, Tile, kKind, 1536><<<grid, Tile::kBlockThreads, 0, stream>>>(p); break;
-        default: norm_forward_tile<T, Tile, kKind, 1024><<<grid, Tile::kBlockThreads, 0, stream>>>(p); break;
-      }
+      norm_forward_tile<T, Tile, kKind><<<grid, Tile::kBlockThreads, 0, stream>>>(p);
     }
   });
   check_launch("norm_forward");

@@ -203,21 +203,6 @@ __device__ __forceinline__ float (&flat(float (&v)[V][W]))[V * W] {
   return reinterpret_cast<float(&)[V * W]>(v);
 }
 
-// to_float, as an instruction the compiler must issue at each use: it would otherwise convert
-// a packed row once and keep every converted value alive across the passes over it,
-// doubling the registers the packing saves.
-__device__ __forceinline__ float reconvert(float v) { return v; }
-__device__ __forceinline__ float reconvert(__nv_bfloat16 v) {
-  float f;
-  asm volatile("mov.b32 %0, {0, %1};" : "=f"(f) : "h"(__bfloat16_as_ushort(v)));
-  return f;
-}
-__device__ __forceinline__ float reconvert(__half v) {
-  float f;
-  asm volatile("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(__half_as_ushort(v)));
-  return f;
-}
-
 // A thread's share of a row kept as loaded, in its storage type, and converted to FP32 each
 // time it is read: half the registers of an FP32 copy for 16-bit types. These kernels are
 // bound by the bytes in flight per SM, so fewer registers (more resident rows) is speed.
@@ -225,8 +210,6 @@ template <class Tile, class T>
 struct PackedRow {
   rudnn::cuda::Pack<T, Tile::kWidth> pack[Tile::kVecs];
   __device__ __forceinline__ float operator()(int i, int j) const { return to_float(pack[i].v[j]); }
-  // The same through reconvert: fewer registers, more instructions.
-  __device__ __forceinline__ float reconverted(int i, int j) const { return reconvert(pack[i].v[j]); }
 };
 
 // Loads this thread's vectors of a row; vectors past `cols` read as `fill`.

@@ -131,6 +131,37 @@ TEST(NormGpu, LayerNormForward) {
   });
 }
 
+// LayerNorm on rows that strain its statistics: a mean 100 standard deviations from 0, a
+// first element far from the rest, rows constant but for one element, and constant rows
+// (variance 0: the output is beta).
+TEST(NormGpu, LayerNormOfOffsetAndConstantRows) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    for (int64_t h : {64, 1000, 4096, 8192, 32768}) {
+      const int64_t rows = 10;
+      std::vector<double> v = to_doubles(random_tensor(rng, {rows, h}, DType::f32, 100.0f, 1.0f));
+      for (int64_t r = 0; r < rows; ++r) {
+        double* row = v.data() + r * h;
+        switch (r % 5) {
+          case 0: break;  // mean 100, standard deviation 1
+          case 1: row[0] += (rng.integer(0, 1) ? 1 : -1) * rng.uniform(5, 50); break;
+          case 2:  // mean and standard deviation both about 1/4
+            std::fill(row, row + h, 0.25);
+            row[rng.integer(0, h - 1)] = 0.25 + std::sqrt(static_cast<double>(h)) / 4;
+            break;
+          case 3: std::fill(row, row + h, -3.0); break;
+          case 4: std::fill(row, row + h, 0.0); break;
+        }
+      }
+      expect_gpu_matches_reference(
+          [](const std::vector<Tensor>& in) { return std::vector<Tensor>{layer_norm(in[0], in[1], in[2], 1e-5f)}; },
+          {host_tensor(v, {rows, h}, dt), random_param(rng, h, dt), random_param(rng, h, dt)},
+          describe("layer_norm", dt, Shape{rows, h}));
+    }
+  }
+}
+
 TEST(NormGpu, RmsNormForward) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
@@ -485,12 +516,10 @@ TEST(NormGpu, EveryKernelVariantMatchesTheReference) {
   const Variant variants[] = {
       {"defaults", [](KernelTuning&) {}},
       {"logsumexp on the block tile", [](KernelTuning& t) { t.logsumexp_warp_rows = false; }},
-      {"forward norms at 1280 threads/SM", [](KernelTuning& t) { t.norm_forward_threads_per_sm = 1280; }},
-      {"forward norms at 1536 threads/SM", [](KernelTuning& t) { t.norm_forward_threads_per_sm = 1536; }},
+      {"cross-entropy gradient on the two-pass loop", [](KernelTuning& t) { t.cluster_cross_entropy = false; }},
       {"cluster (smallest that holds the row)", [](KernelTuning& t) { t.cluster_cross_entropy = true; }},
       {"cluster of 8", [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 8; }},
       {"cluster of 512-thread blocks", [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_threads = 512; }},
-      {"persistent clusters", [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_persistent = true; }},
   };
   for (const Variant& v : variants) {
     kernel_tuning() = restore.saved;
