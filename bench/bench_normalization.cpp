@@ -430,7 +430,6 @@ void run_variants(Bench& b) {
   using rudnn::norm::cuda::kernel_tuning;
   const KernelTuning defaults = kernel_tuning();
   const std::vector<std::string> grads = {"cross_entropy_backward", "cross_entropy_with_grad"};
-  const std::vector<std::string> norms = {"rms_norm", "layer_norm (gamma+beta)", "add_rms_norm"};
   struct Variant {
     std::string label;
     std::vector<std::string> ops;

@@ -49,12 +49,10 @@ __device__ __forceinline__ void load_pack(const T* p, float (&out)[W]) {
 template <class T, int W>
 __device__ __forceinline__ void store_pack(T* p, const float (&in)[W]) {
   if constexpr (sizeof(T) == 2 && W % 2 == 0) {
-    struct alignas(sizeof(T) * W) Words {
-      unsigned w[W / 2];
-    } words;
+    Pack<unsigned, W / 2> words;
 #pragma unroll
-    for (int q = 0; q < W / 2; ++q) words.w[q] = pack_pair<T>(in[2 * q], in[2 * q + 1]);
-    *reinterpret_cast<Words*>(p) = words;
+    for (int q = 0; q < W / 2; ++q) words.v[q] = pack_pair<T>(in[2 * q], in[2 * q + 1]);
+    *reinterpret_cast<Pack<unsigned, W / 2>*>(p) = words;
   } else {
     Pack<T, W> pack;
 #pragma unroll

@@ -165,8 +165,8 @@ void launch(const NormForward& p, cudaStream_t stream) {
     if constexpr (Tile::kLoop) {
       norm_forward_loop<T, Tile::kWidth, kKind><<<row_grid(p.rows, 1), kLoopThreads, 0, stream>>>(p);
     } else {
-      const unsigned grid = row_grid(p.rows, Tile::kRowsPerBlock);
-      norm_forward_tile<T, Tile, kKind><<<grid, Tile::kBlockThreads, 0, stream>>>(p);
+      norm_forward_tile<T, Tile, kKind>
+          <<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
     }
   });
   check_launch("norm_forward");
