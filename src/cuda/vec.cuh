@@ -36,6 +36,19 @@ __device__ __forceinline__ Pack<T, W> filled_pack(float value) {
   return __builtin_bit_cast(Pack<T, W>, make_uint4(word, word, word, word));
 }
 
+// Element j of a pack as FP32. A bf16 is the high half of an FP32, so each element is one
+// shift or one mask of the 32-bit word that holds a pair; converting the 16-bit element on
+// its own takes an extract and a shift for the high one.
+template <class T, int W>
+__device__ __forceinline__ float pack_element(const Pack<T, W>& pack, int j) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && W % 2 == 0) {
+    const unsigned word = __builtin_bit_cast(Pack<unsigned, W / 2>, pack).v[j / 2];
+    return __uint_as_float(j % 2 == 0 ? word << 16 : word & 0xffff0000u);
+  } else {
+    return to_float(pack.v[j]);
+  }
+}
+
 // Loads W elements at p (aligned to W * sizeof(T)) as floats.
 template <class T, int W>
 __device__ __forceinline__ void load_pack(const T* p, float (&out)[W]) {

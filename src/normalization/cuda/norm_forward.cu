@@ -12,7 +12,8 @@ using rudnn::cuda::round_to;
 using rudnn::cuda::SumOp;
 using rudnn::cuda::WelfordState;
 
-template <class T, class Tile, NormKind kKind>
+// kForm: how gamma and beta are read (ParamForm).
+template <class T, class Tile, NormKind kKind, ParamForm kForm>
 __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) norm_forward_tile(NormForward p) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
   __shared__ float scratch[32];
@@ -21,16 +22,33 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) no
   const float inv_cols = 1.0f / static_cast<float>(cols);
 
   for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
-    PackedRow<Tile, T> v;  // the row (or, for add_rms, the stored sum) in its storage type
-    load_row_packed(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, v);
+    PackedRow<Tile, T> packed;  // the row (or, for add_rms, the stored sum) in its storage type
+    load_row_packed(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, packed);
+    // LayerNorm reads each value three times (mean, variance, output): it converts the row
+    // to FP32 registers once (fewer instructions, measured faster: RESULTS.md, round 17).
+    // The RMS kernels read it twice and keep it packed, in half the registers.
+    float converted[V][W];
+    if constexpr (kKind == NormKind::layer) {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+#pragma unroll
+        for (int j = 0; j < W; ++j) converted[i][j] = packed(i, j);
+    }
+    auto v = [&](int i, int j) -> float {
+      if constexpr (kKind == NormKind::layer) {
+        return converted[i][j];
+      } else {
+        return packed(i, j);
+      }
+    };
     if constexpr (kKind == NormKind::add_rms) {
       PackedRow<Tile, T> r;
       load_row_packed(t, static_cast<const T*>(p.residual.data) + row * p.residual.stride, cols, r);
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int j = 0; j < W; ++j) v.pack[i].v[j] = from_float<T>(v(i, j) + r(i, j));  // FP32 sum, stored as T
-      store_row_packed(t, static_cast<T*>(p.sum.data) + row * p.sum.stride, cols, v);
+        for (int j = 0; j < W; ++j) packed.pack[i].v[j] = from_float<T>(v(i, j) + r(i, j));  // FP32 sum, stored as T
+      store_row_packed(t, static_cast<T*>(p.sum.data) + row * p.sum.stride, cols, packed);
     }
 
     float mean = 0.0f;
@@ -64,8 +82,8 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) no
       const int c = t.column(i);
       if (c >= cols) continue;
       float g[W], b[W], out[W];
-      load_param_or<T, W>(p.gamma, c, 1.0f, g);
-      if constexpr (kKind == NormKind::layer) load_param_or<T, W>(p.beta, c, 0.0f, b);
+      load_param_as<kForm, T, W>(p.gamma, c, 1.0f, g);
+      if constexpr (kKind == NormKind::layer) load_param_as<kForm, T, W>(p.beta, c, 0.0f, b);
 #pragma unroll
       for (int j = 0; j < W; ++j) {
         if constexpr (kKind == NormKind::layer) {
@@ -160,13 +178,28 @@ void launch(const NormForward& p, cudaStream_t stream) {
   }
   a.pointer(p.gamma.data);
   a.pointer(p.beta.data);
+  const ParamForm form =
+      kKind == NormKind::layer ? param_form<T>({p.gamma, p.beta}) : param_form<T>({p.gamma});
   with_tile<T>(p.cols, a, [&](auto tile) {
     using Tile = decltype(tile);
     if constexpr (Tile::kLoop) {
       norm_forward_loop<T, Tile::kWidth, kKind><<<row_grid(p.rows, 1), kLoopThreads, 0, stream>>>(p);
     } else {
-      norm_forward_tile<T, Tile, kKind>
-          <<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
+      const unsigned grid = row_grid(p.rows, Tile::kRowsPerBlock);
+      switch (form) {
+        case ParamForm::storage:
+          norm_forward_tile<T, Tile, kKind, ParamForm::storage><<<grid, Tile::kBlockThreads, 0, stream>>>(p);
+          break;
+        case ParamForm::f32:
+          if constexpr (sizeof(T) == 2) {  // FP32 parameters of FP32 rows are the storage form
+            norm_forward_tile<T, Tile, kKind, ParamForm::f32><<<grid, Tile::kBlockThreads, 0, stream>>>(p);
+            break;
+          }
+          [[fallthrough]];
+        case ParamForm::any:
+          norm_forward_tile<T, Tile, kKind, ParamForm::any><<<grid, Tile::kBlockThreads, 0, stream>>>(p);
+          break;
+      }
     }
   });
   check_launch("norm_forward");

@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "core/cuda_api.h"
 #include "core/cuda_check.h"
@@ -209,7 +210,7 @@ __device__ __forceinline__ float (&flat(float (&v)[V][W]))[V * W] {
 template <class Tile, class T>
 struct PackedRow {
   rudnn::cuda::Pack<T, Tile::kWidth> pack[Tile::kVecs];
-  __device__ __forceinline__ float operator()(int i, int j) const { return to_float(pack[i].v[j]); }
+  __device__ __forceinline__ float operator()(int i, int j) const { return rudnn::cuda::pack_element(pack[i], j); }
 };
 
 // Loads this thread's vectors of a row; vectors past `cols` read as `fill`.
@@ -352,6 +353,41 @@ __device__ __forceinline__ void load_param_or(const ParamIn& p, int64_t c, float
   } else {
 #pragma unroll
     for (int j = 0; j < W; ++j) out[j] = absent;
+  }
+}
+
+// How a kernel reads its affine parameters. `any` decides at each load whether a parameter
+// is absent, stored as T or as FP32; `storage` and `f32` know at compile time that every
+// parameter the op takes is present, stored as T or as FP32. On a register tile the per-load
+// decision costs more instructions than the arithmetic it feeds (default values, and loads of
+// both widths issued under predicates), so the forward tiles are instantiated per form.
+enum class ParamForm { any, storage, f32 };
+
+// The form of a set of parameters: `storage` or `f32` when all are present and stored alike
+// (for T = float the two are one form, `storage`), else `any`.
+template <class T>
+ParamForm param_form(std::initializer_list<ParamIn> params) {
+  bool all_f32 = true, all_storage = true;
+  for (const ParamIn& p : params) {
+    if (p.data == nullptr) return ParamForm::any;
+    all_f32 = all_f32 && p.is_f32;
+    all_storage = all_storage && (!p.is_f32 || sizeof(T) == 4);
+  }
+  return all_storage ? ParamForm::storage : all_f32 ? ParamForm::f32 : ParamForm::any;
+}
+
+// Loads W parameter values at column c in form kForm; `absent` stands in for a missing
+// parameter (form `any` only).
+template <ParamForm kForm, class T, int W>
+__device__ __forceinline__ void load_param_as(const ParamIn& p, int64_t c, float absent, float (&out)[W]) {
+  if constexpr (kForm == ParamForm::storage) {
+    const auto pack = *reinterpret_cast<const rudnn::cuda::Pack<T, W>*>(static_cast<const T*>(p.data) + c);
+#pragma unroll
+    for (int j = 0; j < W; ++j) out[j] = rudnn::cuda::pack_element(pack, j);
+  } else if constexpr (kForm == ParamForm::f32) {
+    rudnn::cuda::load_param<T, W>(p.data, true, c, out);
+  } else {
+    load_param_or<T, W>(p, c, absent, out);
   }
 }
 
