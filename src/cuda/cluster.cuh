@@ -1,7 +1,7 @@
 // Thread-block clusters (sm_90+): shared-memory barriers (mbarrier) and stores into a peer
 // block's shared memory that count down on the peer's barrier, as thin wrappers over PTX.
 // Callers must run on sm_90 or newer: the bodies compile to nothing below that, and host code
-// checks the kernel's compiled architecture (built_for_hopper in row_tile.cuh) before
+// checks the kernel's compiled architecture (built_for_hopper in cuda/launch.cuh) before
 // choosing a path that uses them.
 //
 // The pattern: a block arms its own mbarrier with the bytes it expects; peers send those

@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "cuda/vec.cuh"
@@ -12,7 +14,13 @@ namespace rudnn::cuda {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
+// A reduction is a state type S and a merge functor: `S operator()(S, S)`, `static S
+// identity()`, and kLanesAgree, whether a butterfly leaves every lane with the same bits
+// (true when the merge is commutative bit for bit; false for Welford's, after which lane 0's
+// state is handed to all so that every thread of a row goes on with the same statistics).
+
 struct SumOp {
+  static constexpr bool kLanesAgree = true;
   __host__ __device__ static constexpr float identity() { return 0.0f; }
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };
@@ -20,58 +28,68 @@ struct SumOp {
 // Maximum that propagates NaN (fmaxf would drop it): softmax and log-sum-exp must turn a NaN
 // anywhere in a row into NaN.
 struct MaxOp {
+  static constexpr bool kLanesAgree = true;
   __host__ __device__ static constexpr float identity() { return -__builtin_huge_valf(); }
   __device__ __forceinline__ float operator()(float a, float b) const { return (a > b || a != a) ? a : b; }
 };
 
-template <class Op>
-__device__ __forceinline__ float warp_reduce(float v, Op op) {
+// Two sums reduced together (one pair of barriers instead of two).
+struct PairSumOp {
+  static constexpr bool kLanesAgree = true;
+  __host__ __device__ static float2 identity() { return make_float2(0.0f, 0.0f); }
+  __device__ __forceinline__ float2 operator()(float2 a, float2 b) const { return make_float2(a.x + b.x, a.y + b.y); }
+};
+
+// Shuffles a state of 32-bit words: from lane (this lane ^ offset), or from `lane`.
+template <class S>
+__device__ __forceinline__ S shuffle_xor(const S& s, int offset) {
+  static_assert(sizeof(S) % 4 == 0, "a reduction state is made of 32-bit words");
+  uint32_t w[sizeof(S) / 4];
+  memcpy(w, &s, sizeof(S));
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(kFullMask, v, offset));
-  return v;
+  for (int i = 0; i < static_cast<int>(sizeof(S) / 4); ++i) w[i] = __shfl_xor_sync(kFullMask, w[i], offset);
+  S r;
+  memcpy(&r, w, sizeof(S));
+  return r;
+}
+template <class S>
+__device__ __forceinline__ S shuffle_from(const S& s, int lane) {
+  uint32_t w[sizeof(S) / 4];
+  memcpy(w, &s, sizeof(S));
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(S) / 4); ++i) w[i] = __shfl_sync(kFullMask, w[i], lane);
+  S r;
+  memcpy(&r, w, sizeof(S));
+  return r;
+}
+
+// Reduces over a warp (butterfly) and returns the result to every lane.
+template <class S, class Merge>
+__device__ __forceinline__ S warp_reduce(S s, Merge merge) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) s = merge(s, shuffle_xor(s, offset));
+  if constexpr (!Merge::kLanesAgree) s = shuffle_from(s, 0);
+  return s;
 }
 
 // Reduces over the kThreads threads that share a row and returns the result to all of
-// them. kThreads is 32 (one warp: no shared memory, no barrier) or a multiple of 32 up to
-// 1024 covering the whole block; then `scratch` holds 32 floats, and the function has a
-// barrier on both sides so that calls can follow one another with the same scratch.
-template <int kThreads, class Op>
-__device__ __forceinline__ float group_reduce(float v, Op op, float* scratch) {
-  v = warp_reduce(v, op);
+// them. kThreads is 32 (one warp: no shared memory, no barrier; `scratch` is unused) or a
+// multiple of 32 up to 1024 covering the whole block; then `scratch` holds 32 states, and
+// the function has a barrier on both sides so that calls can follow one another with the
+// same scratch.
+template <int kThreads, class S, class Merge>
+__device__ __forceinline__ S group_reduce(S s, Merge merge, S* scratch) {
+  s = warp_reduce(s, merge);
   if constexpr (kThreads > 32) {
     constexpr int kWarps = kThreads / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) scratch[warp] = v;
+    if (lane == 0) scratch[warp] = s;
     __syncthreads();
-    v = lane < kWarps ? scratch[lane] : Op::identity();
-    v = warp_reduce(v, op);  // every warp folds the same partials in the same order
-    __syncthreads();
-  }
-  return v;
-}
-
-// Two sums reduced together (one pair of barriers instead of two).
-template <int kThreads>
-__device__ __forceinline__ float2 group_reduce_pair(float2 v, float2* scratch) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    v.x += __shfl_xor_sync(kFullMask, v.x, offset);
-    v.y += __shfl_xor_sync(kFullMask, v.y, offset);
-  }
-  if constexpr (kThreads > 32) {
-    constexpr int kWarps = kThreads / 32;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    v = lane < kWarps ? scratch[lane] : make_float2(0.0f, 0.0f);
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      v.x += __shfl_xor_sync(kFullMask, v.x, offset);
-      v.y += __shfl_xor_sync(kFullMask, v.y, offset);
-    }
+    s = lane < kWarps ? scratch[lane] : Merge::identity();
+    s = warp_reduce(s, merge);  // every warp folds the same partials in the same order
     __syncthreads();
   }
-  return v;
+  return s;
 }
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -88,17 +106,21 @@ __device__ __forceinline__ float exp_shifted(float x, float shift_log2e) {
 // (max, sum of exp(x - max)) pairs, the state of an online softmax. Merging is exact for
 // -inf maxima: a side whose max is the merged max keeps its sum unscaled, so -inf - -inf
 // never reaches exp.
-struct SoftmaxState {
+struct alignas(8) SoftmaxState {  // 8-byte aligned: one 64-bit shared-memory access per state
   float max;
   float sum;
 };
 
-__device__ __forceinline__ SoftmaxState merge(SoftmaxState a, SoftmaxState b) {
-  const float m = MaxOp{}(a.max, b.max);
-  const float sa = a.max == m ? a.sum : a.sum * __expf(a.max - m);
-  const float sb = b.max == m ? b.sum : b.sum * __expf(b.max - m);
-  return {m, sa + sb};
-}
+struct SoftmaxMerge {
+  static constexpr bool kLanesAgree = true;
+  __host__ __device__ static SoftmaxState identity() { return {MaxOp::identity(), 0.0f}; }
+  __device__ __forceinline__ SoftmaxState operator()(SoftmaxState a, SoftmaxState b) const {
+    const float m = MaxOp{}(a.max, b.max);
+    const float sa = a.max == m ? a.sum : a.sum * __expf(a.max - m);
+    const float sb = b.max == m ? b.sum : b.sum * __expf(b.max - m);
+    return {m, sa + sb};
+  }
+};
 
 // Folds W values into an online softmax state, with one rescale of the running sum per
 // call rather than per value.
@@ -149,29 +171,6 @@ __device__ __forceinline__ void fold(SoftmaxState& s, const Pack<T, W>& x) {
 // itself, as in PyTorch.
 __device__ __forceinline__ float log_sum_exp(SoftmaxState s) { return isfinite(s.max) ? s.max + __logf(s.sum) : s.max; }
 
-template <int kThreads>
-__device__ __forceinline__ SoftmaxState group_reduce(SoftmaxState s, float2* scratch) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    SoftmaxState other{__shfl_xor_sync(kFullMask, s.max, offset), __shfl_xor_sync(kFullMask, s.sum, offset)};
-    s = merge(s, other);
-  }
-  if constexpr (kThreads > 32) {
-    constexpr int kWarps = kThreads / 32;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) scratch[warp] = make_float2(s.max, s.sum);
-    __syncthreads();
-    s = lane < kWarps ? SoftmaxState{scratch[lane].x, scratch[lane].y} : SoftmaxState{MaxOp::identity(), 0.0f};
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      SoftmaxState other{__shfl_xor_sync(kFullMask, s.max, offset), __shfl_xor_sync(kFullMask, s.sum, offset)};
-      s = merge(s, other);
-    }
-    __syncthreads();
-  }
-  return s;
-}
-
 // Welford / Chan running (count, mean, M2) for a numerically stable variance in one pass.
 struct WelfordState {
   float count;
@@ -179,20 +178,19 @@ struct WelfordState {
   float m2;
 };
 
-__device__ __forceinline__ WelfordState merge(WelfordState a, WelfordState b) {
-  const float n = a.count + b.count;
-  if (n == 0.0f) return a;
-  const float delta = b.mean - a.mean;
-  const float wb = b.count / n;
-  return {n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.count * wb};
-}
-
-// Chan's merge is not symmetric bit for bit, so after a butterfly the lanes hold slightly
-// different states: lane 0's is handed to all, so that every thread of a row normalises
-// with the same statistics.
-__device__ __forceinline__ WelfordState broadcast_lane0(WelfordState s) {
-  return {__shfl_sync(kFullMask, s.count, 0), __shfl_sync(kFullMask, s.mean, 0), __shfl_sync(kFullMask, s.m2, 0)};
-}
+// Chan's merge is not symmetric bit for bit: after a butterfly the lanes hold slightly
+// different states, so the reductions hand lane 0's to all.
+struct WelfordMerge {
+  static constexpr bool kLanesAgree = false;
+  __host__ __device__ static WelfordState identity() { return {0.0f, 0.0f, 0.0f}; }
+  __device__ __forceinline__ WelfordState operator()(WelfordState a, WelfordState b) const {
+    const float n = a.count + b.count;
+    if (n == 0.0f) return a;
+    const float delta = b.mean - a.mean;
+    const float wb = b.count / n;
+    return {n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.count * wb};
+  }
+};
 
 // (count, mean, M2) of `count` values held in registers (two passes over them).
 template <int N>
@@ -206,33 +204,6 @@ __device__ __forceinline__ WelfordState local_welford(const float (&v)[N], int c
 #pragma unroll
   for (int j = 0; j < N; ++j) m2 += j < count ? (v[j] - mean) * (v[j] - mean) : 0.0f;
   return {static_cast<float>(count), mean, m2};
-}
-
-template <int kThreads>
-__device__ __forceinline__ WelfordState group_reduce(WelfordState s, float4* scratch) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    WelfordState other{__shfl_xor_sync(kFullMask, s.count, offset), __shfl_xor_sync(kFullMask, s.mean, offset),
-                       __shfl_xor_sync(kFullMask, s.m2, offset)};
-    s = merge(s, other);
-  }
-  s = broadcast_lane0(s);
-  if constexpr (kThreads > 32) {
-    constexpr int kWarps = kThreads / 32;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) scratch[warp] = make_float4(s.count, s.mean, s.m2, 0.0f);
-    __syncthreads();
-    s = lane < kWarps ? WelfordState{scratch[lane].x, scratch[lane].y, scratch[lane].z} : WelfordState{0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      WelfordState other{__shfl_xor_sync(kFullMask, s.count, offset), __shfl_xor_sync(kFullMask, s.mean, offset),
-                         __shfl_xor_sync(kFullMask, s.m2, offset)};
-      s = merge(s, other);
-    }
-    s = broadcast_lane0(s);
-    __syncthreads();
-  }
-  return s;
 }
 
 }  // namespace rudnn::cuda

@@ -6,20 +6,17 @@
 
 #include <cstdint>
 
+#include "common/views.h"
 #include "rudnn/dtype.h"
 
 namespace rudnn::norm {
 
-// Read-only rows: element (r, c) is at data + r * stride + c, in elements of the problem's
-// dtype; c < cols is dense.
-struct RowsIn {
-  const void* data = nullptr;
-  int64_t stride = 0;
-};
-struct RowsOut {
-  void* data = nullptr;
-  int64_t stride = 0;
-};
+// Every problem is rows x cols of its dtype (F32, F16, BF16, or F64 on the CPU), filled by
+// the entry points from common::row_shape. The fields are spelled out in each struct rather
+// than inherited: the kernels take these structs by value, and the layout they were tuned
+// with stays put.
+using common::RowsIn;
+using common::RowsOut;
 
 // An optional [cols] vector (gamma, beta, their gradients) in F32 or the problem's dtype.
 struct ParamIn {
@@ -80,9 +77,9 @@ struct CrossEntropy {
   DType target_dtype = DType::i64;
   bool has_ignore_index = false;
   int64_t ignore_index = 0;
-  float* loss = nullptr;          // [rows] dense, may be null (backward only)
+  void* loss = nullptr;           // [rows] dense, F32 (F64 for F64 logits); null: backward only
   RowsOut dlogits;                // data may be null (forward only)
-  const float* dloss = nullptr;   // [rows] dense; null: every row's upstream gradient is grad_scale
+  const void* dloss = nullptr;    // [rows] dense, loss's dtype; null: every row's gradient is grad_scale
   float grad_scale = 1.0f;
 };
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace rudnn::norm::reference {
@@ -15,8 +16,16 @@ template <> double to_double<float>(float v) { return v; }
 template <class T> T from_double(double v) { return T(static_cast<float>(v)); }
 template <> float from_double<float>(double v) { return static_cast<float>(v); }
 
-template <class T> T round_float(float v) { return T(v); }
-template <> float round_float<float>(float v) { return v; }
+template <> double to_double<double>(double v) { return v; }
+template <> double from_double<double>(double v) { return v; }
+
+// a + b as the GPU forms it: in FP32, stored as T (in float64 for F64 rows).
+template <class T> T add_stored(T a, T b) { return from_double<T>(static_cast<float>(to_double(a)) + static_cast<float>(to_double(b))); }
+template <> double add_stored<double>(double a, double b) { return a + b; }
+
+// x * s as the GPU forms it: in FP32, stored as T (in float64 for F64 rows).
+template <class T> T scale_stored(T x, float s) { return from_double<T>(static_cast<float>(to_double(x)) * s); }
+template <> double scale_stored<double>(double x, float s) { return x * s; }
 
 // Calls f(T{}) with T the host type of a floating dtype.
 template <class F>
@@ -25,6 +34,7 @@ void with_float_type(DType dtype, F&& f) {
     case DType::f32: f(float{}); break;
     case DType::f16: f(half{}); break;
     case DType::bf16: f(bfloat16{}); break;
+    case DType::f64: f(double{}); break;  // the CPU only: the reference of gradcheck-style tests
     default: break;  // validated away
   }
 }
@@ -71,40 +81,31 @@ double row_logsumexp(const T* x, int64_t n) {
   return m + std::log(s);
 }
 
+// The rows are streamed: no scratch as long as a row (a row may hold 2^31 elements), only
+// the statistics, recomputed from the inputs at each pass.
 template <class T>
 void norm_forward_typed(const NormForward& p) {
   const int64_t n = p.cols;
-  std::vector<double> h(static_cast<size_t>(n));
+  const double inv_n = 1.0 / static_cast<double>(n);
   for (int64_t r = 0; r < p.rows; ++r) {
-    const T* x = row_in<T>(p.x, r);
+    const T* h = row_in<T>(p.x, r);  // the row the statistics read
     if (p.kind == NormKind::add_rms) {
       const T* res = row_in<T>(p.residual, r);
       T* sum = row_out<T>(p.sum, r);
-      for (int64_t c = 0; c < n; ++c) {
-        // The sum is formed in FP32 and stored as T; the statistics read the stored value.
-        sum[c] = round_float<T>(static_cast<float>(to_double(x[c])) + static_cast<float>(to_double(res[c])));
-        h[c] = to_double(sum[c]);
-      }
-    } else {
-      for (int64_t c = 0; c < n; ++c) h[c] = to_double(x[c]);
+      // The sum is stored as T first; the statistics read the stored value.
+      for (int64_t c = 0; c < n; ++c) sum[c] = add_stored(h[c], res[c]);
+      h = sum;
     }
-    double mean = 0.0, rstd;
+    double mean = 0.0, square_sum = 0.0;
     if (p.kind == NormKind::layer) {
-      for (int64_t c = 0; c < n; ++c) mean += h[c];
-      mean /= static_cast<double>(n);
-      double var = 0.0;
-      for (int64_t c = 0; c < n; ++c) var += (h[c] - mean) * (h[c] - mean);
-      var /= static_cast<double>(n);
-      rstd = 1.0 / std::sqrt(var + p.eps);
-    } else {
-      double ms = 0.0;
-      for (int64_t c = 0; c < n; ++c) ms += h[c] * h[c];
-      ms /= static_cast<double>(n);
-      rstd = 1.0 / std::sqrt(ms + p.eps);
+      for (int64_t c = 0; c < n; ++c) mean += to_double(h[c]);
+      mean *= inv_n;
     }
+    for (int64_t c = 0; c < n; ++c) square_sum += (to_double(h[c]) - mean) * (to_double(h[c]) - mean);
+    const double rstd = 1.0 / std::sqrt(square_sum * inv_n + p.eps);
     T* y = row_out<T>(p.y, r);
     for (int64_t c = 0; c < n; ++c) {
-      double v = (h[c] - mean) * rstd * param<T>(p.gamma, c, 1.0);
+      double v = (to_double(h[c]) - mean) * rstd * param<T>(p.gamma, c, 1.0);
       if (p.kind == NormKind::layer) v += param<T>(p.beta, c, 0.0);
       y[c] = from_double<T>(v);
     }
@@ -115,8 +116,16 @@ template <class T>
 void norm_backward_typed(const NormBackward& p) {
   const int64_t n = p.cols;
   const double inv_n = 1.0 / static_cast<double>(n);
-  std::vector<double> dgamma(static_cast<size_t>(n), 0.0), dbeta(static_cast<size_t>(n), 0.0);
-  std::vector<double> xhat(static_cast<size_t>(n)), gdy(static_cast<size_t>(n));
+  // Parameter gradients sum over rows in float64; one row writes them directly.
+  const bool accumulate = p.rows > 1;
+  std::vector<double> dgamma(accumulate && p.dgamma.data ? n : 0, 0.0);
+  std::vector<double> dbeta(accumulate && p.dbeta.data ? n : 0, 0.0);
+  if (p.rows == 0) {
+    for (int64_t c = 0; c < n; ++c) {
+      if (p.dgamma.data) store_param<T>(p.dgamma, c, 0.0);
+      if (p.dbeta.data) store_param<T>(p.dbeta, c, 0.0);
+    }
+  }
   for (int64_t r = 0; r < p.rows; ++r) {
     const T* x = row_in<T>(p.x, r);
     const T* dy = row_in<T>(p.dy, r);
@@ -129,27 +138,27 @@ void norm_backward_typed(const NormBackward& p) {
     for (int64_t c = 0; c < n; ++c) var += (to_double(x[c]) - mean) * (to_double(x[c]) - mean);
     var *= inv_n;
     const double rstd = 1.0 / std::sqrt(var + p.eps);
+    auto xhat = [&](int64_t c) { return (to_double(x[c]) - mean) * rstd; };
+    auto gdy = [&](int64_t c) { return param<T>(p.gamma, c, 1.0) * to_double(dy[c]); };
     double mean_gdy = 0.0, mean_gdy_xhat = 0.0;
     for (int64_t c = 0; c < n; ++c) {
-      xhat[c] = (to_double(x[c]) - mean) * rstd;
-      gdy[c] = param<T>(p.gamma, c, 1.0) * to_double(dy[c]);
-      mean_gdy += gdy[c];
-      mean_gdy_xhat += gdy[c] * xhat[c];
-      dgamma[c] += to_double(dy[c]) * xhat[c];
-      dbeta[c] += to_double(dy[c]);
+      mean_gdy += gdy(c);
+      mean_gdy_xhat += gdy(c) * xhat(c);
+      if (!dgamma.empty()) dgamma[c] += to_double(dy[c]) * xhat(c);
+      if (!dbeta.empty()) dbeta[c] += to_double(dy[c]);
+      if (!accumulate && p.dgamma.data) store_param<T>(p.dgamma, c, to_double(dy[c]) * xhat(c));
+      if (!accumulate && p.dbeta.data) store_param<T>(p.dbeta, c, to_double(dy[c]));
     }
     mean_gdy *= inv_n;
     mean_gdy_xhat *= inv_n;
     T* dx = row_out<T>(p.dx, r);
     for (int64_t c = 0; c < n; ++c) {
-      const double centred = p.kind == NormKind::layer ? gdy[c] - mean_gdy : gdy[c];
-      dx[c] = from_double<T>(rstd * (centred - xhat[c] * mean_gdy_xhat));
+      const double centred = p.kind == NormKind::layer ? gdy(c) - mean_gdy : gdy(c);
+      dx[c] = from_double<T>(rstd * (centred - xhat(c) * mean_gdy_xhat));
     }
   }
-  for (int64_t c = 0; c < n; ++c) {
-    if (p.dgamma.data) store_param<T>(p.dgamma, c, dgamma[c]);
-    if (p.dbeta.data) store_param<T>(p.dbeta, c, dbeta[c]);
-  }
+  for (int64_t c = 0; c < static_cast<int64_t>(dgamma.size()); ++c) store_param<T>(p.dgamma, c, dgamma[c]);
+  for (int64_t c = 0; c < static_cast<int64_t>(dbeta.size()); ++c) store_param<T>(p.dbeta, c, dbeta[c]);
 }
 
 template <class T>
@@ -195,6 +204,24 @@ int64_t load_target(const void* targets, DType dtype, int64_t r, bool& in_range)
   }
 }
 
+// The loss and its upstream gradient are F32, or F64 for F64 logits.
+template <class T>
+void store_loss(const CrossEntropy& p, int64_t r, double v) {
+  if (!p.loss) return;
+  if constexpr (std::is_same_v<T, double>) {
+    static_cast<double*>(p.loss)[r] = v;
+  } else {
+    static_cast<float*>(p.loss)[r] = static_cast<float>(v);
+  }
+}
+
+template <class T>
+double upstream_gradient(const CrossEntropy& p, int64_t r) {
+  if (!p.dloss) return p.grad_scale;
+  if constexpr (std::is_same_v<T, double>) return static_cast<const double*>(p.dloss)[r];
+  return static_cast<const float*>(p.dloss)[r];
+}
+
 template <class T>
 void cross_entropy_typed(const CrossEntropy& p) {
   const int64_t n = p.cols;
@@ -204,20 +231,20 @@ void cross_entropy_typed(const CrossEntropy& p) {
     const T* x = row_in<T>(p.logits, r);
     T* dx = p.dlogits.data ? row_out<T>(p.dlogits, r) : nullptr;
     if (p.has_ignore_index && raw == p.ignore_index) {
-      if (p.loss) p.loss[r] = 0.0f;
+      store_loss<T>(p, r, 0.0);
       if (dx) for (int64_t c = 0; c < n; ++c) dx[c] = from_double<T>(0.0);
       continue;
     }
     const int64_t t = raw < 0 ? raw + n : raw;
     if (!known || t < 0 || t >= n) {  // never used as an index
-      if (p.loss) p.loss[r] = std::numeric_limits<float>::quiet_NaN();
+      store_loss<T>(p, r, kNaN);
       if (dx) for (int64_t c = 0; c < n; ++c) dx[c] = from_double<T>(kNaN);
       continue;
     }
     const double lse = row_logsumexp(x, n);
-    if (p.loss) p.loss[r] = static_cast<float>(lse - to_double(x[t]));
+    store_loss<T>(p, r, lse - to_double(x[t]));
     if (dx) {
-      const double scale = p.dloss ? p.dloss[r] : p.grad_scale;
+      const double scale = upstream_gradient<T>(p, r);
       const double m = row_max(x, n);
       double s = 0.0;
       if (std::isfinite(m)) for (int64_t c = 0; c < n; ++c) s += std::exp(to_double(x[c]) - m);
@@ -253,7 +280,7 @@ void scale_unless_one(const ScaleRows& p) {
     using T = decltype(tag);
     for (int64_t r = 0; r < p.rows; ++r) {
       T* x = row_out<T>(p.x, r);
-      for (int64_t c = 0; c < p.cols; ++c) x[c] = round_float<T>(static_cast<float>(to_double(x[c])) * s);
+      for (int64_t c = 0; c < p.cols; ++c) x[c] = scale_stored(x[c], s);
     }
   });
 }

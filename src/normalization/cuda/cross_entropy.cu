@@ -55,7 +55,7 @@ __device__ __forceinline__ Target read_target(const CrossEntropy& p, int64_t row
 template <class T, int W, class ForEachColumn>
 __device__ __forceinline__ void write_constant_row(const CrossEntropy& p, int64_t row, float value, bool leader,
                                                    ForEachColumn for_each_column) {
-  if (leader && p.loss) p.loss[row] = value;
+  if (leader && p.loss) static_cast<float*>(p.loss)[row] = value;
   if (p.dlogits.data == nullptr) return;
   T* dx = static_cast<T*>(p.dlogits.data) + row * p.dlogits.stride;
   float out[W];
@@ -104,9 +104,9 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) cr
         }
     }
     s = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch);
-    if (t.lane == 0 && p.loss) p.loss[row] = rudnn::cuda::log_sum_exp({m, s}) - to_float(x[target.index]);
+    if (t.lane == 0 && p.loss) static_cast<float*>(p.loss)[row] = rudnn::cuda::log_sum_exp({m, s}) - to_float(x[target.index]);
     if constexpr (kGrad) {
-      const float scale = p.dloss ? p.dloss[row] : p.grad_scale;
+      const float scale = p.dloss ? static_cast<const float*>(p.dloss)[row] : p.grad_scale;
       const float inv = 1.0f / s;
 #pragma unroll
       for (int i = 0; i < V; ++i) {
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) cr
 
 template <class T, int W, bool kGrad, int kThreads>
 __global__ void __launch_bounds__(kThreads) cross_entropy_loop(CrossEntropy p) {
-  __shared__ float2 scratch[32];
+  __shared__ SoftmaxState scratch[32];
   const int64_t step = static_cast<int64_t>(kThreads) * W;
   auto own_columns = [&](auto&& f) {
     for (int64_t c = static_cast<int64_t>(threadIdx.x) * W; c < p.cols; c += step) f(c);
@@ -140,13 +140,13 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_loop(CrossEntropy p) {
     const T* x = static_cast<const T*>(p.logits.data) + row * p.logits.stride;
     SoftmaxState state{MaxOp::identity(), 0.0f};
     for_each_pack<W, kThreads>(x, p.cols, [&](int64_t, const auto& pack) { rudnn::cuda::fold(state, pack); });
-    state = group_reduce<kThreads>(state, scratch);
+    state = group_reduce<kThreads>(state, rudnn::cuda::SoftmaxMerge{}, scratch);
     const bool finite = isfinite(state.max);
     if (threadIdx.x == 0 && p.loss) {
-      p.loss[row] = rudnn::cuda::log_sum_exp(state) - to_float(x[target.index]);
+      static_cast<float*>(p.loss)[row] = rudnn::cuda::log_sum_exp(state) - to_float(x[target.index]);
     }
     if constexpr (kGrad) {
-      const float scale = p.dloss ? p.dloss[row] : p.grad_scale;
+      const float scale = p.dloss ? static_cast<const float*>(p.dloss)[row] : p.grad_scale;
       const float inv = 1.0f / state.sum;
       T* dx = static_cast<T*>(p.dlogits.data) + row * p.dlogits.stride;
       for_each_vector<W, kThreads>(x, p.cols, [&](int64_t c, const float (&v)[W]) {
@@ -168,10 +168,8 @@ constexpr int kGradLoopThreads = 1024;
 // about half of L2, at least one per SM, so the gradient pass re-reads each row from L2
 // rather than from memory.
 unsigned l2_resident_grid(const CrossEntropy& p, size_t element_size, Device device) {
-  static int l2_bytes[64] = {};
-  int& l2 = l2_bytes[device.index];
-  if (l2 == 0) check_cuda(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device.index), "cudaDeviceGetAttribute");
-  const int sms = multiprocessor_count(device);
+  const int l2 = device_info(device).l2_bytes;
+  const int sms = device_info(device).multiprocessors;
   const int64_t row_bytes = p.cols * static_cast<int64_t>(element_size);
   int64_t per_sm = (static_cast<int64_t>(l2) / 2) / (row_bytes * sms);
   // At most the blocks an SM holds at once: a second wave of persistent blocks would start
@@ -211,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_
   namespace cg = cooperative_groups;
   constexpr int W = 16 / sizeof(T), V = kClusterVecs;
   using Packed = rudnn::cuda::Pack<T, W>;
-  __shared__ float2 scratch[32];
+  __shared__ SoftmaxState scratch[32];
   // The C blocks' (max, sum) of a row, in two sets used by alternate exchanges, each with a
   // barrier that completes when all C have landed. A block sends exchange e + 2 into a set
   // only after it has every block's exchange e + 1, which each block sends after it has read
@@ -256,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_
                                own_columns);
       continue;
     }
-    const float scale = p.dloss ? p.dloss[row] : p.grad_scale;  // loaded early, used last
+    const float scale = p.dloss ? static_cast<const float*>(p.dloss)[row] : p.grad_scale;  // loaded early, used last
     const T* x = static_cast<const T*>(p.logits.data) + row * p.logits.stride;
     const T* x_own = x + first_col;
     Packed v[V];
@@ -281,7 +279,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_
 #pragma unroll
         for (int j = 0; j < W; ++j) s += rudnn::cuda::exp_shifted(to_float(v[i].v[j]), m_log2e);
     }
-    const SoftmaxState state = group_reduce<kThreads>(SoftmaxState{m, s}, scratch);
+    const SoftmaxState state = group_reduce<kThreads>(SoftmaxState{m, s}, rudnn::cuda::SoftmaxMerge{}, scratch);
 
     SoftmaxState merged = state;
     if (blocks > 1) {  // (st.async needs a cluster of two or more)
@@ -300,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_
       }
       rudnn::cuda::mbarrier_wait(&exchanged[set], (exchanges >> 1) & 1);
       merged = SoftmaxState{MaxOp::identity(), 0.0f};
-      for (int r = 0; r < blocks; ++r) merged = rudnn::cuda::merge(merged, SoftmaxState{states[set][r].x, states[set][r].y});
+      for (int r = 0; r < blocks; ++r) merged = rudnn::cuda::SoftmaxMerge{}(merged, SoftmaxState{states[set][r].x, states[set][r].y});
       ++exchanges;
     }
 
@@ -312,7 +310,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_
         owned(static_cast<int>(target_offset / kStride))) {
       target_pack = static_cast<int>(target_offset / kStride);
       target_lane = static_cast<int>(target_offset % kStride);
-      if (p.loss) p.loss[row] = lse - to_float(x[target.index]);  // by the one thread that owns the target
+      if (p.loss) static_cast<float*>(p.loss)[row] = lse - to_float(x[target.index]);  // by the one thread that owns the target
     }
     T* dx = static_cast<T*>(p.dlogits.data) + row * p.dlogits.stride + first_col;
     if (isfinite(merged.max)) {
@@ -352,11 +350,11 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_
 // The cluster launch for a kGrad problem, one cluster of `size` blocks of kThreads per row,
 // if the device can run it: true when launched.
 template <class T, int kThreads>
-bool launch_grad_cluster_with(const CrossEntropy& p, const Stream& stream, int size) {
+bool launch_grad_cluster_with(const CrossEntropy& p, const LaunchContext& ctx, int size) {
   constexpr int W = 16 / sizeof(T);
   auto kernel = cross_entropy_grad_cluster<T, kThreads>;
-  static signed char hopper[64];
-  if (!built_for_hopper(kernel, stream.device(), hopper)) return false;
+  static PerDevice<signed char> hopper;
+  if (!built_for_hopper(kernel, ctx.device, hopper)) return false;
   const int64_t packs = p.cols / W;
   const int64_t chunk_packs = (packs + size - 1) / size;
 
@@ -367,7 +365,7 @@ bool launch_grad_cluster_with(const CrossEntropy& p, const Stream& stream, int s
   attribute.val.clusterDim.y = 1;
   attribute.val.clusterDim.z = 1;
   config.blockDim = dim3(kThreads);
-  config.stream = reinterpret_cast<cudaStream_t>(stream.handle());
+  config.stream = ctx.stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
   const int64_t most = (int64_t{1} << 30) / size;  // the grid's limit; clusters then walk rows
@@ -381,7 +379,7 @@ bool launch_grad_cluster_with(const CrossEntropy& p, const Stream& stream, int s
 // Smallest block and cluster whose registers hold the row: 256 threads in clusters of 2, 4
 // or 8, then 512 threads in clusters of 8.
 template <class T>
-bool launch_grad_cluster(const CrossEntropy& p, const Stream& stream, const KernelTuning& tuning) {
+bool launch_grad_cluster(const CrossEntropy& p, const LaunchContext& ctx, const KernelTuning& tuning) {
   constexpr int W = 16 / sizeof(T);
   const int64_t packs = p.cols / W;
   for (int threads : {256, 512}) {
@@ -389,16 +387,15 @@ bool launch_grad_cluster(const CrossEntropy& p, const Stream& stream, const Kern
       if (tuning.cluster_size > 0 && size != tuning.cluster_size) continue;
       if (tuning.cluster_threads > 0 && threads != tuning.cluster_threads) continue;
       if (static_cast<int64_t>(size) * threads * kClusterVecs < packs) continue;
-      return threads == 256 ? launch_grad_cluster_with<T, 256>(p, stream, size)
-                            : launch_grad_cluster_with<T, 512>(p, stream, size);
+      return threads == 256 ? launch_grad_cluster_with<T, 256>(p, ctx, size)
+                            : launch_grad_cluster_with<T, 512>(p, ctx, size);
     }
   }
   return false;
 }
 
 template <class T, bool kGrad>
-void launch(const CrossEntropy& p, const Stream& stream) {
-  const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
+void launch(const CrossEntropy& p, const LaunchContext& ctx) {
   Alignment a;
   require_rows_aligned(a, p.logits.data, p.logits.stride, sizeof(T));
   if (kGrad) require_rows_aligned(a, p.dlogits.data, p.dlogits.stride, sizeof(T));
@@ -406,14 +403,14 @@ void launch(const CrossEntropy& p, const Stream& stream) {
     using Tile = decltype(tile);
     if constexpr (Tile::kLoop && kGrad) {
       const KernelTuning& tuning = kernel_tuning();
-      if (Tile::kWidth > 1 && tuning.cluster_cross_entropy && launch_grad_cluster<T>(p, stream, tuning)) return;
+      if (Tile::kWidth > 1 && tuning.cluster_cross_entropy && launch_grad_cluster<T>(p, ctx, tuning)) return;
       // One 1024-thread block per SM (about): as many loads in flight as the L2 budget allows.
       cross_entropy_loop<T, Tile::kWidth, kGrad, kGradLoopThreads>
-          <<<l2_resident_grid(p, sizeof(T), stream.device()), kGradLoopThreads, 0, s>>>(p);
+          <<<l2_resident_grid(p, sizeof(T), ctx.device), kGradLoopThreads, 0, ctx.stream>>>(p);
     } else if constexpr (Tile::kLoop) {
-      cross_entropy_loop<T, Tile::kWidth, kGrad, kLoopThreads><<<row_grid(p.rows, 1), kLoopThreads, 0, s>>>(p);
+      cross_entropy_loop<T, Tile::kWidth, kGrad, kLoopThreads><<<row_grid(p.rows, 1), kLoopThreads, 0, ctx.stream>>>(p);
     } else {
-      cross_entropy_tile<T, Tile, kGrad><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, s>>>(p);
+      cross_entropy_tile<T, Tile, kGrad><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, ctx.stream>>>(p);
     }
   });
   check_launch("cross_entropy");
@@ -440,8 +437,7 @@ __global__ void scale_unless_one_kernel(ScaleRows p) {
 }  // namespace
 
 void scale_unless_one(const ScaleRows& p, const Stream& stream) {
-  rudnn::detail::cuda::DeviceGuard guard(stream.device().index);
-  const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
+  const LaunchContext ctx(stream);
   with_float_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int W = 16 / sizeof(T);
@@ -449,26 +445,26 @@ void scale_unless_one(const ScaleRows& p, const Stream& stream) {
     require_rows_aligned(a, p.x.data, p.x.stride, sizeof(T));
     const bool vectorized = a.ok && p.cols % W == 0;
     const int64_t items = p.rows * (vectorized ? p.cols / W : p.cols);
-    const int64_t most = 8 * static_cast<int64_t>(multiprocessor_count(stream.device()));
+    const int64_t most = 8 * static_cast<int64_t>(device_info(ctx.device).multiprocessors);
     const int64_t wanted = (items + 255) / 256;
     const unsigned grid = static_cast<unsigned>(wanted < most ? wanted : most);
     if (vectorized) {
-      scale_unless_one_kernel<T, W><<<grid, 256, 0, s>>>(p);
+      scale_unless_one_kernel<T, W><<<grid, 256, 0, ctx.stream>>>(p);
     } else {
-      scale_unless_one_kernel<T, 1><<<grid, 256, 0, s>>>(p);
+      scale_unless_one_kernel<T, 1><<<grid, 256, 0, ctx.stream>>>(p);
     }
   });
   check_launch("scale_unless_one");
 }
 
 void cross_entropy(const CrossEntropy& p, const Stream& stream) {
-  rudnn::detail::cuda::DeviceGuard guard(stream.device().index);
+  const LaunchContext ctx(stream);
   with_float_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (p.dlogits.data != nullptr) {
-      launch<T, true>(p, stream);
+      launch<T, true>(p, ctx);
     } else {
-      launch<T, false>(p, stream);
+      launch<T, false>(p, ctx);
     }
   });
 }

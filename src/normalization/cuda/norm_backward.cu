@@ -21,7 +21,6 @@ namespace rudnn::norm::cuda {
 namespace {
 
 using rudnn::cuda::group_reduce;
-using rudnn::cuda::group_reduce_pair;
 using rudnn::cuda::SumOp;
 using rudnn::cuda::WelfordState;
 
@@ -30,7 +29,7 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
     norm_backward_tile(NormBackward p, float* __restrict__ dgamma_part, float* __restrict__ dbeta_part) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
   __shared__ float2 scratch2[32];
-  __shared__ float4 welford_scratch[32];
+  __shared__ rudnn::cuda::WelfordState welford_scratch[32];
   const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
   const float inv_cols = 1.0f / static_cast<float>(cols);
@@ -56,7 +55,7 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
           sums.y += g[j] * dy[i][j] * x[i][j];
         }
       }
-      sums = group_reduce_pair<Tile::kThreadsPerRow>(sums, scratch2);
+      sums = group_reduce<Tile::kThreadsPerRow>(sums, rudnn::cuda::PairSumOp{}, scratch2);
       const float rstd = rsqrtf(sums.x * inv_cols + p.eps);
       const float mean_gdy_xhat = rstd * sums.y * inv_cols;
 #pragma unroll
@@ -75,7 +74,7 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
     } else {
       // Mean and variance in one (Chan) reduction, then the two row sums in another.
       const WelfordState w = group_reduce<Tile::kThreadsPerRow>(rudnn::cuda::local_welford(flat(x), valid_count(t, cols)),
-                                                                welford_scratch);
+                                                                rudnn::cuda::WelfordMerge{}, welford_scratch);
       const float mean = w.mean, rstd = rsqrtf(w.m2 * inv_cols + p.eps);
       // x becomes xhat, dy becomes gamma * dy; the parameter sums take dy * xhat and dy first.
       float2 sums = make_float2(0.0f, 0.0f);  // (sum g*dy, sum g*dy*xhat)
@@ -95,7 +94,7 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
           sums.y += dy[i][j] * x[i][j];
         }
       }
-      sums = group_reduce_pair<Tile::kThreadsPerRow>(sums, scratch2);
+      sums = group_reduce<Tile::kThreadsPerRow>(sums, rudnn::cuda::PairSumOp{}, scratch2);
       const float mean_gdy = sums.x * inv_cols, mean_gdy_xhat = sums.y * inv_cols;
 #pragma unroll
       for (int i = 0; i < V; ++i)
@@ -120,7 +119,7 @@ template <class T, int W, NormKind kKind>
 __global__ void __launch_bounds__(kLoopThreads) norm_backward_loop(NormBackward p, float2* __restrict__ row_stats) {
   __shared__ float scratch[32];
   __shared__ float2 scratch2[32];
-  __shared__ float4 welford_scratch[32];
+  __shared__ rudnn::cuda::WelfordState welford_scratch[32];
   const float inv_cols = 1.0f / static_cast<float>(p.cols);
 
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
@@ -138,7 +137,7 @@ __global__ void __launch_bounds__(kLoopThreads) norm_backward_loop(NormBackward 
         m *= 1.0f / W;
 #pragma unroll
         for (int j = 0; j < W; ++j) m2 += (v[j] - m) * (v[j] - m);
-        w = merge(w, WelfordState{static_cast<float>(W), m, m2});
+        w = rudnn::cuda::WelfordMerge{}(w, WelfordState{static_cast<float>(W), m, m2});
       } else {
 #pragma unroll
         for (int j = 0; j < W; ++j) ss += v[j] * v[j];
@@ -146,7 +145,7 @@ __global__ void __launch_bounds__(kLoopThreads) norm_backward_loop(NormBackward 
     });
     float mean = 0.0f, var;
     if constexpr (kKind == NormKind::layer) {
-      w = group_reduce<kLoopThreads>(w, welford_scratch);
+      w = group_reduce<kLoopThreads>(w, rudnn::cuda::WelfordMerge{}, welford_scratch);
       mean = w.mean;
       var = w.m2 * inv_cols;
     } else {
@@ -167,7 +166,7 @@ __global__ void __launch_bounds__(kLoopThreads) norm_backward_loop(NormBackward 
         sums.y += gdy * (xv[j] - mean) * rstd;
       }
     });
-    sums = group_reduce_pair<kLoopThreads>(sums, scratch2);
+    sums = group_reduce<kLoopThreads>(sums, rudnn::cuda::PairSumOp{}, scratch2);
     const float mean_gdy = kKind == NormKind::layer ? sums.x * inv_cols : 0.0f;
     const float mean_gdy_xhat = sums.y * inv_cols;
 
@@ -271,9 +270,7 @@ struct Partials {
 };
 
 template <class T, NormKind kKind>
-void launch(const NormBackward& p, const Stream& stream) {
-  const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
-  const Device device = stream.device();
+void launch(const NormBackward& p, const LaunchContext& ctx) {
   const bool want_params = p.dgamma.data != nullptr || p.dbeta.data != nullptr;
   Alignment a;
   require_rows_aligned(a, p.x.data, p.x.stride, sizeof(T));
@@ -285,33 +282,33 @@ void launch(const NormBackward& p, const Stream& stream) {
     using Tile = decltype(tile);
     if constexpr (Tile::kLoop) {
       Tensor stats;  // (mean, rstd) per row, for the column kernel
-      if (want_params && p.rows > 0) stats = Tensor::empty({p.rows, 2}, DType::f32, device, stream);
+      if (want_params && p.rows > 0) stats = Tensor::empty({p.rows, 2}, DType::f32, ctx.device, ctx.rudnn_stream);
       auto* row_stats = stats.defined() ? static_cast<float2*>(stats.data()) : nullptr;
       if (p.rows > 0) {
-        norm_backward_loop<T, Tile::kWidth, kKind><<<row_grid(p.rows, 1), kLoopThreads, 0, s>>>(p, row_stats);
+        norm_backward_loop<T, Tile::kWidth, kKind><<<row_grid(p.rows, 1), kLoopThreads, 0, ctx.stream>>>(p, row_stats);
         check_launch("norm_backward_loop");
       }
       if (!want_params) return;
-      const Partials part(p, (p.rows + kColumnChunkRows - 1) / kColumnChunkRows, stream);
+      const Partials part(p, (p.rows + kColumnChunkRows - 1) / kColumnChunkRows, ctx.rudnn_stream);
       if (part.parts > 0) {
         const dim3 grid(static_cast<unsigned>((p.cols + kColumnThreads - 1) / kColumnThreads),
                         static_cast<unsigned>(part.parts));
-        param_grad_columns<T><<<grid, kColumnThreads, 0, s>>>(p, row_stats, part.dgamma, part.dbeta);
+        param_grad_columns<T><<<grid, kColumnThreads, 0, ctx.stream>>>(p, row_stats, part.dgamma, part.dbeta);
         check_launch("param_grad_columns");
       }
-      part.reduce<T>(p, s);
+      part.reduce<T>(p, ctx.stream);
     } else {
       auto kernel = norm_backward_tile<T, Tile, kKind>;
       const int64_t row_blocks = row_grid(p.rows, Tile::kRowsPerBlock);
-      static int occupancy_cache[64] = {};
-      int64_t blocks = resident_blocks(kernel, Tile::kBlockThreads, device, occupancy_cache);
+      static PerDevice<int> occupancy;
+      int64_t blocks = resident_blocks(kernel, Tile::kBlockThreads, ctx.device, occupancy);
       if (blocks > row_blocks) blocks = row_blocks;
-      const Partials part(p, blocks * Tile::kRowsPerBlock, stream);
+      const Partials part(p, blocks * Tile::kRowsPerBlock, ctx.rudnn_stream);
       if (blocks > 0) {
-        kernel<<<static_cast<unsigned>(blocks), Tile::kBlockThreads, 0, s>>>(p, part.dgamma, part.dbeta);
+        kernel<<<static_cast<unsigned>(blocks), Tile::kBlockThreads, 0, ctx.stream>>>(p, part.dgamma, part.dbeta);
         check_launch("norm_backward_tile");
       }
-      part.reduce<T>(p, s);
+      part.reduce<T>(p, ctx.stream);
     }
   });
 }
@@ -319,13 +316,13 @@ void launch(const NormBackward& p, const Stream& stream) {
 }  // namespace
 
 void norm_backward(const NormBackward& p, const Stream& stream) {
-  rudnn::detail::cuda::DeviceGuard guard(stream.device().index);
+  const LaunchContext ctx(stream);
   with_float_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (p.kind == NormKind::layer) {
-      launch<T, NormKind::layer>(p, stream);
+      launch<T, NormKind::layer>(p, ctx);
     } else {
-      launch<T, NormKind::rms>(p, stream);
+      launch<T, NormKind::rms>(p, ctx);
     }
   });
 }

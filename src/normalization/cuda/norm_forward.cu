@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) no
 template <class T, int W, NormKind kKind>
 __global__ void __launch_bounds__(kLoopThreads) norm_forward_loop(NormForward p) {
   __shared__ float scratch[32];
-  __shared__ float4 welford_scratch[32];
+  __shared__ rudnn::cuda::WelfordState welford_scratch[32];
   const float inv_cols = 1.0f / static_cast<float>(p.cols);
 
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kLoopThreads) norm_forward_loop(NormForward p)
         m *= 1.0f / W;
 #pragma unroll
         for (int j = 0; j < W; ++j) m2 += (d[j] - m) * (d[j] - m);
-        w = merge(w, WelfordState{static_cast<float>(W), m, m2});
+        w = rudnn::cuda::WelfordMerge{}(w, WelfordState{static_cast<float>(W), m, m2});
       } else {
 #pragma unroll
         for (int j = 0; j < W; ++j) ss += v[j] * v[j];
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kLoopThreads) norm_forward_loop(NormForward p)
     }
     float mean = 0.0f, var;
     if constexpr (kKind == NormKind::layer) {
-      w = group_reduce<kLoopThreads>(w, welford_scratch);
+      w = group_reduce<kLoopThreads>(w, rudnn::cuda::WelfordMerge{}, welford_scratch);
       mean = k + w.mean;
       var = w.m2 * inv_cols;
     } else {
@@ -208,14 +208,13 @@ void launch(const NormForward& p, cudaStream_t stream) {
 }  // namespace
 
 void norm_forward(const NormForward& p, const Stream& stream) {
-  rudnn::detail::cuda::DeviceGuard guard(stream.device().index);
-  const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
+  const LaunchContext ctx(stream);
   with_float_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     switch (p.kind) {
-      case NormKind::layer: return launch<T, NormKind::layer>(p, s);
-      case NormKind::rms: return launch<T, NormKind::rms>(p, s);
-      case NormKind::add_rms: return launch<T, NormKind::add_rms>(p, s);
+      case NormKind::layer: return launch<T, NormKind::layer>(p, ctx.stream);
+      case NormKind::rms: return launch<T, NormKind::rms>(p, ctx.stream);
+      case NormKind::add_rms: return launch<T, NormKind::add_rms>(p, ctx.stream);
     }
   });
 }

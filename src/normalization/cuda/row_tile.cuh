@@ -21,6 +21,7 @@
 
 #include "core/cuda_api.h"
 #include "core/cuda_check.h"
+#include "cuda/launch.cuh"
 #include "cuda/reduce.cuh"
 #include "cuda/types.cuh"
 #include "cuda/vec.cuh"
@@ -30,6 +31,12 @@
 namespace rudnn::norm::cuda {
 
 using rudnn::cuda::from_float;
+using rudnn::cuda::built_for_hopper;
+using rudnn::cuda::device_info;
+using rudnn::cuda::LaunchContext;
+using rudnn::cuda::PerDevice;
+using rudnn::cuda::resident_blocks;
+using rudnn::cuda::with_float_type;
 using rudnn::cuda::to_float;
 using rudnn::detail::check_cuda;
 using rudnn::detail::check_launch;
@@ -125,33 +132,10 @@ void with_tile(int64_t cols, const Alignment& alignment, F&& f) {
   return f(LoopTile<W>{});
 }
 
-template <class T>
-struct TypeTag {
-  using type = T;
-};
-
-// Calls f(TypeTag<T>{}) with T the device type of a floating dtype.
-template <class F>
-void with_float_type(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::f32: return f(TypeTag<float>{});
-    case DType::f16: return f(TypeTag<__half>{});
-    case DType::bf16: return f(TypeTag<__nv_bfloat16>{});
-    default: return;  // validated away by the entry points
-  }
-}
-
 // Blocks for `rows` rows; the kernels stride over rows beyond the grid.
 inline unsigned row_grid(int64_t rows, int rows_per_block) {
   const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   return static_cast<unsigned>(blocks < (1 << 30) ? blocks : (1 << 30));
-}
-
-inline int multiprocessor_count(Device device) {  // cached per device
-  static int counts[64] = {};
-  int& c = counts[device.index];
-  if (c == 0) check_cuda(cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, device.index), "cudaDeviceGetAttribute");
-  return c;
 }
 
 // Thread coordinates of a row kernel: which row slot of the block this thread serves, and
@@ -312,33 +296,6 @@ __device__ __forceinline__ void for_each_vector2(const T* __restrict__ row_a, co
     rudnn::cuda::load_pack<T, W>(row_b + c, b);
     body(c, a, b);
   }
-}
-
-// Grid of a persistent kernel: as many blocks as are resident on the GPU at once. `cache`
-// belongs to one kernel (one slot per device), so the occupancy query runs once.
-template <class Kernel>
-int resident_blocks(Kernel kernel, int block_threads, Device device, int (&cache)[64]) {
-  int& per_sm = cache[device.index];
-  if (per_sm == 0) {
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, 0),
-               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    if (per_sm < 1) per_sm = 1;
-  }
-  return per_sm * multiprocessor_count(device);
-}
-
-// Whether `kernel` was compiled (to PTX) for sm_90 or newer, i.e. whether its bulk-copy and
-// cluster instructions exist in the code the device runs (they compile to nothing below
-// that). One query per kernel and device.
-template <class Kernel>
-bool built_for_hopper(Kernel kernel, Device device, signed char (&cache)[64]) {
-  signed char& known = cache[device.index];
-  if (known == 0) {
-    cudaFuncAttributes attributes{};
-    check_cuda(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes");
-    known = attributes.ptxVersion >= 90 && attributes.binaryVersion >= 90 ? 1 : -1;
-  }
-  return known > 0;
 }
 
 // One line on stderr per launch of a warp-row or cluster kernel when

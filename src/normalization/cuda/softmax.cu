@@ -102,19 +102,19 @@ __global__ void __launch_bounds__(kWarpRowThreads, 6) logsumexp_warp(SoftmaxForw
     const T* x = static_cast<const T*>(p.x.data) + row * p.x.stride;
     SoftmaxState state{MaxOp::identity(), 0.0f};
     for_each_pack<W, 32>(x, p.cols, [&](int64_t, const auto& pack) { rudnn::cuda::fold(state, pack); }, lane);
-    state = group_reduce<32>(state, nullptr);
+    state = rudnn::cuda::warp_reduce(state, rudnn::cuda::SoftmaxMerge{});
     if (lane == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp(state));
   }
 }
 
 template <class T, int W, bool kLse>
 __global__ void __launch_bounds__(kLoopThreads) softmax_loop(SoftmaxForward p) {
-  __shared__ float2 scratch[32];
+  __shared__ SoftmaxState scratch[32];
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const T* x = static_cast<const T*>(p.x.data) + row * p.x.stride;
     SoftmaxState state{MaxOp::identity(), 0.0f};
     for_each_pack<W>(x, p.cols, [&](int64_t, const auto& pack) { rudnn::cuda::fold(state, pack); });
-    state = group_reduce<kLoopThreads>(state, scratch);
+    state = group_reduce<kLoopThreads>(state, rudnn::cuda::SoftmaxMerge{}, scratch);
     if constexpr (kLse) {
       if (threadIdx.x == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp(state));
     } else {
@@ -207,21 +207,19 @@ void launch_forward(const SoftmaxForward& p, cudaStream_t stream) {
 }  // namespace
 
 void softmax_forward(const SoftmaxForward& p, const Stream& stream) {
-  rudnn::detail::cuda::DeviceGuard guard(stream.device().index);
-  const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
+  const LaunchContext ctx(stream);
   with_float_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (p.lse != nullptr) {
-      launch_forward<T, true>(p, s);
+      launch_forward<T, true>(p, ctx.stream);
     } else {
-      launch_forward<T, false>(p, s);
+      launch_forward<T, false>(p, ctx.stream);
     }
   });
 }
 
 void softmax_backward(const SoftmaxBackward& p, const Stream& stream) {
-  rudnn::detail::cuda::DeviceGuard guard(stream.device().index);
-  const auto s = reinterpret_cast<cudaStream_t>(stream.handle());
+  const LaunchContext ctx(stream);
   with_float_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     Alignment a;
@@ -232,9 +230,9 @@ void softmax_backward(const SoftmaxBackward& p, const Stream& stream) {
     with_tile<T, TileId::block512>(p.cols, a, [&](auto tile) {
       using Tile = decltype(tile);
       if constexpr (Tile::kLoop) {
-        softmax_backward_loop<T, Tile::kWidth><<<row_grid(p.rows, 1), kLoopThreads, 0, s>>>(p);
+        softmax_backward_loop<T, Tile::kWidth><<<row_grid(p.rows, 1), kLoopThreads, 0, ctx.stream>>>(p);
       } else {
-        softmax_backward_tile<T, Tile><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, s>>>(p);
+        softmax_backward_tile<T, Tile><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, ctx.stream>>>(p);
       }
     });
     check_launch("softmax_backward");

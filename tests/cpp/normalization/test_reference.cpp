@@ -4,6 +4,12 @@
 #include <cmath>
 #include <limits>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <functional>
+
 #include "support/test_support.h"
 
 namespace rudnn::test {
@@ -24,6 +30,29 @@ TEST(NormReference, RmsNormKnownValues) {
   EXPECT_NEAR(v[3], 4 / std::sqrt(12.5 + 1e-5), 1e-6);
   EXPECT_EQ(y.dtype(), DType::f32);
   EXPECT_EQ(y.shape(), (Shape{2, 2}));
+}
+
+// F64 rows run on the CPU in float64 throughout (what gradcheck-style tests need): results
+// in F64, a cross-entropy loss in F64, and no rounding to FP32 on the way.
+TEST(NormReference, Float64RowsStayInFloat64) {
+  const double tiny = 1e-12;  // lost in FP32 next to 1
+  const Tensor x = host_tensor({1 + tiny, 2, 3, 4}, {2, 2}, DType::f64);
+  const Tensor y = rms_norm(x, {}, 1e-5f);
+  EXPECT_EQ(y.dtype(), DType::f64);
+  const auto v = to_doubles(y);
+  const double ms = ((1 + tiny) * (1 + tiny) + 4) / 2;
+  EXPECT_EQ(v[0], (1 + tiny) / std::sqrt(ms + static_cast<double>(1e-5f)));
+  const Tensor targets = host_tensor({0, 1}, {2}, DType::i64);
+  const Tensor loss = cross_entropy(x, targets);
+  EXPECT_EQ(loss.dtype(), DType::f64);
+  EXPECT_NEAR(to_doubles(loss)[0], std::log(std::exp(1 + tiny) + std::exp(2.0)) - (1 + tiny), 1e-15);
+  const Tensor dloss = host_tensor({1, 2}, {2}, DType::f64);
+  const Tensor dlogits = cross_entropy_backward(x, targets, dloss);
+  EXPECT_EQ(dlogits.dtype(), DType::f64);
+  EXPECT_TRUE(throws_error([&] { cross_entropy_backward(x, targets, host_tensor({1, 2}, {2}, DType::f32)); },
+                           ErrorCode::DTypeMismatch, {"cross_entropy_backward", "dloss", "f64"}));
+  const auto sum = add_rms_norm(x, x, {}, 1e-5f).sum;
+  EXPECT_EQ(to_doubles(sum)[0], 2 * (1 + tiny));  // formed in float64, not FP32
 }
 
 TEST(NormReference, LayerNormKnownValuesWithAffine) {
@@ -351,6 +380,48 @@ TEST(NormReference, OpsLeaveTheirInputsUnchanged) {
   cross_entropy_backward(x, t, dloss);
   cross_entropy_with_grad(x, t, 0.5f);
   for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(bytes_of(inputs[i]), before[i]) << "input " << i;
+}
+
+// The reference streams its rows: a row costs no scratch of its own length (a float64 copy of
+// a 2^31-element row would need 16 GiB). Checked in a child process whose address space is
+// capped at what it holds plus the outputs and 192 MiB: a row-sized float64 scratch (1 GiB
+// here) cannot be had there.
+void run_with_address_space_headroom(size_t headroom_bytes, const std::function<void()>& body) {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages = 0;
+  statm >> pages;
+  const rlim_t cap = pages * static_cast<size_t>(sysconf(_SC_PAGESIZE)) + headroom_bytes;
+  const rlimit limit{cap, cap};
+  if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
+  try {
+    body();
+  } catch (...) {
+    _exit(1);
+  }
+  _exit(0);
+}
+
+constexpr int64_t kLongRow = int64_t{1} << 27;  // 256 MiB in bf16, 1 GiB in float64
+constexpr size_t kLongRowBytes = kLongRow * 2, kSlack = size_t{192} << 20;
+
+void layer_norm_of_a_long_row() {
+  const Tensor x = Tensor::full({1, kLongRow}, 0.5, DType::bf16), gamma = Tensor::full({kLongRow}, 2.0, DType::bf16);
+  run_with_address_space_headroom(kLongRowBytes + kSlack, [&] {
+    const Tensor y = layer_norm(x, gamma, {}, 1e-5f);
+    if (to_doubles(y.slice(1, 0, 1))[0] != 0.0) _exit(2);  // a constant row normalises to beta = 0
+  });
+}
+
+void rms_norm_backward_of_a_long_row() {
+  const Tensor x = Tensor::full({1, kLongRow}, 0.5, DType::bf16), gamma = Tensor::full({kLongRow}, 2.0, DType::bf16);
+  const Tensor dy = Tensor::full({1, kLongRow}, 1.0, DType::bf16);
+  run_with_address_space_headroom(2 * kLongRowBytes + kSlack, [&] { rms_norm_backward(dy, x, gamma, 1e-5f); });
+}
+
+TEST(NormReferenceDeathTest, LongRowsNeedNoRowSizedScratch) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(layer_norm_of_a_long_row(), testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(rms_norm_backward_of_a_long_row(), testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
