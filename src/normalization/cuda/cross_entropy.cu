@@ -196,9 +196,9 @@ unsigned l2_resident_grid(const CrossEntropy& p, size_t element_size, Device dev
 // every block of the cluster).
 //
 // One cluster per row: a block's load, reductions and stores run one after another and
-// overlap with those of the other clusters resident on its SM. (A grid of resident clusters
-// that loaded each next row while finishing the current one, with half the packs per
-// buffer, was slower: 1.86-2.05 ms against 1.41, bench/RESULTS.md round 13.)
+// overlap with those of the other clusters resident on its SM, which hides the latency that a
+// prefetching persistent cluster would hide, without halving the packs per buffer (that
+// variant lost; bench/RESULTS.md, tuning log).
 
 constexpr int kClusterVecs = 8;     // packs per thread
 constexpr int kMaxClusterSize = 8;  // the portable limit

@@ -29,7 +29,8 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) no
     PackedRow<Tile, T> packed;  // the row (or, for add_rms, the stored sum) in its storage type
     load_row_packed(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, packed);
     // LayerNorm reads each value three times (mean, variance, output): it converts the row
-    // to FP32 registers once (fewer instructions, measured faster: RESULTS.md, round 17).
+    // to FP32 registers once: the kernel is bound by instruction issue, and three conversions
+    // of each value cost more than the registers.
     // The RMS kernels read it twice and keep it packed, in half the registers.
     float converted[V][W];
     if constexpr (kKind == NormKind::layer) {

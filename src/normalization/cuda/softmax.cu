@@ -59,10 +59,9 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) so
 
 // Log-sum-exp on a register tile: the row stays packed in its storage type, and the register
 // cap (42) leaves room for 1536 threads per SM. Rows of a whole block take the warp-row
-// kernel below by default (measured faster: RESULTS.md, rounds 7-9); this one serves the warp
-// tiles. (A persistent variant that loaded its next row into registers while reducing the
-// current one measured slower, 0.128 against 0.099 ms, and so did rows staged through shared
-// memory by the bulk-copy engine.)
+// kernel below by default (it issues fewer instructions and needs no block barrier); this
+// one serves the warp tiles. Prefetching the next row and staging rows through shared memory
+// both lost (bench/RESULTS.md, tuning log).
 template <class T, class Tile>
 __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm * 3 / 2) logsumexp_tile(SoftmaxForward p) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;

@@ -15,8 +15,8 @@ struct KernelTuning {
   bool logsumexp_warp_rows = true;
   // Cross-entropy gradient of long rows (vocabularies): each row split across the blocks of
   // a thread-block cluster and held in their registers, read from memory once
-  // (cross_entropy.cu); false: the two-pass loop. On: 1.31 ms against the loop's 1.59 ms
-  // for bf16 [8192, 128256] (bench/RESULTS.md, round 15). `cluster_size` (2, 4 or 8) and
+  // (cross_entropy.cu); false: the two-pass loop, which reads each row twice (the second
+  // time from L2 when it can). `cluster_size` (2, 4 or 8) and
   // `cluster_threads` (256 or 512) force a shape when it holds the row; 0 picks the smallest
   // that does.
   bool cluster_cross_entropy = true;
