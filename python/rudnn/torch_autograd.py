@@ -1,185 +1,139 @@
-"""torch.autograd wrappers of ruDNN's normalization ops (imports torch).
+"""Differentiable ruDNN ops for torch tensors, with torch's defaults (imports torch >= 2.4).
 
 Import explicitly (``import rudnn.torch_autograd``) or use ``rudnn.torch_autograd`` (loaded on
-first access). Each forward runs the ruDNN op, each backward the matching ruDNN backward op,
-both on ``torch.cuda.current_stream(device)`` for CUDA tensors (autograd runs a backward on
-the stream of its forward). The backward ops recompute their statistics from the saved
-inputs, so only the inputs (and softmax's output) are saved.
+first access). Each function calls a ``torch.library`` custom op (``torch.ops.rudnn.*``, see
+:mod:`rudnn.torch_library`) whose backward is ruDNN's backward op, so the functions work in
+eager mode, under ``torch.autograd.gradcheck`` (float64 on the CPU) and under
+``torch.compile(fullgraph=True)`` without graph breaks. CUDA ops run on
+``torch.cuda.current_stream(device)``. The backward ops recompute their statistics from the
+saved inputs, so only the inputs (and softmax's output) are saved.
 
-Functional API:
-    rms_norm(x, weight=None, eps=1e-6)
-    layer_norm(x, weight=None, bias=None, eps=1e-5)
-    softmax(x)                              # over the last axis
-    cross_entropy(logits, targets, ignore_index=None, reduction="mean")
+Functional API (over the last axis; shapes and dtypes as the ``rudnn`` functions of the same
+names, plus float64 on the CPU):
+    rms_norm(x, weight=None, eps=1e-6)                      -> y
+    layer_norm(x, weight=None, bias=None, eps=1e-5)         -> y
+    add_rms_norm(x, residual, weight=None, eps=1e-6)        -> (x + residual, normed)
+    softmax(x)                                              -> y
+    logsumexp(x)                                            -> x.shape[:-1]
+    cross_entropy(logits, targets, ignore_index=-100, reduction="mean")
 
 Modules: :class:`RMSNorm`, :class:`LayerNorm` (normalized over the last axis only).
 
 Differences from torch.nn.functional:
     - cross_entropy's class axis is the last one, its loss is float32 whatever the logits'
-      dtype, a negative target ``t`` means class ``t + C``, out-of-range targets give NaN
-      (no device assert), and ``ignore_index`` defaults to ``None`` (no row ignored; torch's
-      default is -100). ``'mean'`` divides by the number of rows not ignored (NaN when every
-      row is), as torch does.
+      dtype (float64 for float64 logits), a negative target other than ``ignore_index`` means
+      class ``t + C``, out-of-range targets give NaN (no device assert); ``ignore_index=None``
+      ignores no row. ``'mean'`` divides by the number of rows not ignored (NaN when every row
+      is), as torch does. With logits that need a gradient and a reduction, the gradient is
+      computed in the forward pass from the same read of the logits and held until backward
+      (a logits-sized tensor), which scales it by the upstream gradient in place (no pass when
+      that is 1, as for ``loss.backward()``). That backward runs once: a second one
+      (``retain_graph=True``) is torch's "modified by an inplace operation" error.
     - Parameter gradients come back in the parameter's dtype (float32 master weights with
       float16/bfloat16 activations are fine).
+
+Errors are :class:`rudnn.Error` subclasses, as for the ``rudnn`` functions.
 """
 
-import torch
+from __future__ import annotations
 
-import rudnn
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _rudnn
+from . import torch_library as _lib
 
 __all__ = [
+    "rms_norm",
+    "layer_norm",
+    "add_rms_norm",
+    "softmax",
+    "logsumexp",
+    "cross_entropy",
+    "RMSNorm",
+    "LayerNorm",
+    # Earlier names, kept: each .apply is the function of the same op.
     "RMSNormFunction",
     "LayerNormFunction",
     "SoftmaxFunction",
     "CrossEntropyFunction",
-    "rms_norm",
-    "layer_norm",
-    "softmax",
-    "cross_entropy",
-    "RMSNorm",
-    "LayerNorm",
 ]
 
 
-class RMSNormFunction(torch.autograd.Function):
-    """y = rms_norm(x, weight, eps); gradients for x and weight."""
-
-    @staticmethod
-    def forward(ctx, x, weight, eps):
-        y = rudnn.rms_norm(x, weight, eps)
-        ctx.save_for_backward(x, weight)
-        ctx.eps = eps
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight = ctx.saved_tensors
-        dx, dweight = rudnn.rms_norm_backward(dy, x, weight, ctx.eps)
-        return (
-            dx if ctx.needs_input_grad[0] else None,
-            dweight if ctx.needs_input_grad[1] else None,
-            None,
-        )
+def _eps(op: str, eps) -> float:
+    # The custom op's schema takes a float; refuse what the rudnn functions refuse.
+    if isinstance(eps, bool):
+        raise _rudnn.InvalidArgument(f"{op}: eps must be a number, got bool")
+    return float(eps)
 
 
-class LayerNormFunction(torch.autograd.Function):
-    """y = layer_norm(x, weight, bias, eps); gradients for x, weight and bias."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        y = rudnn.layer_norm(x, weight, bias, eps)
-        ctx.save_for_backward(x, weight, bias)
-        ctx.eps = eps
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight, bias = ctx.saved_tensors
-        dx, dweight, dbias = rudnn.layer_norm_backward(dy, x, weight, bias, ctx.eps)
-        return (
-            dx if ctx.needs_input_grad[0] else None,
-            dweight if ctx.needs_input_grad[1] else None,
-            dbias if ctx.needs_input_grad[2] else None,
-            None,
-        )
+def rms_norm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-6) -> Tensor:
+    """Differentiable :func:`rudnn.rms_norm`: ``x / sqrt(mean(x**2) + eps) * weight``."""
+    return _lib.rms_norm(x, weight, _eps("rms_norm", eps))
 
 
-class SoftmaxFunction(torch.autograd.Function):
-    """y = softmax(x) over the last axis; backward from the saved output."""
-
-    @staticmethod
-    def forward(ctx, x):
-        y = rudnn.softmax(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved_tensors
-        return rudnn.softmax_backward(dy, y)
-
-
-_REDUCTIONS = ("mean", "sum", "none")
-
-
-class CrossEntropyFunction(torch.autograd.Function):
-    """Cross entropy of ``logits`` [..., C] against ``targets`` [...], reduced or not."""
-
-    @staticmethod
-    def forward(ctx, logits, targets, ignore_index, reduction):
-        if reduction not in _REDUCTIONS:
-            raise ValueError(f"cross_entropy: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-        # The rows a mean divides by: known on the host, or (with ignored targets) counted on
-        # the device, so that nothing waits for it.
-        count = 1.0
-        if reduction == "mean":
-            if ignore_index is None:
-                count = float(targets.numel())
-            else:
-                count = (targets != ignore_index).sum().to(torch.float32)
-        # A reduced loss whose logits need a gradient: the gradient comes from the same pass
-        # over the logits as the loss, under an upstream gradient of 1 (per row: 1 / count);
-        # backward scales it by the true upstream gradient on the device, which costs nothing
-        # when that is 1, as it is for loss.backward(). It holds a logits-sized gradient from
-        # forward to backward.
-        ctx.fused = ctx.needs_input_grad[0] and reduction != "none"
-        if ctx.fused:
-            if isinstance(count, torch.Tensor):
-                per_row = count.reciprocal().expand(targets.shape)
-            else:
-                per_row = 1.0 / max(count, 1.0)
-            loss, dlogits = rudnn.cross_entropy_with_grad(logits, targets, per_row, ignore_index)
-            ctx.save_for_backward(dlogits)
-        else:
-            loss = rudnn.cross_entropy(logits, targets, ignore_index)
-            ctx.save_for_backward(logits, targets)
-        ctx.ignore_index = ignore_index
-        ctx.reduction = reduction
-        if reduction == "none":
-            return loss
-        total = loss.sum()
-        if reduction == "sum":
-            return total
-        ctx.count = count
-        return total / count
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.to(torch.float32)
-        if ctx.fused:
-            (dlogits,) = ctx.saved_tensors
-            rudnn.scale_unless_one(dlogits, grad.reshape(1))
-            return dlogits, None, None, None
-        logits, targets = ctx.saved_tensors
-        if ctx.reduction == "none":
-            dloss = grad
-        elif ctx.reduction == "sum":
-            dloss = grad.expand(targets.shape)
-        else:
-            dloss = (grad / ctx.count).expand(targets.shape)
-        dlogits = rudnn.cross_entropy_backward(logits, targets, dloss, ctx.ignore_index)
-        return dlogits, None, None, None
-
-
-def rms_norm(x, weight=None, eps=1e-6):
-    """Differentiable :func:`rudnn.rms_norm` over the last axis."""
-    return RMSNormFunction.apply(x, weight, eps)
-
-
-def layer_norm(x, weight=None, bias=None, eps=1e-5):
+def layer_norm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     """Differentiable :func:`rudnn.layer_norm` over the last axis."""
-    return LayerNormFunction.apply(x, weight, bias, eps)
+    return _lib.layer_norm(x, weight, bias, _eps("layer_norm", eps))
 
 
-def softmax(x):
+def add_rms_norm(
+    x: Tensor, residual: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-6
+) -> Tuple[Tensor, Tensor]:
+    """Differentiable :func:`rudnn.add_rms_norm`: ``(x + residual, rms_norm(x + residual))``."""
+    return _lib.add_rms_norm(x, residual, weight, _eps("add_rms_norm", eps))
+
+
+def softmax(x: Tensor) -> Tensor:
     """Differentiable :func:`rudnn.softmax` over the last axis."""
-    return SoftmaxFunction.apply(x)
+    return _lib.softmax(x)
 
 
-def cross_entropy(logits, targets, ignore_index=None, reduction="mean"):
-    """Differentiable cross entropy over the last axis; reduction 'mean', 'sum' or 'none'."""
-    return CrossEntropyFunction.apply(logits, targets, ignore_index, reduction)
+def logsumexp(x: Tensor) -> Tensor:
+    """Differentiable :func:`rudnn.logsumexp` over the last axis."""
+    return _lib.logsumexp(x)
+
+
+def cross_entropy(
+    logits: Tensor, targets: Tensor, ignore_index: Optional[int] = -100, reduction: str = "mean"
+) -> Tensor:
+    """Differentiable cross entropy over the last axis, with torch's defaults.
+
+    Args:
+        logits: ``[..., C]``, float32 / float16 / bfloat16 (float64 on the CPU).
+        targets: integer class indices of shape ``logits.shape[:-1]``.
+        ignore_index: rows whose target equals it contribute 0 (and are not counted by
+            ``'mean'``); default -100 as in torch; ``None`` ignores no row.
+        reduction: ``'mean'`` (default), ``'sum'`` or ``'none'``.
+
+    Returns:
+        float32 loss (float64 for float64 logits): 0-d, or ``targets``' shape for ``'none'``.
+
+    Raises:
+        ValueError: an unknown reduction; rudnn.Error subclasses as :func:`rudnn.cross_entropy`.
+    """
+    if reduction not in _lib.REDUCTIONS:
+        raise ValueError(f"cross_entropy: reduction must be one of {_lib.REDUCTIONS}, got {reduction!r}")
+    if isinstance(ignore_index, bool):
+        raise _rudnn.InvalidArgument("cross_entropy: ignore_index must be an int or None, got bool")
+    fused = torch.is_grad_enabled() and logits.requires_grad and reduction != "none"
+    loss, _ = _lib.cross_entropy(logits, targets, ignore_index, reduction, fused)
+    return loss
+
+
+class _Apply:
+    """An earlier autograd.Function name whose ``apply`` is now the custom-op function."""
+
+    def __init__(self, function):
+        self.apply = function
+
+
+RMSNormFunction = _Apply(rms_norm)
+LayerNormFunction = _Apply(layer_norm)
+SoftmaxFunction = _Apply(softmax)
+CrossEntropyFunction = _Apply(cross_entropy)
 
 
 class RMSNorm(torch.nn.Module):

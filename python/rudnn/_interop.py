@@ -1,0 +1,108 @@
+"""How the package's functions take and return arrays (shared by every op family).
+
+The native module (``rudnn._rudnn``) takes DLPack-capable objects and returns
+:class:`rudnn.Tensor`; these helpers pick the caller's array type for results and the stream
+a CUDA op runs on. torch and numpy are looked up in ``sys.modules`` only: ruDNN never imports
+them itself.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional, Sequence, Tuple, Union
+
+from ._rudnn import Tensor
+
+#: Any array ruDNN takes: a torch tensor, a numpy array, a CuPy or JAX array, a
+#: :class:`rudnn.Tensor`, or another DLPack producer / host buffer.
+Array = Any
+#: A CUDA stream: a cudaStream_t address as an int, an object with a ``cuda_stream`` attribute
+#: (``torch.cuda.Stream``, ``cupy.cuda.Stream``), or None for the default.
+StreamLike = Union[int, Any, None]
+
+RUDNN, NUMPY, TORCH = 0, 1, 2
+
+
+def loaded_torch():
+    return sys.modules.get("torch")
+
+
+def loaded_numpy():
+    return sys.modules.get("numpy")
+
+
+def compiling() -> bool:
+    """Whether torch.compile / torch.export is tracing this call: the functions then call
+    their torch.library custom op (torch.ops.rudnn.*), which the tracer records, instead of
+    the native module, which it cannot trace."""
+    torch = loaded_torch()
+    compiler = getattr(torch, "compiler", None)
+    return compiler is not None and compiler.is_compiling()
+
+
+def torch_ops():
+    """torch.ops.rudnn, registered on first use."""
+    from . import torch_library  # noqa: F401
+
+    return loaded_torch().ops.rudnn
+
+
+def context(primary: Array, stream: StreamLike) -> Tuple[int, StreamLike]:
+    """(result kind, stream) for a call whose first array argument is ``primary``."""
+    torch = loaded_torch()
+    if torch is not None and isinstance(primary, torch.Tensor):
+        if stream is None and primary.device.type == "cuda":
+            stream = torch.cuda.current_stream(primary.device).cuda_stream
+        return TORCH, stream
+    np = loaded_numpy()
+    if np is not None and isinstance(primary, np.ndarray):
+        return NUMPY, stream
+    return RUDNN, stream
+
+
+def _shared(a: Array) -> Array:
+    """``a`` as DLPack can export it, sharing its memory."""
+    torch = loaded_torch()
+    if torch is not None and isinstance(a, torch.Tensor) and a.requires_grad:
+        return a.detach()  # torch refuses to export tensors that require grad
+    return a
+
+
+def as_input(a: Array) -> Array:
+    """An input as the native module takes it (zero-copy where DLPack allows it)."""
+    if a is None or isinstance(a, Tensor):
+        return a
+    a = _shared(a)
+    np = loaded_numpy()
+    if np is not None and isinstance(a, np.ndarray) and any(s < 0 for s in a.strides):
+        return np.ascontiguousarray(a)  # ruDNN takes no negative strides; an input may be copied
+    return a
+
+
+def as_output(out: Union[Array, Sequence[Optional[Array]], None]):
+    """An ``out=`` argument as the native module takes it: never copied (the op writes the
+    caller's memory, or refuses it with an error naming the op and the argument)."""
+    if out is None:
+        return None
+    if isinstance(out, (tuple, list)):
+        return tuple(o if o is None else _shared(o) for o in out)
+    return _shared(out)
+
+
+def result(kind: int, t: Optional[Tensor]):
+    """A native result as the caller's kind of array (zero-copy)."""
+    if t is None or kind == RUDNN:
+        return t
+    if kind == TORCH:
+        return loaded_torch().from_dlpack(t)
+    np = loaded_numpy()
+    try:
+        # The buffer protocol gives a writable array (numpy marks arrays imported through
+        # unversioned DLPack read-only); both share the Tensor's memory.
+        return np.asarray(t)
+    except (BufferError, TypeError, ValueError):
+        return np.from_dlpack(t)
+
+
+def results(kind: int, ts) -> tuple:
+    return tuple(result(kind, t) for t in ts)

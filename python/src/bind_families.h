@@ -1,0 +1,12 @@
+// One bind function per op family, each in python/src/bind_<family>.cpp; module.cpp calls
+// them. A new family adds its file here, its line in module.cpp and its source in
+// python/CMakeLists.txt.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace rudnn_py {
+
+void bind_normalization(pybind11::module_& m);
+
+}  // namespace rudnn_py
