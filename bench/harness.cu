@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -411,4 +414,258 @@ void Table::write_csv(const std::string& path) const {
   if (!f) throw std::runtime_error("error writing " + path);
 }
 
+// ---- The context every case runs in -----------------------------------------------------------
+int64_t Bench::size(const std::string& name) const {
+  const auto it = opt.sizes.find(name);
+  if (it == opt.sizes.end()) throw std::runtime_error("no size option --" + name + " was registered");
+  return it->second;
+}
+
+bool Bench::wanted(const std::string& op) const {
+  if (!variant.empty() && std::find(variant_ops.begin(), variant_ops.end(), op) == variant_ops.end()) return false;
+  return opt.filter.empty() || op.find(opt.filter) != std::string::npos;
+}
+
+int Bench::sets_for(size_t bytes_per_set) const {
+  size_t free_b = 0, total_b = 0;
+  RUDNN_BENCH_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  return rotation_sets(bytes_per_set, info.l2_bytes, static_cast<size_t>(0.7 * free_b), opt.min_sets);
+}
+
+void Bench::run(const std::string& op, const Shape& shape, DType dtype, double bytes, int sets,
+                const std::function<void(int)>& fn, const std::function<double()>& check, double tol) {
+  if (!wanted(op)) return;
+  Row row;
+  row.op = variant.empty() ? op : op + " [" + variant + "]";
+  row.shape = shape_string(shape);
+  row.dtype = dtype_name(dtype);
+  row.bytes = bytes;
+  try {
+    fn(0);
+    sync();
+    if (opt.check && check) {
+      row.check_error = check();
+      if (!(row.check_error <= tol)) {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "FAILED (rel err %.3e > %.0e)", row.check_error, tol);
+        row.status = buf;
+      }
+    }
+    row.timing = time_on_stream(cs, sets, fn, timing);
+  } catch (const std::exception& e) {
+    (void)cudaStreamSynchronize(cs);
+    (void)cudaGetLastError();
+    std::string what = e.what();
+    if (what.size() > 160) what = what.substr(0, 160) + "...";
+    row.status = "ERROR (" + what + ")";
+  }
+  const Row& r = table.add(row);
+  std::fprintf(stderr, "  %-36s %10.4f ms %9.1f GB/s %6.1f%%  %s\n", r.op.c_str(), r.timing.median_ms, r.gbs,
+               r.pct_copy, r.status.c_str());
+}
+
+Tensor Bench::normal(const Shape& shape, DType dtype, uint64_t seed, float mean, float sd) const {
+  Tensor t = empty(shape, dtype);
+  fill_normal(t, seed, mean, sd, cs);
+  return t;
+}
+
+std::vector<Tensor> Bench::empties(int sets, const Shape& shape, DType dtype) const {
+  std::vector<Tensor> v;
+  for (int i = 0; i < sets; ++i) v.push_back(empty(shape, dtype));
+  return v;
+}
+
+std::vector<Tensor> Bench::normals(int sets, const Shape& shape, DType dtype, uint64_t seed) const {
+  std::vector<Tensor> v;
+  for (int i = 0; i < sets; ++i) v.push_back(normal(shape, dtype, seed * 1000003u + static_cast<uint64_t>(i)));
+  return v;
+}
+
+double Bench::ends(int64_t rows, const std::function<double(int64_t, int64_t)>& f) const {
+  const int64_t k = std::min(opt.check_rows, rows);
+  double e = f(0, k);
+  if (rows > k) e = worst(e, f(rows - k, rows));
+  return e;
+}
+
+double worst(double a, double b) { return (std::isnan(a) || std::isnan(b)) ? std::nan("") : std::max(a, b); }
+
+// ---- Families -----------------------------------------------------------------------------------
+namespace {
+
+std::vector<Family>& registry() {
+  static std::vector<Family> all;  // filled by static registrars, before main
+  return all;
+}
+
+}  // namespace
+
+bool register_family(const std::string& name, Family family) {
+  family.name = name;
+  registry().push_back(std::move(family));
+  return true;
+}
+
+const std::vector<Family>& families() { return registry(); }
+
 }  // namespace rudnn::bench
+
+// ---- main: options, the device, every family, the table -------------------------------------------
+namespace {
+
+using rudnn::bench::Options;
+
+[[noreturn]] void usage(int code) {
+  std::printf(
+      "usage: rudnn_bench [options]\n"
+      "  --quick          fewer repetitions (warm-up 3, 20 timed runs)\n"
+      "  --csv FILE       also write the rows as CSV\n"
+      "  --runs N         timed runs per op (default 100)\n"
+      "  --warmup N       warm-up runs per op (default 10, and at least 25 ms)\n"
+      "  --sets N         at least N input sets to rotate among (default 2)\n"
+      "  --filter TEXT    only ops whose name contains TEXT\n"
+      "  --no-check       skip the comparison with the CPU reference\n"
+      "  --device N       CUDA device (default 0)\n"
+      "  --variants       also time the ops with launch choices once per alternative choice\n");
+  for (const rudnn::bench::Family& family : rudnn::bench::families()) {
+    std::printf("%s:\n", family.name.c_str());
+    for (const rudnn::bench::SizeOption& o : family.sizes) {
+      const std::string flag = "--" + o.name + " N";
+      std::printf("  %-16s %s (default %lld)\n", flag.c_str(), o.help.c_str(), static_cast<long long>(o.value));
+    }
+  }
+  std::exit(code);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (const rudnn::bench::Family& family : rudnn::bench::families()) {
+    for (const rudnn::bench::SizeOption& s : family.sizes) o.sizes[s.name] = s.value;
+  }
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "rudnn_bench: %s needs a value\n", a.c_str());
+        usage(2);
+      }
+      return argv[++i];
+    };
+    const auto size = a.rfind("--", 0) == 0 ? o.sizes.find(a.substr(2)) : o.sizes.end();
+    if (a == "--quick") o.quick = true;
+    else if (a == "--variants") o.variants = true;
+    else if (a == "--no-check") o.check = false;
+    else if (a == "--csv") o.csv = next();
+    else if (a == "--filter") o.filter = next();
+    else if (a == "--runs") o.runs = std::atoi(next().c_str());
+    else if (a == "--warmup") o.warmup = std::atoi(next().c_str());
+    else if (a == "--sets") o.min_sets = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--device") o.device = std::atoi(next().c_str());
+    else if (size != o.sizes.end()) size->second = std::atoll(next().c_str());
+    else if (a == "-h" || a == "--help") usage(0);
+    else {
+      std::fprintf(stderr, "rudnn_bench: unknown argument %s\n", a.c_str());
+      usage(2);
+    }
+  }
+  for (const auto& [name, value] : o.sizes) {
+    if (value < 1) {
+      std::fprintf(stderr, "rudnn_bench: shapes must be positive (--%s %lld)\n", name.c_str(),
+                   static_cast<long long>(value));
+      usage(2);
+    }
+  }
+  return o;
+}
+
+std::string family_names() {
+  std::string names;
+  for (const rudnn::bench::Family& family : rudnn::bench::families()) names += (names.empty() ? "" : ", ") + family.name;
+  return names + (rudnn::bench::families().size() == 1 ? " family" : " families");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace rudnn;
+  using bench::Row;
+  using bench::Table;
+  bench::Bench b;
+  b.opt = parse(argc, argv);
+  if (b.opt.quick) {
+    b.timing.warmup_runs = 3;
+    b.timing.warmup_ms = 5;
+    b.timing.runs = 20;
+  }
+  if (b.opt.runs > 0) b.timing.runs = b.opt.runs;
+  if (b.opt.warmup >= 0) {
+    b.timing.warmup_runs = b.opt.warmup;
+    b.timing.warmup_ms = 0;
+  }
+
+  try {
+    if (!cuda_available()) {
+      std::fprintf(stderr, "rudnn_bench: no usable CUDA device (ruDNN built with CUDA: %s)\n",
+                   built_with_cuda() ? "yes" : "no");
+      return 2;
+    }
+    RUDNN_BENCH_CUDA(cudaSetDevice(b.opt.device));
+    b.info = bench::query_device(b.opt.device);
+    b.dev = Device::cuda(b.opt.device);
+    RUDNN_BENCH_CUDA(cudaStreamCreateWithFlags(&b.cs, cudaStreamNonBlocking));
+    b.stream = Stream::borrow(b.dev, b.cs);
+
+    std::printf("ruDNN %s benchmark, %s\n", rudnn::version(), family_names().c_str());
+    std::printf("device: %s\n", b.info.str().c_str());
+    std::printf("timing: CUDA events per run, median of %d runs after >= %d warm-up runs (%.0f ms); inputs rotated\n",
+                b.timing.runs, b.timing.warmup_runs, b.timing.warmup_ms);
+    std::fflush(stdout);
+
+    const bench::CopyBandwidth copy0 = bench::measure_copy_bandwidth(b.cs, b.opt.copy_bytes, b.timing);
+    std::fprintf(stderr, "copy d2d %zu MiB: %.4f ms, %.1f GB/s\n", b.opt.copy_bytes >> 20, copy0.timing.median_ms,
+                 copy0.gbs);
+    b.table.set_copy_gbs(copy0.gbs);
+
+    for (const bench::Family& family : bench::families()) {
+      family.run(b);
+      release_cached_memory(b.dev);
+    }
+    if (b.opt.variants) {
+      for (const bench::Family& family : bench::families()) {
+        if (family.run_variants) family.run_variants(b);
+      }
+    }
+
+    // The copy again at the end: the ceiling is the better of the two, and the pair shows
+    // whether the card's state drifted during the run.
+    const bench::CopyBandwidth copy1 = bench::measure_copy_bandwidth(b.cs, b.opt.copy_bytes, b.timing);
+    const double ceiling = std::max(copy0.gbs, copy1.gbs);
+    Table out;
+    out.set_copy_gbs(ceiling);
+    Row copy_row;
+    copy_row.op = "copy d2d (cudaMemcpyAsync, ceiling)";
+    copy_row.shape = std::to_string(b.opt.copy_bytes >> 20) + "MiB";
+    copy_row.dtype = "u8";
+    copy_row.bytes = 2.0 * static_cast<double>(b.opt.copy_bytes);
+    copy_row.timing = copy0.gbs >= copy1.gbs ? copy0.timing : copy1.timing;
+    out.add(copy_row);
+    for (Row r : b.table.rows()) out.add(r);
+
+    std::printf("copy bandwidth: %.1f GB/s at start, %.1f GB/s at end (ceiling: %.1f GB/s)\n", copy0.gbs, copy1.gbs,
+                ceiling);
+    std::printf("GB/s = bytes read + written once (ANCHORS.md); %%copy = GB/s over the ceiling; check = relative L2 "
+                "error of the first/last %lld rows against the CPU reference\n\n",
+                static_cast<long long>(b.opt.check_rows));
+    out.print(stdout);
+    if (!b.opt.csv.empty()) {
+      out.write_csv(b.opt.csv);
+      std::printf("\nwrote %s\n", b.opt.csv.c_str());
+    }
+    cudaStreamDestroy(b.cs);
+    return out.all_ok() ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rudnn_bench: %s\n", e.what());
+    return 3;
+  }
+}

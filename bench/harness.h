@@ -1,6 +1,8 @@
 // Benchmark harness of ruDNN: times device work with CUDA events, measures the device's copy
 // bandwidth in the same run as the ceiling, fills inputs with random data on the device, and
-// prints / writes the result table.
+// prints / writes the result table. It owns rudnn_bench's main and options; each op family
+// adds its cases from one file, bench/<family>.cpp, registered with RUDNN_BENCH_FAMILY (see
+// the end of this header, and bench/normalization.cpp for the worked example).
 //
 // Method (as /work/.library/device/METHOD.md and the anchor scripts measure):
 // - Each timed run sits between its own pair of CUDA events on the benchmark's stream; the
@@ -20,6 +22,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -122,4 +125,89 @@ class Table {
 
 std::string shape_string(const Shape& shape);  // "16384x8192"
 
+// ---- Options ----------------------------------------------------------------------------------
+// A positive integer option a family declares for its shapes ("--rows", "--ce-classes").
+struct SizeOption {
+  std::string name;  // without the dashes: "rows" is given as --rows N
+  int64_t value = 0;  // the default until parsed
+  std::string help;
+};
+
+// rudnn_bench's command line (usage: rudnn_bench --help).
+struct Options {
+  bool quick = false;
+  bool check = true;
+  bool variants = false;
+  std::string csv;
+  std::string filter;
+  int runs = -1, warmup = -1, min_sets = 2;
+  int device = 0;
+  int64_t check_rows = 4;  // rows checked at each end
+  size_t copy_bytes = size_t(1) << 30;
+  std::map<std::string, int64_t> sizes;  // every family's SizeOption, by name
+};
+
+// ---- The context every case runs in -----------------------------------------------------------
+struct Bench {
+  Options opt;
+  DeviceInfo info;
+  cudaStream_t cs = nullptr;
+  Stream stream;  // cs, borrowed
+  Device dev;
+  TimingOptions timing;
+  Table table;
+
+  // While timing a variant: its label (appended to op names) and the ops it concerns.
+  std::string variant;
+  std::vector<std::string> variant_ops;
+
+  // A family's shape option (SizeOption::name), as given or its default.
+  int64_t size(const std::string& name) const;
+  // Whether the op is to run: it passes --filter and, while timing a variant, concerns it.
+  bool wanted(const std::string& op) const;
+  void sync() const { RUDNN_BENCH_CUDA(cudaStreamSynchronize(cs)); }
+  // Rotation count for a group whose one set (inputs + outputs) takes `bytes_per_set`.
+  int sets_for(size_t bytes_per_set) const;
+
+  // Runs `fn(0)` once, checks it (`check` returns the relative error, `tol` its bound), then
+  // times `fn(set)` over `sets` sets; appends the row and echoes it on stderr. An exception
+  // makes the row "ERROR (...)"; a check over `tol` makes it "FAILED (...)".
+  void run(const std::string& op, const Shape& shape, DType dtype, double bytes, int sets,
+           const std::function<void(int)>& fn, const std::function<double()>& check, double tol);
+
+  // Device tensors on the benchmark's stream: uninitialised, or filled with normal(mean, sd).
+  Tensor empty(const Shape& shape, DType dtype) const { return Tensor::empty(shape, dtype, dev, stream); }
+  Tensor normal(const Shape& shape, DType dtype, uint64_t seed, float mean = 0.0f, float sd = 1.0f) const;
+  std::vector<Tensor> empties(int sets, const Shape& shape, DType dtype) const;
+  std::vector<Tensor> normals(int sets, const Shape& shape, DType dtype, uint64_t seed) const;
+
+  // Rows [r0, r1) of a device tensor (leading axis), on the host.
+  static Tensor rows_host(const Tensor& t, int64_t r0, int64_t r1) { return t.slice(0, r0, r1).to_host(); }
+  // The worse error of f(r0, r1) over the first and the last opt.check_rows rows (NaN wins).
+  double ends(int64_t rows, const std::function<double(int64_t, int64_t)>& f) const;
+};
+
+// The worse of two errors; NaN when either is.
+double worst(double a, double b);
+
+// ---- Families -----------------------------------------------------------------------------------
+// One op family's benchmark: its shape options and its cases. rudnn_bench runs every registered
+// family's `run` in registration order, then (with --variants) every `run_variants`.
+struct Family {
+  std::string name;                           // set by RUDNN_BENCH_FAMILY
+  std::vector<SizeOption> sizes;              // its shape options (names unique across families)
+  std::function<void(Bench&)> run;            // times its default cases
+  std::function<void(Bench&)> run_variants;   // times its alternative launch choices; may be empty
+};
+
+// Adds a family to rudnn_bench; returns true (for the static registrar).
+bool register_family(const std::string& name, Family family);
+const std::vector<Family>& families();
+
 }  // namespace rudnn::bench
+
+// In bench/<family>.cpp, at namespace scope: `RUDNN_BENCH_FAMILY(normalization, make_family);`
+// where `rudnn::bench::Family make_family()` describes the family.
+#define RUDNN_BENCH_FAMILY(family_name, make_family)                                  \
+  [[maybe_unused]] static const bool rudnn_bench_family_registered_##family_name =  \
+      ::rudnn::bench::register_family(#family_name, make_family())

@@ -7,14 +7,20 @@
 // normalised row has mean square 1, cross entropy equals logsumexp minus the target logit).
 //
 //   rudnn_demo [--cpu] [--rows N] [--cols H] [--dtype f32|f16|bf16] [--iters K]
+//
+// A bad argument is a message and exit status 2; memory that cannot be had, status 1.
 #include <rudnn/rudnn.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,39 +32,73 @@ using rudnn::Tensor;
 
 struct Options {
   bool force_cpu = false;
-  int64_t rows = 0, cols = 0;  // 0: [8192, 4096] on the GPU, [1024, 1024] on the CPU
+  int64_t rows = 0, cols = 0;  // 0: not given ([8192, 4096] on the GPU, [1024, 1024] on the CPU)
   DType dtype = DType::bf16;
-  int iters = 0;                // 0: 20 on the GPU, 2 on the CPU
+  int iters = 0;                // 0: not given (20 on the GPU, 2 on the CPU)
 };
+
+constexpr const char* kUsage =
+    "usage: rudnn_demo [--cpu] [--rows N] [--cols H] [--dtype f32|f16|bf16] [--iters K]\n"
+    "  N, H, K: positive integers. Exit status: 0 every check passed, 1 a check failed or the\n"
+    "  memory could not be had, 2 a bad argument.\n";
+
+// A bad command line: the reason and the usage on stderr, exit status 2.
+[[noreturn]] void bad_argument(const std::string& why) {
+  std::fprintf(stderr, "rudnn_demo: %s\n%s", why.c_str(), kUsage);
+  std::exit(2);
+}
+
+// The whole of `text` as an integer in [1, most], else a bad argument naming `flag`.
+int64_t positive_integer(const std::string& flag, const char* text, int64_t most) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || errno == ERANGE || v < 1 || v > most) {
+    bad_argument(flag + " " + text + ": expected an integer from 1 to " + std::to_string(most));
+  }
+  return v;
+}
 
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
+      if (i + 1 >= argc) bad_argument(a + " needs a value");
       return argv[++i];
     };
+    // Rows and columns up to 2^40 each: their product is checked against memory in main.
     if (a == "--cpu") o.force_cpu = true;
-    else if (a == "--rows") o.rows = std::atoll(next());
-    else if (a == "--cols") o.cols = std::atoll(next());
-    else if (a == "--iters") o.iters = std::atoi(next());
+    else if (a == "--rows") o.rows = positive_integer(a, next(), int64_t{1} << 40);
+    else if (a == "--cols") o.cols = positive_integer(a, next(), int64_t{1} << 40);
+    else if (a == "--iters") o.iters = static_cast<int>(positive_integer(a, next(), 1000000));
     else if (a == "--dtype") {
       const std::string d = next();
-      o.dtype = d == "f32" ? DType::f32 : d == "f16" ? DType::f16 : d == "bf16" ? DType::bf16 : DType::f64;
-      if (o.dtype == DType::f64) {
-        std::fprintf(stderr, "--dtype must be f32, f16 or bf16\n");
-        std::exit(2);
-      }
+      if (d == "f32") o.dtype = DType::f32;
+      else if (d == "f16") o.dtype = DType::f16;
+      else if (d == "bf16") o.dtype = DType::bf16;
+      else bad_argument("--dtype " + d + ": expected f32, f16 or bf16");
+    } else if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      std::exit(0);
     } else {
-      std::fprintf(stderr, "usage: rudnn_demo [--cpu] [--rows N] [--cols H] [--dtype f32|f16|bf16] [--iters K]\n");
-      std::exit(a == "--help" || a == "-h" ? 0 : 2);
+      bad_argument("unknown argument " + a);
     }
   }
   return o;
+}
+
+// Host memory the system can still give (MemAvailable), or 0 when unknown.
+uint64_t available_host_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return static_cast<uint64_t>(kib) * 1024;
 }
 
 Tensor random_host(std::mt19937& gen, const rudnn::Shape& shape, DType dtype, float scale = 1.0f) {
@@ -110,10 +150,7 @@ struct Case {
   std::function<double(const Tensor& out)> property_error;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+int run(const Options& o) {
   const bool gpu = !o.force_cpu && rudnn::cuda_available();
   const rudnn::Device device = gpu ? rudnn::Device::cuda(0) : rudnn::Device::cpu();
   const rudnn::Stream stream = gpu ? rudnn::Stream::create(device) : rudnn::Stream::cpu();
@@ -121,6 +158,16 @@ int main(int argc, char** argv) {
   const int64_t cols = o.cols > 0 ? o.cols : gpu ? 4096 : 1024;
   const int iters = o.iters > 0 ? o.iters : gpu ? 20 : 2;
   const size_t item = rudnn::dtype_size(o.dtype);
+  // The host holds about eight row-sized tensors at once (inputs, float staging, reference
+  // results); ask before allocating, so that a shape too large is a message, not an OOM kill.
+  const long double host_need = static_cast<long double>(rows) * cols * (6 * item + 8);
+  const uint64_t host_available = available_host_bytes();
+  if (host_available > 0 && host_need > host_available) {
+    std::fprintf(stderr, "rudnn_demo: [%lld, %lld] %s needs about %.3Lg GB of host memory; %.3g GB available\n",
+                 static_cast<long long>(rows), static_cast<long long>(cols), rudnn::dtype_name(o.dtype),
+                 host_need / 1e9, static_cast<double>(host_available) / 1e9);
+    return 1;
+  }
   std::printf("ruDNN %s demo on %s (%s): %s [%lld, %lld], %d timed runs per op\n", rudnn::version(),
               device.str().c_str(), gpu ? "CUDA" : "CPU reference", rudnn::dtype_name(o.dtype),
               static_cast<long long>(rows), static_cast<long long>(cols), iters);
@@ -202,4 +249,20 @@ int main(int argc, char** argv) {
   }
   std::printf("%s: %d of %zu ops failed their check\n", failures ? "FAILED" : "ok", failures, cases.size());
   return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  // Memory that cannot be had is a message and status 1, not an abort.
+  try {
+    return run(o);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "rudnn_demo: out of host memory (try fewer --rows or --cols)\n");
+    return 1;
+  } catch (const rudnn::Error& e) {
+    std::fprintf(stderr, "rudnn_demo: %s (%s)\n", e.what(), rudnn::error_code_name(e.code()));
+    return 1;
+  }
 }

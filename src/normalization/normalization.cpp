@@ -383,14 +383,16 @@ void norm_backward_impl(OpCall& call, norm::NormKind kind, const Tensor& dx_out,
   p.gamma = param_in(call, "gamma", gamma, p.cols, x.dtype());
   check_param(call, "beta", beta, p.cols, x.dtype());  // only its shape and dtype matter here
   p.dx = rows_out(call, "dx_out", dx_out, x.shape(), x.dtype());
-  require_no_overlap(call, "dx_out", dx_out, {{"x", &x}, {"dy", &dy}, {"gamma", &gamma}});
+  // beta is not read, but an output written over it would still change the caller's input.
+  require_no_overlap(call, "dx_out", dx_out, {{"x", &x}, {"dy", &dy}, {"gamma", &gamma}, {"beta", &beta}});
   auto param_grad = [&](const char* name, const Tensor& out, const Tensor& param, const char* param_name) {
     if (param.defined() != out.defined()) {
       fail(ErrorCode::InvalidArgument, cat(call.op, ": ", name, " must be given exactly when ", param_name, " is"));
     }
     if (!param.defined()) return ParamOut{};
     void* data = dense_out(call, name, out, param.shape(), param.dtype());
-    require_no_overlap(call, name, out, {{"x", &x}, {"dy", &dy}, {"gamma", &gamma}, {"dx_out", &dx_out}});
+    require_no_overlap(call, name, out,
+                       {{"x", &x}, {"dy", &dy}, {"gamma", &gamma}, {"beta", &beta}, {"dx_out", &dx_out}});
     return ParamOut{data, param.dtype() == DType::f32};
   };
   p.dgamma = param_grad("dgamma_out", dgamma_out, gamma, "gamma");

@@ -1,7 +1,8 @@
 // The normalization family on the GPU against the CPU reference: fresh random inputs every
 // run, outputs poisoned before the op (every allocation is filled with NaN bytes here),
-// per-dtype tolerances, inputs checked bit-unchanged, CUDA-graph capture and replay, a
-// tensor of more than 2^31 elements, and the device/stream rules. Without a CUDA device
+// per-dtype tolerances, inputs checked bit-unchanged, every kernel tile and launch variant,
+// and the device/stream rules. CUDA-graph capture and tensors of more than 2^31 elements are
+// checked for every op by the contract suite (test_contract.cpp). Without a CUDA device
 // every test here is reported as skipped.
 #include <algorithm>
 #include <cmath>
@@ -468,35 +469,6 @@ TEST(NormGpu, DeviceAndStreamRules) {
 
 #if RUDNN_TEST_CUDA
 
-void check_cuda(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
-
-// Captures `run` (which must queue work on `stream` only) into a CUDA graph, replays it,
-// then refreshes the inputs in place and replays again: both replays must match the
-// reference for the inputs of the moment. Any hidden host synchronisation inside `run`
-// invalidates the capture and fails the test.
-void expect_graph_replay(const std::function<void(const Stream&)>& run, const std::vector<Tensor>& inputs,
-                         const std::function<void()>& refresh_inputs, const std::function<void()>& check) {
-  const Stream stream = Stream::create(kGpu);
-  const auto native = reinterpret_cast<cudaStream_t>(stream.handle());
-  run(stream);  // warm-up outside the capture: one-time queries (occupancy) happen here
-  stream.synchronize();
-  cudaGraph_t graph = nullptr;
-  check_cuda(cudaStreamBeginCapture(native, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  run(stream);
-  check_cuda(cudaStreamEndCapture(native, &graph), "cudaStreamEndCapture");
-  cudaGraphExec_t exec = nullptr;
-  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  for (int replay = 0; replay < 2; ++replay) {
-    if (replay) refresh_inputs();
-    check_cuda(cudaGraphLaunch(exec, native), "cudaGraphLaunch");
-    check_cuda(cudaStreamSynchronize(native), "cudaStreamSynchronize");
-    check();
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  (void)inputs;
-}
-
 // Every launch choice the benchmark can select (normalization/cuda/tuning.h) computes the same
 // function: each variant against the reference, on rows that reach the block tiles (128 to
 // 1024 threads) and the cluster kernel (two to eight blocks a row).
@@ -557,155 +529,7 @@ TEST(NormGpu, EveryKernelVariantMatchesTheReference) {
   }
 }
 
-TEST(NormGpu, EveryOpCapturesIntoACudaGraph) {
-  RUDNN_REQUIRE_CUDA();
-  RUDNN_SEEDED_RNG(rng);
-  const int64_t rows = 37;
-  for (int64_t h : {96, 8192, 40000}) {
-    SCOPED_TRACE("H=" + std::to_string(h));
-    const DType dt = DType::bf16;
-    Tensor hx = random_tensor(rng, {rows, h}, dt), hr = random_tensor(rng, {rows, h}, dt);
-    Tensor hdy = random_tensor(rng, {rows, h}, dt);
-    Tensor ht = random_integers(rng, {rows}, DType::i64, -h, h - 1);
-    Tensor hdl = random_tensor(rng, {rows}, DType::f32);
-    const Tensor hg = random_tensor(rng, {h}, DType::f32), hb = random_tensor(rng, {h}, dt);
-    const Tensor x = on_gpu(hx), r = on_gpu(hr), dy = on_gpu(hdy), t = on_gpu(ht), dl = on_gpu(hdl);
-    const Tensor g = on_gpu(hg), b = on_gpu(hb);
-    current_stream(kGpu).synchronize();  // uploaded on the default stream, used on another
-    const Shape shape{rows, h};
-    const Tensor ln = poisoned(shape, dt, kGpu), rn = poisoned(shape, dt, kGpu), sum = poisoned(shape, dt, kGpu),
-                 an = poisoned(shape, dt, kGpu), sm = poisoned(shape, dt, kGpu), lse = poisoned({rows}, dt, kGpu),
-                 ce = poisoned({rows}, DType::f32, kGpu), dce = poisoned(shape, dt, kGpu),
-                 ce2 = poisoned({rows}, DType::f32, kGpu), dce2 = poisoned(shape, dt, kGpu),
-                 ce3 = poisoned({rows}, DType::f32, kGpu), dce3 = poisoned(shape, dt, kGpu),
-                 half = Tensor::full({1}, 0.5, DType::f32, kGpu),
-                 dx = poisoned(shape, dt, kGpu), dg = poisoned({h}, DType::f32, kGpu), db = poisoned({h}, dt, kGpu),
-                 rdx = poisoned(shape, dt, kGpu), rdg = poisoned({h}, DType::f32, kGpu),
-                 sdx = poisoned(shape, dt, kGpu);
-    auto run = [&](const Stream& s) {
-      layer_norm_into(ln, x, g, b, 1e-5f, s);
-      rms_norm_into(rn, x, g, 1e-6f, s);
-      add_rms_norm_into(sum, an, x, r, g, 1e-6f, s);
-      softmax_last_axis_into(sm, x, s);
-      logsumexp_into(lse, x, s);
-      cross_entropy_into(ce, x, t, {}, s);
-      cross_entropy_backward_into(dce, x, t, dl, {}, s);
-      cross_entropy_with_grad_into(ce2, dce2, x, t, 0.25f, {}, s);
-      cross_entropy_with_grad_into(ce3, dce3, x, t, dl, {}, s);
-      scale_unless_one(dce3, half, s);  // the same as dloss * 0.5
-      layer_norm_backward_into(dx, dg, db, dy, x, g, b, 1e-5f, s);
-      rms_norm_backward_into(rdx, rdg, dy, x, g, 1e-6f, s);
-      softmax_backward_into(sdx, dy, sm, s);
-    };
-    auto refresh = [&] {
-      hx = random_tensor(rng, shape, dt);
-      hdy = random_tensor(rng, shape, dt);
-      ht = random_integers(rng, {rows}, DType::i64, -h, h - 1);
-      hdl = random_tensor(rng, {rows}, DType::f32);
-      x.copy_from(hx);
-      dy.copy_from(hdy);
-      t.copy_from(ht);
-      dl.copy_from(hdl);
-      current_stream(kGpu).synchronize();  // the replay runs on another stream
-    };
-    auto check = [&] {
-      EXPECT_TRUE(all_close(ln, layer_norm(hx, hg, hb, 1e-5f)));
-      EXPECT_TRUE(all_close(rn, rms_norm(hx, hg, 1e-6f)));
-      const AddRmsNormResult a = add_rms_norm(hx, hr, hg, 1e-6f);
-      EXPECT_TRUE(all_close(sum, a.sum));
-      EXPECT_TRUE(all_close(an, a.normed));
-      const Tensor hsm = softmax_last_axis(hx);
-      EXPECT_TRUE(all_close(sm, hsm));
-      EXPECT_TRUE(all_close(lse, logsumexp(hx)));
-      EXPECT_TRUE(all_close(ce, cross_entropy(hx, ht)));
-      EXPECT_TRUE(all_close(dce, cross_entropy_backward(hx, ht, hdl)));
-      const CrossEntropyWithGrad fused = cross_entropy_with_grad(hx, ht, 0.25f);
-      EXPECT_TRUE(all_close(ce2, fused.loss));
-      EXPECT_TRUE(all_close(dce2, fused.dlogits));
-      EXPECT_TRUE(all_close(ce3, cross_entropy(hx, ht)));
-      Tensor halved = cross_entropy_backward(hx, ht, hdl);
-      scale_unless_one(halved, Tensor::full({1}, 0.5, DType::f32));
-      EXPECT_TRUE(all_close(dce3, halved));
-      const LayerNormGrads lg = layer_norm_backward(hdy, hx, hg, hb, 1e-5f);
-      EXPECT_TRUE(all_close(dx, lg.dx));
-      EXPECT_TRUE(all_close(dg, lg.dgamma));
-      EXPECT_TRUE(all_close(db, lg.dbeta));
-      const RmsNormGrads rg = rms_norm_backward(hdy, hx, hg, 1e-6f);
-      EXPECT_TRUE(all_close(rdx, rg.dx));
-      EXPECT_TRUE(all_close(rdg, rg.dgamma));
-      EXPECT_TRUE(all_close(sdx, softmax_backward(hdy, sm.to_host())));
-    };
-    expect_graph_replay(run, {x, r, dy, t, dl, g, b}, refresh, check);
-  }
-}
-
 #endif  // RUDNN_TEST_CUDA
-
-// A tensor of more than 2^31 elements: rows past element 2^31 must be addressed with
-// 64-bit offsets. The input repeats a random block of kPeriod rows (built on the device),
-// so the reference needs only that block.
-TEST(NormGpu, TensorsBeyondTwoToThe31Elements) {
-  RUDNN_REQUIRE_CUDA();
-  RUDNN_SEEDED_RNG(rng);
-  constexpr int64_t kPeriod = 64;
-  const auto tile_rows = [&](const Tensor& block, int64_t rows) {
-    const int64_t h = block.shape()[1];
-    Tensor big = Tensor::empty({rows, h}, block.dtype(), kGpu);
-    const Tensor dev_block = block.to(kGpu);
-    for (int64_t r = 0; r < rows; r += kPeriod) {
-      const int64_t n = std::min(kPeriod, rows - r);
-      big.slice(0, r, r + n).copy_from(dev_block.slice(0, 0, n));
-    }
-    return big;
-  };
-  const int64_t sample_rows[] = {0, 1, 262143, 262144, 262000, -1};  // -1: the last row
-
-  {  // Register-tile kernels: bf16 [262145, 8192] = 2^31 + 8192 elements.
-    const int64_t h = 8192, rows = (int64_t{1} << 31) / h + 1;
-    const Tensor block = random_tensor(rng, {kPeriod, h}, DType::bf16);
-    const Tensor dy_block = random_tensor(rng, {kPeriod, h}, DType::bf16);
-    const Tensor gamma = random_tensor(rng, {h}, DType::bf16);
-    const Tensor x = tile_rows(block, rows), dy = tile_rows(dy_block, rows);
-    ASSERT_GT(x.numel(), int64_t{1} << 31);
-    const Tensor dgamma_gpu = rms_norm_backward(dy, x, gamma.to(kGpu), 1e-6f).dgamma;
-    {
-      const Tensor y = rms_norm(x, gamma.to(kGpu), 1e-6f), p = softmax_last_axis(x);
-      const Tensor ref_y = rms_norm(block, gamma, 1e-6f), ref_p = softmax_last_axis(block);
-      for (int64_t r : sample_rows) {
-        const int64_t row = r < 0 ? rows - 1 : r;
-        SCOPED_TRACE("row " + std::to_string(row));
-        EXPECT_TRUE(all_close(y.slice(0, row, row + 1), ref_y.slice(0, row % kPeriod, row % kPeriod + 1)));
-        EXPECT_TRUE(all_close(p.slice(0, row, row + 1), ref_p.slice(0, row % kPeriod, row % kPeriod + 1)));
-      }
-    }
-    // dgamma sums every row: full periods of the block, then the first rows % kPeriod rows.
-    const auto full = to_doubles(rms_norm_backward(dy_block, block, gamma, 1e-6f).dgamma);
-    const int64_t rest = rows % kPeriod;
-    const auto part = to_doubles(rms_norm_backward(dy_block.slice(0, 0, rest), block.slice(0, 0, rest), gamma, 1e-6f).dgamma);
-    std::vector<double> expected(full.size());
-    for (size_t c = 0; c < full.size(); ++c) expected[c] = full[c] * static_cast<double>(rows / kPeriod) + part[c];
-    EXPECT_TRUE(all_close(dgamma_gpu, host_tensor(expected, {h}, DType::bf16)));
-  }
-  {  // Loop-tile kernels: cross entropy over bf16 [16385, 131072] logits.
-    const int64_t c = 131072, rows = (int64_t{1} << 31) / c + 1;
-    const Tensor block = random_tensor(rng, {kPeriod, c}, DType::bf16, 0, 2);
-    const Tensor t_block = random_integers(rng, {kPeriod}, DType::i64, 0, c - 1);
-    const Tensor logits = tile_rows(block, rows);
-    std::vector<double> t(static_cast<size_t>(rows));
-    const auto tb = to_doubles(t_block);
-    for (int64_t r = 0; r < rows; ++r) t[r] = tb[r % kPeriod];
-    const Tensor targets = host_tensor(t, {rows}, DType::i64).to(kGpu);
-    const CrossEntropyWithGrad got = cross_entropy_with_grad(logits, targets, 1.0f);
-    const CrossEntropyWithGrad ref = cross_entropy_with_grad(block, t_block, 1.0f);
-    const auto loss = to_doubles(got.loss), ref_loss = to_doubles(ref.loss);
-    double worst = 0;
-    for (int64_t r = 0; r < rows; ++r) worst = std::max(worst, std::fabs(loss[r] - ref_loss[r % kPeriod]));
-    EXPECT_LT(worst, 1e-3);
-    for (int64_t r : {int64_t{0}, rows / 2, rows - 1}) {
-      EXPECT_TRUE(all_close(got.dlogits.slice(0, r, r + 1), ref.dlogits.slice(0, r % kPeriod, r % kPeriod + 1))) << r;
-    }
-  }
-}
 
 }  // namespace
 }  // namespace rudnn::test
