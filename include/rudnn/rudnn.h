@@ -10,4 +10,5 @@
 #include "rudnn/normalization.h"
 #include "rudnn/stream.h"
 #include "rudnn/tensor.h"
+#include "rudnn/transformer.h"
 #include "rudnn/version.h"

@@ -1,0 +1,482 @@
+// The transformer family on the GPU against the CPU reference: fresh random inputs every run
+// (RUDNN_TEST_SEED replays one), outputs poisoned before the op (every allocation is NaN
+// bytes here), per-dtype tolerances, inputs checked bit-unchanged, odd sizes and strided or
+// misaligned views (the scalar kernels), CUDA-graph capture of the _into forms, tensors of
+// more than 2^31 elements, and the device rules. Without a CUDA device every test here is
+// reported as skipped.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#if RUDNN_TEST_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "support/test_support.h"
+
+namespace rudnn::test {
+namespace {
+
+constexpr Device kGpu = Device::cuda(0);
+const DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+
+class PoisonEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { set_poison_allocations(true); }
+  void TearDown() override { set_poison_allocations(false); }
+};
+[[maybe_unused]] const auto* const kPoison = ::testing::AddGlobalTestEnvironment(new PoisonEnvironment);
+
+Tensor on_gpu(const Tensor& t) { return t.defined() ? t.to(kGpu) : Tensor(); }
+
+// The options with their tensors moved to the GPU.
+RopeOptions on_gpu(const RopeOptions& o) {
+  RopeOptions g = o;
+  g.freqs = on_gpu(o.freqs);
+  g.offsets = on_gpu(o.offsets);
+  g.positions = on_gpu(o.positions);
+  return g;
+}
+
+// got (device) against expected (host): all_close at the dtype's tolerance.
+void expect_close(const Tensor& got, const Tensor& expected, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what;
+  EXPECT_EQ(got.device(), kGpu) << what;
+  EXPECT_TRUE(all_close(got, expected, tolerance(expected.dtype()))) << what;
+}
+
+// Random rope options for x [B, ..., T, D]: dims, layout, base or freqs, and each position
+// source.
+RopeOptions random_rope_options(Rng& rng, int64_t b, int64_t t, int64_t d) {
+  RopeOptions o;
+  o.dims = 2 * rng.integer(1, d / 2);
+  if (rng.integer(0, 2) == 0) o.dims = d - d % 2;  // the common case: every feature rotated
+  o.traditional = rng.integer(0, 1) == 1;
+  if (rng.integer(0, 1)) {
+    o.base = rng.integer(0, 1) ? 10000.0f : 500000.0f;
+  } else {
+    std::vector<double> f(static_cast<size_t>(o.dims / 2));
+    for (size_t j = 0; j < f.size(); ++j) f[j] = std::pow(10000.0, 2.0 * j / o.dims) * rng.uniform(0.5f, 2.0f);
+    o.freqs = host_tensor(f, {o.dims / 2}, DType::f32);
+  }
+  o.scale = rng.integer(0, 1) ? 1.0f : rng.uniform(0.1f, 2.0f);
+  const DType it = rng.integer(0, 1) ? DType::i32 : DType::i64;
+  switch (rng.integer(0, 3)) {
+    case 0: o.offset = rng.integer(0, 1) ? 0 : rng.integer(0, 200000); break;
+    case 1: o.offsets = random_integers(rng, {b}, it, 0, 100000); break;
+    case 2: o.positions = random_integers(rng, {t}, it, 0, 100000); break;
+    default: o.positions = random_integers(rng, {b, t}, it, 0, 100000); break;
+  }
+  return o;
+}
+
+std::string describe(const std::string& op, DType dt, const Shape& shape, const RopeOptions& o) {
+  return op + " " + dtype_name(dt) + " " + shape_str(shape) + " dims " + std::to_string(o.dims) +
+         (o.traditional ? " interleaved" : " halves") + (o.base ? " base" : " freqs") +
+         (o.offsets.defined() ? " offsets" : o.positions.defined() ? " positions" + shape_str(o.positions.shape()) : " offset " + std::to_string(o.offset));
+}
+
+// rope and rope_backward of host x on the GPU against the reference; x's bytes unchanged.
+void expect_rope_matches(const Tensor& host_x, const Tensor& device_x, const RopeOptions& o, const std::string& label) {
+  SCOPED_TRACE(label);
+  const RopeOptions g = on_gpu(o);
+  const auto before = bytes_of(device_x);
+  expect_close(rope(device_x, g), rope(host_x, o), "rope");
+  expect_close(rope_backward(device_x, g), rope_backward(host_x, o), "rope_backward");
+  EXPECT_EQ(bytes_of(device_x), before) << "x was modified";
+}
+
+TEST(TransformerGpu, RopeMatchesTheReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const int64_t head_sizes[] = {2, 6, 8, 16, 24, 64, 80, 96, 128, 130, 192, 256, 512};
+  for (DType dt : kFloatTypes) {
+    for (int64_t d : head_sizes) {
+      // [B, H, T, D] with odd counts, and sometimes 3-d or 5-d.
+      const int64_t b = rng.integer(1, 3), h = rng.integer(1, 5), t = rng.integer(1, 37);
+      Shape shape{b, h, t, d};
+      switch (rng.integer(0, 3)) {
+        case 0: shape = {b, t, d}; break;
+        case 1: shape = {b, h, 2, t, d}; break;
+        default: break;
+      }
+      const Tensor x = random_tensor(rng, shape, dt);
+      const RopeOptions o = random_rope_options(rng, b, t, d);
+      expect_rope_matches(x, on_gpu(x), o, describe("rope", dt, shape, o));
+    }
+  }
+}
+
+TEST(TransformerGpu, RopeOfEveryPositionSourceAndLayout) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    for (bool traditional : {false, true}) {
+      const int64_t b = 3, h = 4, t = 33, d = 128;
+      RopeOptions o;
+      o.dims = 96;  // a tail of 32 copied features
+      o.traditional = traditional;
+      o.base = 10000.0f;
+      o.offset = 7;
+      RopeOptions per_batch = o, ids = o, shared = o;
+      per_batch.offset = 0;
+      per_batch.offsets = random_integers(rng, {b}, DType::i32, 0, 4000);
+      ids.offset = 0;
+      ids.positions = random_integers(rng, {b, t}, DType::i64, 0, 1 << 20);
+      shared.offset = 0;
+      shared.positions = random_integers(rng, {t}, DType::i32, 0, 50);
+      // Rows of 2D + 8 elements: [B, T, H, D] read as [B, H, T, D] (in place, aligned), a
+      // slice that starts one element in (misaligned: the scalar kernel), and a strided
+      // last axis (copied first).
+      const Tensor dev = on_gpu(random_tensor(rng, {b, t, h, 2 * d + 8}, dt));
+      const Tensor views[] = {dev.slice(3, 0, d).transpose(1, 2), dev.slice(3, 1, d + 1).transpose(1, 2),
+                              dev.slice(3, 0, 2 * d, 2).transpose(1, 2)};
+      for (const Tensor& v : views) {
+        for (const RopeOptions* opt : {&o, &per_batch, &ids, &shared}) {
+          expect_rope_matches(v.to_host(), v, *opt, describe("rope view strides " + shape_str(v.strides()), dt, v.shape(), *opt));
+        }
+      }
+    }
+  }
+}
+
+TEST(TransformerGpu, RopeIntoStridedOutputs) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  // The packed layout: tokens [total, H, D], positions [total], the result written into a
+  // [total, H, D] buffer through its transposed view; the columns past D untouched.
+  const Tensor tokens = on_gpu(random_tensor(rng, {50, 8, 64}, DType::bf16));
+  RopeOptions o;
+  o.dims = 64;
+  o.base = 10000.0f;
+  o.positions = random_integers(rng, {50}, DType::i32, 0, 3000);
+  const Tensor buffer = poisoned({50, 8, 72}, DType::bf16, kGpu);
+  rope_into(buffer.slice(2, 0, 64).transpose(0, 1), tokens.transpose(0, 1), on_gpu(o));
+  EXPECT_TRUE(all_close(buffer.slice(2, 0, 64).transpose(0, 1), rope(tokens.to_host().transpose(0, 1), o)));
+  for (double v : to_doubles(buffer.slice(2, 64, 72))) ASSERT_TRUE(std::isnan(v));
+  // Zero sizes launch nothing.
+  EXPECT_EQ(rope(Tensor::empty({0, 4, 64}, DType::bf16, kGpu), RopeOptions{}.set_dims(64).set_base(1e4f)).numel(), 0);
+}
+
+TEST(TransformerGpu, NormRopeIsBitForBitTheComposition) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    for (int64_t d : {64, 128, 256}) {
+      // q as the transposed projection [B, L, H, D] -> [B, H, L, D]; a key cache of 300.
+      const Tensor x = on_gpu(random_tensor(rng, {2, 17, 4, d}, dt)).transpose(1, 2);
+      const Tensor w = on_gpu(random_tensor(rng, {d}, rng.integer(0, 1) ? DType::f32 : dt));
+      RopeOptions o;
+      o.dims = d;
+      o.base = 1000000.0f;
+      o.offset = rng.integer(0, 283);
+      const Tensor composed = rope(rms_norm(x, w, 1e-6f), o);
+      EXPECT_TRUE(bit_equal(norm_rope(x, RopeNorm{w, 1e-6f}, o), composed)) << dtype_name(dt) << " D=" << d;
+      const Tensor cache = on_gpu(random_tensor(rng, {2, 4, 300, d}, dt));
+      const Tensor kept = cache.to_host();
+      EXPECT_EQ(norm_rope(x, RopeNorm{w, 1e-6f}, o, cache).data(), cache.data());
+      EXPECT_TRUE(bit_equal(cache.slice(2, o.offset, o.offset + 17), composed));
+      EXPECT_TRUE(bit_equal(cache.slice(2, 0, o.offset), kept.slice(2, 0, o.offset)));
+      EXPECT_TRUE(bit_equal(cache.slice(2, o.offset + 17, 300), kept.slice(2, o.offset + 17, 300)));
+      // Against the reference too.
+      EXPECT_TRUE(all_close(composed, rope(rms_norm(x.to_host(), w.to_host(), 1e-6f), o)));
+      // One head of one sequence: the cache slice takes the norm and is rotated in place.
+      const Tensor x1 = x.slice(0, 1, 2).slice(1, 2, 3);
+      const Tensor cache1 = on_gpu(random_tensor(rng, {1, 1, 300, d}, dt));
+      (void)norm_rope(x1, RopeNorm{w, 1e-6f}, o, cache1);
+      EXPECT_TRUE(bit_equal(cache1.slice(2, o.offset, o.offset + 17), rope(rms_norm(x1, w, 1e-6f), o)));
+      // An _into output in place, and one through the temporary (a slice of a wider axis).
+      const Tensor out = poisoned({2, 4, 17, d}, dt, kGpu), wide = poisoned({2, 4, 17, d + 8}, dt, kGpu);
+      norm_rope_into(out, x, RopeNorm{w, 1e-6f}, o);
+      norm_rope_into(wide.slice(3, 0, d), x, RopeNorm{w, 1e-6f}, o);
+      EXPECT_TRUE(bit_equal(out, composed));
+      EXPECT_TRUE(bit_equal(wide.slice(3, 0, d), composed));
+    }
+  }
+}
+
+// ---- Gated activations ------------------------------------------------------------------------
+
+const int64_t kWidths[] = {1, 2, 3, 7, 8, 16, 33, 64, 100, 128, 255, 256, 1000, 1024, 2048, 4100, 8192, 11008};
+
+std::string describe_glu(const char* op, DType dt, const Shape& shape, int kind) {
+  static const char* const kKinds[] = {"swiglu", "geglu", "geglu tanh"};
+  return std::string(op) + " " + kKinds[kind] + " " + dtype_name(dt) + " " + shape_str(shape);
+}
+
+Tensor glu_fwd(int kind, const Tensor& g, const Tensor& u) {
+  if (kind == 0) return swiglu(g, u);
+  return geglu(g, u, kind == 1 ? GeluApproximate::none : GeluApproximate::tanh);
+}
+Tensor glu_fwd_one(int kind, const Tensor& x) {
+  if (kind == 0) return swiglu(x);
+  return geglu(x, kind == 1 ? GeluApproximate::none : GeluApproximate::tanh);
+}
+GluGrads glu_bwd(int kind, const Tensor& dy, const Tensor& g, const Tensor& u) {
+  if (kind == 0) return swiglu_backward(dy, g, u);
+  return geglu_backward(dy, g, u, kind == 1 ? GeluApproximate::none : GeluApproximate::tanh);
+}
+Tensor glu_bwd_one(int kind, const Tensor& dy, const Tensor& x) {
+  if (kind == 0) return swiglu_backward(dy, x);
+  return geglu_backward(dy, x, kind == 1 ? GeluApproximate::none : GeluApproximate::tanh);
+}
+
+TEST(TransformerGpu, GatedActivationsMatchTheReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    for (int64_t i : kWidths) {
+      const int64_t rows = rng.integer(1, std::max<int64_t>(1, std::min<int64_t>(67, (int64_t{1} << 19) / i)));
+      const int kind = static_cast<int>(rng.integer(0, 2));
+      const Shape half{rows, i}, full{rows, 2 * i};
+      SCOPED_TRACE(describe_glu("glu", dt, full, kind));
+      const Tensor hx = random_tensor(rng, full, dt, 0, 3), hdy = random_tensor(rng, half, dt);
+      const Tensor x = on_gpu(hx), dy = on_gpu(hdy);
+      const auto xb = bytes_of(x), dyb = bytes_of(dy);
+      // One tensor.
+      expect_close(glu_fwd_one(kind, x), glu_fwd_one(kind, hx), "forward, one tensor");
+      expect_close(glu_bwd_one(kind, dy, x), glu_bwd_one(kind, hdy, hx), "backward, one tensor");
+      // Two tensors: the halves as separate contiguous tensors.
+      const Tensor hg = hx.slice(1, 0, i).contiguous(), hu = hx.slice(1, i, 2 * i).contiguous();
+      const Tensor g = on_gpu(hg), u = on_gpu(hu);
+      expect_close(glu_fwd(kind, g, u), glu_fwd(kind, hg, hu), "forward, two tensors");
+      const GluGrads got = glu_bwd(kind, dy, g, u), want = glu_bwd(kind, hdy, hg, hu);
+      expect_close(got.dgate, want.dgate, "dgate");
+      expect_close(got.dup, want.dup, "dup");
+      EXPECT_EQ(bytes_of(x), xb);
+      EXPECT_EQ(bytes_of(dy), dyb);
+    }
+  }
+}
+
+TEST(TransformerGpu, GatedActivationsOfStridedAndMisalignedViews) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kFloatTypes) {
+    const Tensor base = on_gpu(random_tensor(rng, {30, 520}, dt));
+    const Tensor dyb = on_gpu(random_tensor(rng, {30, 520}, dt));
+    // Stepped rows (in place), a slice one element in (scalar kernel), a transposed block
+    // (copied), a strided last axis (copied).
+    const Tensor views[] = {base.slice(0, 1, 30, 3).slice(1, 0, 512), base.slice(1, 1, 513),
+                            base.slice(1, 0, 30).transpose(0, 1), base.slice(1, 0, 512, 2)};
+    for (const Tensor& v : views) {
+      SCOPED_TRACE(shape_str(v.shape()) + " strides " + shape_str(v.strides()));
+      const int64_t rows = v.shape()[0], i = v.shape()[1] / 2;
+      const Tensor dy = dyb.slice(0, 0, rows).slice(1, 0, i);
+      const Tensor hv = v.to_host(), hdy = dy.to_host();
+      for (int kind = 0; kind < 3; ++kind) {
+        expect_close(glu_fwd_one(kind, v), glu_fwd_one(kind, hv), "forward");
+        expect_close(glu_bwd_one(kind, dy, v), glu_bwd_one(kind, hdy, hv), "backward");
+        const GluGrads got = glu_bwd(kind, dy, v.slice(1, 0, i), v.slice(1, i, 2 * i));
+        const GluGrads want = glu_bwd(kind, hdy, hv.slice(1, 0, i), hv.slice(1, i, 2 * i));
+        expect_close(got.dgate, want.dgate, "dgate");
+        expect_close(got.dup, want.dup, "dup");
+      }
+    }
+    // Into stepped output rows: the rows between stay untouched.
+    const Tensor x = on_gpu(random_tensor(rng, {4, 64}, dt));
+    const Tensor out = poisoned({8, 32}, dt, kGpu);
+    swiglu_into(out.slice(0, 0, 8, 2), x);
+    EXPECT_TRUE(all_close(out.slice(0, 0, 8, 2), swiglu(x.to_host())));
+    for (double v : to_doubles(out.slice(0, 1, 8, 2))) ASSERT_TRUE(std::isnan(v));
+  }
+}
+
+TEST(TransformerGpu, DeviceRules) {
+  RUDNN_REQUIRE_CUDA();
+  const Tensor x = Tensor::full({2, 4, 8}, 1.0, DType::f32, kGpu);
+  RopeOptions o;
+  o.dims = 8;
+  o.base = 10000.0f;
+  RopeOptions host_offsets = o;
+  host_offsets.offsets = Tensor::zeros({2}, DType::i64);
+  EXPECT_TRUE(throws_error([&] { rope(x, host_offsets); }, ErrorCode::DeviceMismatch, {"rope", "offsets is on cpu", "cuda:0"}));
+  RopeOptions host_freqs;
+  host_freqs.dims = 8;
+  host_freqs.freqs = Tensor::full({4}, 1.0, DType::f32);
+  EXPECT_TRUE(throws_error([&] { rope_backward(x, host_freqs); }, ErrorCode::DeviceMismatch, {"rope_backward", "freqs is on cpu"}));
+  RopeOptions host_positions = o;
+  host_positions.positions = Tensor::zeros({4}, DType::i32);
+  EXPECT_TRUE(throws_error([&] { rope(x, host_positions); }, ErrorCode::DeviceMismatch, {"rope", "positions is on cpu"}));
+  EXPECT_TRUE(throws_error([&] { rope_into(Tensor::empty({2, 4, 8}, DType::f32), x, o); }, ErrorCode::DeviceMismatch,
+                           {"rope", "out is on cpu"}));
+  EXPECT_TRUE(throws_error([&] { rope(Tensor::full({2, 4, 8}, 1.0, DType::f64, kGpu), o); }, ErrorCode::DTypeMismatch,
+                           {"rope", "f64 runs on the CPU only"}));
+  EXPECT_TRUE(throws_error([&] { swiglu(x, x.to_host()); }, ErrorCode::DeviceMismatch, {"swiglu", "up is on cpu"}));
+  EXPECT_TRUE(throws_error([&] { geglu_backward(x.to_host().slice(2, 0, 4), x); }, ErrorCode::DeviceMismatch,
+                           {"geglu_backward", "dy is on cpu"}));
+  EXPECT_TRUE(throws_error([&] { swiglu_backward_into(Tensor::empty({2, 4, 8}, DType::f32), x, x, x, x); },
+                           ErrorCode::DeviceMismatch, {"swiglu_backward", "dgate_out is on cpu"}));
+}
+
+TEST(TransformerGpu, RunsOnTheGivenStream) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const Stream stream = Stream::create(kGpu);
+  const Tensor hx = random_tensor(rng, {2, 8, 64, 128}, DType::bf16);
+  const Tensor x = hx.to(kGpu, stream);
+  RopeOptions o;
+  o.dims = 128;
+  o.base = 10000.0f;
+  const Tensor y = rope(x, o, stream);
+  EXPECT_EQ(y.allocation_stream(), stream);
+  EXPECT_TRUE(all_close(y.to_host(stream), rope(hx, o)));
+  const Tensor s = swiglu(x, stream);
+  EXPECT_EQ(s.allocation_stream(), stream);
+  EXPECT_TRUE(all_close(s.to_host(stream), swiglu(hx)));
+}
+
+#if RUDNN_TEST_CUDA
+
+void check_cuda(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
+
+// Captures `run` (work on `stream` only) into a CUDA graph, replays it, refreshes the inputs
+// in place and replays again; `check` compares with the reference each time. A hidden
+// allocation or host synchronisation inside `run` breaks the capture and fails the test.
+void expect_graph_replay(const std::function<void(const Stream&)>& run, const std::function<void()>& refresh_inputs,
+                         const std::function<void()>& check) {
+  const Stream stream = Stream::create(kGpu);
+  const auto native = reinterpret_cast<cudaStream_t>(stream.handle());
+  run(stream);  // warm-up outside the capture
+  stream.synchronize();
+  cudaGraph_t graph = nullptr;
+  check_cuda(cudaStreamBeginCapture(native, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  run(stream);
+  check_cuda(cudaStreamEndCapture(native, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  for (int replay = 0; replay < 2; ++replay) {
+    if (replay) refresh_inputs();
+    check_cuda(cudaGraphLaunch(exec, native), "cudaGraphLaunch");
+    check_cuda(cudaStreamSynchronize(native), "cudaStreamSynchronize");
+    check();
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+TEST(TransformerGpu, EveryIntoFormCapturesIntoACudaGraph) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const DType dt = DType::bf16;
+  const Shape qs{2, 8, 40, 128}, gs{37, 2 * 1000};
+  Tensor hq = random_tensor(rng, qs, dt), hx = random_tensor(rng, gs, dt), hdy = random_tensor(rng, {37, 1000}, dt);
+  Tensor hoffsets = random_integers(rng, {2}, DType::i64, 0, 5000);
+  const Tensor q = on_gpu(hq), x = on_gpu(hx), dy = on_gpu(hdy), offsets = on_gpu(hoffsets);
+  current_stream(kGpu).synchronize();  // uploaded on the default stream, used on another
+  RopeOptions host_o;
+  host_o.dims = 128;
+  host_o.base = 500000.0f;
+  host_o.offsets = hoffsets;
+  RopeOptions o = host_o;
+  o.offsets = offsets;
+  const Tensor qw = on_gpu(random_tensor(rng, {128}, DType::f32));
+  const Tensor nq = poisoned(qs, dt, kGpu);
+  const Tensor rq = poisoned(qs, dt, kGpu), rdq = poisoned(qs, dt, kGpu), sy = poisoned({37, 1000}, dt, kGpu),
+               gy = poisoned({37, 1000}, dt, kGpu), sdx = poisoned(gs, dt, kGpu), gdg = poisoned({37, 1000}, dt, kGpu),
+               gdu = poisoned({37, 1000}, dt, kGpu);
+  auto run = [&](const Stream& s) {
+    rope_into(rq, q, o, s);
+    rope_backward_into(rdq, q, o, s);
+    RopeOptions at = o;  // norm_rope takes a scalar offset
+    at.offsets = Tensor();
+    at.offset = 11;
+    norm_rope_into(nq, q, RopeNorm{qw, 1e-6f}, at, s);  // contiguous out: no temporary
+    swiglu_into(sy, x, s);
+    geglu_into(gy, x.slice(1, 0, 1000), x.slice(1, 1000, 2000), GeluApproximate::tanh, s);
+    swiglu_backward_into(sdx, dy, x, s);
+    geglu_backward_into(gdg, gdu, dy, x.slice(1, 0, 1000), x.slice(1, 1000, 2000), GeluApproximate::none, s);
+  };
+  auto refresh = [&] {
+    hq = random_tensor(rng, qs, dt);
+    hx = random_tensor(rng, gs, dt);
+    hdy = random_tensor(rng, {37, 1000}, dt);
+    hoffsets = random_integers(rng, {2}, DType::i64, 0, 5000);
+    q.copy_from(hq);
+    x.copy_from(hx);
+    dy.copy_from(hdy);
+    offsets.copy_from(hoffsets);
+    host_o.offsets = hoffsets;
+    current_stream(kGpu).synchronize();
+  };
+  auto check = [&] {
+    EXPECT_TRUE(all_close(rq, rope(hq, host_o)));
+    EXPECT_TRUE(all_close(rdq, rope_backward(hq, host_o)));
+    RopeOptions at = host_o;
+    at.offsets = Tensor();
+    at.offset = 11;
+    EXPECT_TRUE(all_close(nq, rope(rms_norm(hq, qw.to_host(), 1e-6f), at)));
+    EXPECT_TRUE(all_close(sy, swiglu(hx)));
+    EXPECT_TRUE(all_close(gy, geglu(hx.slice(1, 0, 1000), hx.slice(1, 1000, 2000), GeluApproximate::tanh)));
+    EXPECT_TRUE(all_close(sdx, swiglu_backward(hdy, hx)));
+    const GluGrads g = geglu_backward(hdy, hx.slice(1, 0, 1000), hx.slice(1, 1000, 2000));
+    EXPECT_TRUE(all_close(gdg, g.dgate));
+    EXPECT_TRUE(all_close(gdu, g.dup));
+  };
+  expect_graph_replay(run, refresh, check);
+}
+
+#endif  // RUDNN_TEST_CUDA
+
+// Tensors of more than 2^31 elements: addresses past element 2^31 need 64-bit offsets. The
+// inputs repeat a random block of rows (built on the device by doubling copies), so the
+// reference needs only that block.
+Tensor tile_rows(const Tensor& block, int64_t rows) {
+  Shape shape = block.shape();
+  const int64_t period = shape[0];
+  shape[0] = rows;
+  Tensor big = Tensor::empty(shape, block.dtype(), kGpu);
+  big.slice(0, 0, std::min(period, rows)).copy_from(block.to(kGpu).slice(0, 0, std::min(period, rows)));
+  for (int64_t have = period; have < rows; have *= 2) {
+    const int64_t n = std::min(have, rows - have);
+    big.slice(0, have, have + n).copy_from(big.slice(0, 0, n));
+  }
+  return big;
+}
+
+TEST(TransformerGpu, TensorsBeyondTwoToThe31Elements) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  constexpr int64_t kPeriod = 64;
+  {  // rope: x [1, T, 128] bf16 with T = 2^24 + 1, positions [T] repeating with the rows.
+    const int64_t d = 128, t = (int64_t{1} << 31) / d + 1;
+    const Tensor block = random_tensor(rng, {kPeriod, d}, DType::bf16);
+    const Tensor pos_block = random_integers(rng, {kPeriod}, DType::i32, 0, 8000);
+    const Tensor x = tile_rows(block, t).view({1, t, d});
+    const Tensor positions = tile_rows(pos_block, t);
+    ASSERT_GT(x.numel(), int64_t{1} << 31);
+    for (bool traditional : {false, true}) {
+      RopeOptions o;
+      o.dims = d;
+      o.base = 10000.0f;
+      o.traditional = traditional;
+      o.positions = positions;
+      const Tensor y = rope(x, o);
+      RopeOptions ref = o;
+      ref.positions = pos_block;
+      const Tensor want = rope(block.view({1, kPeriod, d}), ref);
+      for (int64_t row : {int64_t{0}, int64_t{1} << 24, t - 1, t - 2}) {
+        SCOPED_TRACE("row " + std::to_string(row));
+        EXPECT_TRUE(all_close(y.slice(1, row, row + 1), want.slice(1, row % kPeriod, row % kPeriod + 1)));
+      }
+    }
+  }
+  {  // swiglu: x [131073, 16384] bf16, its output [131073, 8192].
+    const int64_t i = 8192, rows = (int64_t{1} << 31) / (2 * i) + 1;
+    const Tensor block = random_tensor(rng, {kPeriod, 2 * i}, DType::bf16);
+    const Tensor dy_block = random_tensor(rng, {kPeriod, i}, DType::bf16);
+    const Tensor x = tile_rows(block, rows), dy = tile_rows(dy_block, rows);
+    ASSERT_GT(x.numel(), int64_t{1} << 31);
+    const Tensor y = swiglu(x);
+    const Tensor want = swiglu(block), want_dx = swiglu_backward(dy_block, block);
+    const Tensor dx = swiglu_backward(dy, x);
+    for (int64_t row : {int64_t{0}, rows / 2, rows - 1}) {
+      SCOPED_TRACE("row " + std::to_string(row));
+      EXPECT_TRUE(all_close(y.slice(0, row, row + 1), want.slice(0, row % kPeriod, row % kPeriod + 1)));
+      EXPECT_TRUE(all_close(dx.slice(0, row, row + 1), want_dx.slice(0, row % kPeriod, row % kPeriod + 1)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rudnn::test
