@@ -72,8 +72,8 @@ std::string DeviceInfo::str() const {
   if (memory_clock_khz > 0 && memory_bus_bits > 0) {
     // DDR: two transfers per clock. A datasheet-style lead, not a measurement.
     const double peak = 2.0 * memory_clock_khz * 1e3 * (memory_bus_bits / 8.0) / 1e9;
-    s << ", memory " << memory_clock_khz / 1000 << " MHz x " << memory_bus_bits
-      << " bit (nominal " << static_cast<long>(peak) << " GB/s)";
+    s << ", memory " << memory_clock_khz / 1000 << " MHz x " << memory_bus_bits << " bit (nominal "
+      << static_cast<long>(peak) << " GB/s)";
   }
   return s.str();
 }
@@ -152,7 +152,8 @@ Timing time_on_stream(cudaStream_t stream, int sets, const std::function<void(in
 int rotation_sets(size_t bytes_per_set, size_t l2_bytes, size_t budget_bytes, int min_sets,
                   double factor, int max_sets) {
   if (bytes_per_set == 0) return 1;
-  const double need = std::ceil(factor * static_cast<double>(l2_bytes) / static_cast<double>(bytes_per_set));
+  const double need =
+      std::ceil(factor * static_cast<double>(l2_bytes) / static_cast<double>(bytes_per_set));
   int sets = std::max(min_sets, static_cast<int>(std::min(need, 1e6)));
   sets = std::min(sets, max_sets);
   const size_t fit = budget_bytes / bytes_per_set;
@@ -172,7 +173,10 @@ CopyBandwidth measure_copy_bandwidth(cudaStream_t stream, size_t bytes, const Ti
   RUDNN_BENCH_CUDA(cudaMemsetAsync(b, 0, bytes, stream));
   try {
     r.timing = time_on_stream(
-        stream, 1, [&](int) { RUDNN_BENCH_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream)); },
+        stream, 1,
+        [&](int) {
+          RUDNN_BENCH_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
+        },
         opt);
   } catch (...) {
     cudaFreeAsync(a, stream);
@@ -200,14 +204,21 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z) {  // splitmix64's finaliz
 template <class T>
 __device__ __forceinline__ T from_float(float v);
 template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
 template <class T>
-__global__ void fill_normal_kernel(T* __restrict__ out, int64_t n, uint64_t seed, float mean, float stddev) {
+__global__ void fill_normal_kernel(T* __restrict__ out, int64_t n, uint64_t seed, float mean,
+                                   float stddev) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     const uint64_t h = mix64(seed ^ mix64(static_cast<uint64_t>(i)));
@@ -220,7 +231,8 @@ __global__ void fill_normal_kernel(T* __restrict__ out, int64_t n, uint64_t seed
 }
 
 template <class T>
-__global__ void fill_integers_kernel(T* __restrict__ out, int64_t n, uint64_t seed, int64_t lo, uint64_t range) {
+__global__ void fill_integers_kernel(T* __restrict__ out, int64_t n, uint64_t seed, int64_t lo,
+                                     uint64_t range) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     const uint64_t h = mix64(seed ^ mix64(static_cast<uint64_t>(i)));
@@ -250,16 +262,20 @@ void fill_normal(const Tensor& t, uint64_t seed, float mean, float stddev, cudaS
   const unsigned grid = fill_grid(n);
   switch (t.dtype()) {
     case DType::f32:
-      fill_normal_kernel<<<grid, 256, 0, stream>>>(static_cast<float*>(t.data()), n, seed, mean, stddev);
+      fill_normal_kernel<<<grid, 256, 0, stream>>>(static_cast<float*>(t.data()), n, seed, mean,
+                                                   stddev);
       break;
     case DType::f16:
-      fill_normal_kernel<<<grid, 256, 0, stream>>>(static_cast<__half*>(t.data()), n, seed, mean, stddev);
+      fill_normal_kernel<<<grid, 256, 0, stream>>>(static_cast<__half*>(t.data()), n, seed, mean,
+                                                   stddev);
       break;
     case DType::bf16:
-      fill_normal_kernel<<<grid, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(t.data()), n, seed, mean, stddev);
+      fill_normal_kernel<<<grid, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(t.data()), n, seed,
+                                                   mean, stddev);
       break;
     default:
-      throw std::runtime_error(std::string("fill_normal: not a float dtype: ") + dtype_name(t.dtype()));
+      throw std::runtime_error(std::string("fill_normal: not a float dtype: ") +
+                               dtype_name(t.dtype()));
   }
   RUDNN_BENCH_CUDA(cudaGetLastError());
 }
@@ -274,19 +290,24 @@ void fill_integers(const Tensor& t, uint64_t seed, int64_t lo, int64_t hi, cudaS
   const uint64_t range = static_cast<uint64_t>(hi - lo) + 1;  // 0 when the whole 64-bit range
   switch (t.dtype()) {
     case DType::i32:
-      fill_integers_kernel<<<grid, 256, 0, stream>>>(static_cast<int32_t*>(t.data()), n, seed, lo, range);
+      fill_integers_kernel<<<grid, 256, 0, stream>>>(static_cast<int32_t*>(t.data()), n, seed, lo,
+                                                     range);
       break;
     case DType::i64:
-      fill_integers_kernel<<<grid, 256, 0, stream>>>(static_cast<int64_t*>(t.data()), n, seed, lo, range);
+      fill_integers_kernel<<<grid, 256, 0, stream>>>(static_cast<int64_t*>(t.data()), n, seed, lo,
+                                                     range);
       break;
     case DType::u32:
-      fill_integers_kernel<<<grid, 256, 0, stream>>>(static_cast<uint32_t*>(t.data()), n, seed, lo, range);
+      fill_integers_kernel<<<grid, 256, 0, stream>>>(static_cast<uint32_t*>(t.data()), n, seed, lo,
+                                                     range);
       break;
     case DType::u8:
-      fill_integers_kernel<<<grid, 256, 0, stream>>>(static_cast<uint8_t*>(t.data()), n, seed, lo, range);
+      fill_integers_kernel<<<grid, 256, 0, stream>>>(static_cast<uint8_t*>(t.data()), n, seed, lo,
+                                                     range);
       break;
     default:
-      throw std::runtime_error(std::string("fill_integers: not an integer dtype: ") + dtype_name(t.dtype()));
+      throw std::runtime_error(std::string("fill_integers: not an integer dtype: ") +
+                               dtype_name(t.dtype()));
   }
   RUDNN_BENCH_CUDA(cudaGetLastError());
 }
@@ -320,7 +341,8 @@ std::vector<double> host_doubles(const Tensor& t) {
       break;
     }
     default:
-      throw std::runtime_error(std::string("relative_l2_error: not a float dtype: ") + dtype_name(h.dtype()));
+      throw std::runtime_error(std::string("relative_l2_error: not a float dtype: ") +
+                               dtype_name(h.dtype()));
   }
   return v;
 }
@@ -329,8 +351,8 @@ std::vector<double> host_doubles(const Tensor& t) {
 
 double relative_l2_error(const Tensor& got, const Tensor& ref) {
   if (got.shape() != ref.shape()) {
-    throw std::runtime_error("relative_l2_error: shapes differ: " + shape_str(got.shape()) + " vs " +
-                             shape_str(ref.shape()));
+    throw std::runtime_error("relative_l2_error: shapes differ: " + shape_str(got.shape()) +
+                             " vs " + shape_str(ref.shape()));
   }
   const std::vector<double> a = host_doubles(got), b = host_doubles(ref);
   double diff = 0, norm = 0;
@@ -338,7 +360,8 @@ double relative_l2_error(const Tensor& got, const Tensor& ref) {
     const bool fa = std::isfinite(a[i]), fb = std::isfinite(b[i]);
     if (fa != fb) return std::nan("");
     if (!fa) {
-      if (std::isnan(a[i]) != std::isnan(b[i]) || (!std::isnan(a[i]) && a[i] != b[i])) return std::nan("");
+      if (std::isnan(a[i]) != std::isnan(b[i]) || (!std::isnan(a[i]) && a[i] != b[i]))
+        return std::nan("");
       continue;
     }
     diff += (a[i] - b[i]) * (a[i] - b[i]);
@@ -371,8 +394,8 @@ bool Table::all_ok() const {
 }
 
 void Table::print(std::FILE* out) const {
-  std::fprintf(out, "%-36s %-12s %-5s %10s %9s %7s %9s  %s\n", "op", "shape", "dtype", "ms(med)", "GB/s",
-               "%copy", "check", "status");
+  std::fprintf(out, "%-36s %-12s %-5s %10s %9s %7s %9s  %s\n", "op", "shape", "dtype", "ms(med)",
+               "GB/s", "%copy", "check", "status");
   std::fprintf(out, "%s\n", std::string(104, '-').c_str());
   for (const Row& r : rows_) {
     char check[32];
@@ -382,8 +405,9 @@ void Table::print(std::FILE* out) const {
       std::snprintf(check, sizeof check, "%9.2e", r.check_error);
     }
     if (r.timing.runs > 0) {
-      std::fprintf(out, "%-36s %-12s %-5s %10.4f %9.1f %7.1f %s  %s\n", r.op.c_str(), r.shape.c_str(),
-                   r.dtype.c_str(), r.timing.median_ms, r.gbs, r.pct_copy, check, r.status.c_str());
+      std::fprintf(out, "%-36s %-12s %-5s %10.4f %9.1f %7.1f %s  %s\n", r.op.c_str(),
+                   r.shape.c_str(), r.dtype.c_str(), r.timing.median_ms, r.gbs, r.pct_copy, check,
+                   r.status.c_str());
     } else {
       std::fprintf(out, "%-36s %-12s %-5s %10s %9s %7s %s  %s\n", r.op.c_str(), r.shape.c_str(),
                    r.dtype.c_str(), "-", "-", "-", check, r.status.c_str());
@@ -402,14 +426,16 @@ static std::string csv_field(const std::string& s) {
 void Table::write_csv(const std::string& path) const {
   std::ofstream f(path);
   if (!f) throw std::runtime_error("cannot write " + path);
-  f << "op,shape,dtype,median_ms,min_ms,max_ms,mean_ms,runs,sets,bytes,gbs,pct_copy,copy_gbs,check_rel_err,status\n";
+  f << "op,shape,dtype,median_ms,min_ms,max_ms,mean_ms,runs,sets,bytes,gbs,pct_copy,copy_gbs,check_"
+       "rel_err,status\n";
   char buf[512];
   for (const Row& r : rows_) {
-    std::snprintf(buf, sizeof buf, "%.6f,%.6f,%.6f,%.6f,%d,%d,%.0f,%.2f,%.2f,%.2f,%.3e", r.timing.median_ms,
-                  r.timing.min_ms, r.timing.max_ms, r.timing.mean_ms, r.timing.runs, r.timing.sets, r.bytes, r.gbs,
-                  r.pct_copy, copy_gbs_, r.check_error);
-    f << csv_field(r.op) << ',' << csv_field(r.shape) << ',' << csv_field(r.dtype) << ',' << buf << ','
-      << csv_field(r.status) << '\n';
+    std::snprintf(buf, sizeof buf, "%.6f,%.6f,%.6f,%.6f,%d,%d,%.0f,%.2f,%.2f,%.2f,%.3e",
+                  r.timing.median_ms, r.timing.min_ms, r.timing.max_ms, r.timing.mean_ms,
+                  r.timing.runs, r.timing.sets, r.bytes, r.gbs, r.pct_copy, copy_gbs_,
+                  r.check_error);
+    f << csv_field(r.op) << ',' << csv_field(r.shape) << ',' << csv_field(r.dtype) << ',' << buf
+      << ',' << csv_field(r.status) << '\n';
   }
   if (!f) throw std::runtime_error("error writing " + path);
 }
@@ -417,23 +443,28 @@ void Table::write_csv(const std::string& path) const {
 // ---- The context every case runs in -----------------------------------------------------------
 int64_t Bench::size(const std::string& name) const {
   const auto it = opt.sizes.find(name);
-  if (it == opt.sizes.end()) throw std::runtime_error("no size option --" + name + " was registered");
+  if (it == opt.sizes.end())
+    throw std::runtime_error("no size option --" + name + " was registered");
   return it->second;
 }
 
 bool Bench::wanted(const std::string& op) const {
-  if (!variant.empty() && std::find(variant_ops.begin(), variant_ops.end(), op) == variant_ops.end()) return false;
+  if (!variant.empty() &&
+      std::find(variant_ops.begin(), variant_ops.end(), op) == variant_ops.end())
+    return false;
   return opt.filter.empty() || op.find(opt.filter) != std::string::npos;
 }
 
 int Bench::sets_for(size_t bytes_per_set) const {
   size_t free_b = 0, total_b = 0;
   RUDNN_BENCH_CUDA(cudaMemGetInfo(&free_b, &total_b));
-  return rotation_sets(bytes_per_set, info.l2_bytes, static_cast<size_t>(0.7 * free_b), opt.min_sets);
+  return rotation_sets(bytes_per_set, info.l2_bytes, static_cast<size_t>(0.7 * free_b),
+                       opt.min_sets);
 }
 
 void Bench::run(const std::string& op, const Shape& shape, DType dtype, double bytes, int sets,
-                const std::function<void(int)>& fn, const std::function<double()>& check, double tol) {
+                const std::function<void(int)>& fn, const std::function<double()>& check,
+                double tol) {
   if (!wanted(op)) return;
   Row row;
   row.op = variant.empty() ? op : op + " [" + variant + "]";
@@ -460,8 +491,8 @@ void Bench::run(const std::string& op, const Shape& shape, DType dtype, double b
     row.status = "ERROR (" + what + ")";
   }
   const Row& r = table.add(row);
-  std::fprintf(stderr, "  %-36s %10.4f ms %9.1f GB/s %6.1f%%  %s\n", r.op.c_str(), r.timing.median_ms, r.gbs,
-               r.pct_copy, r.status.c_str());
+  std::fprintf(stderr, "  %-36s %10.4f ms %9.1f GB/s %6.1f%%  %s\n", r.op.c_str(),
+               r.timing.median_ms, r.gbs, r.pct_copy, r.status.c_str());
 }
 
 Tensor Bench::normal(const Shape& shape, DType dtype, uint64_t seed, float mean, float sd) const {
@@ -478,7 +509,8 @@ std::vector<Tensor> Bench::empties(int sets, const Shape& shape, DType dtype) co
 
 std::vector<Tensor> Bench::normals(int sets, const Shape& shape, DType dtype, uint64_t seed) const {
   std::vector<Tensor> v;
-  for (int i = 0; i < sets; ++i) v.push_back(normal(shape, dtype, seed * 1000003u + static_cast<uint64_t>(i)));
+  for (int i = 0; i < sets; ++i)
+    v.push_back(normal(shape, dtype, seed * 1000003u + static_cast<uint64_t>(i)));
   return v;
 }
 
@@ -489,7 +521,9 @@ double Bench::ends(int64_t rows, const std::function<double(int64_t, int64_t)>& 
   return e;
 }
 
-double worst(double a, double b) { return (std::isnan(a) || std::isnan(b)) ? std::nan("") : std::max(a, b); }
+double worst(double a, double b) {
+  return (std::isnan(a) || std::isnan(b)) ? std::nan("") : std::max(a, b);
+}
 
 // ---- Families -----------------------------------------------------------------------------------
 namespace {
@@ -511,7 +545,8 @@ const std::vector<Family>& families() { return registry(); }
 
 }  // namespace rudnn::bench
 
-// ---- main: options, the device, every family, the table -------------------------------------------
+// ---- main: options, the device, every family, the table
+// -------------------------------------------
 namespace {
 
 using rudnn::bench::Options;
@@ -532,7 +567,8 @@ using rudnn::bench::Options;
     std::printf("%s:\n", family.name.c_str());
     for (const rudnn::bench::SizeOption& o : family.sizes) {
       const std::string flag = "--" + o.name + " N";
-      std::printf("  %-16s %s (default %lld)\n", flag.c_str(), o.help.c_str(), static_cast<long long>(o.value));
+      std::printf("  %-16s %s (default %lld)\n", flag.c_str(), o.help.c_str(),
+                  static_cast<long long>(o.value));
     }
   }
   std::exit(code);
@@ -553,17 +589,28 @@ Options parse(int argc, char** argv) {
       return argv[++i];
     };
     const auto size = a.rfind("--", 0) == 0 ? o.sizes.find(a.substr(2)) : o.sizes.end();
-    if (a == "--quick") o.quick = true;
-    else if (a == "--variants") o.variants = true;
-    else if (a == "--no-check") o.check = false;
-    else if (a == "--csv") o.csv = next();
-    else if (a == "--filter") o.filter = next();
-    else if (a == "--runs") o.runs = std::atoi(next().c_str());
-    else if (a == "--warmup") o.warmup = std::atoi(next().c_str());
-    else if (a == "--sets") o.min_sets = std::max(1, std::atoi(next().c_str()));
-    else if (a == "--device") o.device = std::atoi(next().c_str());
-    else if (size != o.sizes.end()) size->second = std::atoll(next().c_str());
-    else if (a == "-h" || a == "--help") usage(0);
+    if (a == "--quick")
+      o.quick = true;
+    else if (a == "--variants")
+      o.variants = true;
+    else if (a == "--no-check")
+      o.check = false;
+    else if (a == "--csv")
+      o.csv = next();
+    else if (a == "--filter")
+      o.filter = next();
+    else if (a == "--runs")
+      o.runs = std::atoi(next().c_str());
+    else if (a == "--warmup")
+      o.warmup = std::atoi(next().c_str());
+    else if (a == "--sets")
+      o.min_sets = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--device")
+      o.device = std::atoi(next().c_str());
+    else if (size != o.sizes.end())
+      size->second = std::atoll(next().c_str());
+    else if (a == "-h" || a == "--help")
+      usage(0);
     else {
       std::fprintf(stderr, "rudnn_bench: unknown argument %s\n", a.c_str());
       usage(2);
@@ -581,7 +628,8 @@ Options parse(int argc, char** argv) {
 
 std::string family_names() {
   std::string names;
-  for (const rudnn::bench::Family& family : rudnn::bench::families()) names += (names.empty() ? "" : ", ") + family.name;
+  for (const rudnn::bench::Family& family : rudnn::bench::families())
+    names += (names.empty() ? "" : ", ") + family.name;
   return names + (rudnn::bench::families().size() == 1 ? " family" : " families");
 }
 
@@ -618,13 +666,16 @@ int main(int argc, char** argv) {
 
     std::printf("ruDNN %s benchmark, %s\n", rudnn::version(), family_names().c_str());
     std::printf("device: %s\n", b.info.str().c_str());
-    std::printf("timing: CUDA events per run, median of %d runs after >= %d warm-up runs (%.0f ms); inputs rotated\n",
-                b.timing.runs, b.timing.warmup_runs, b.timing.warmup_ms);
+    std::printf(
+        "timing: CUDA events per run, median of %d runs after >= %d warm-up runs (%.0f ms); inputs "
+        "rotated\n",
+        b.timing.runs, b.timing.warmup_runs, b.timing.warmup_ms);
     std::fflush(stdout);
 
-    const bench::CopyBandwidth copy0 = bench::measure_copy_bandwidth(b.cs, b.opt.copy_bytes, b.timing);
-    std::fprintf(stderr, "copy d2d %zu MiB: %.4f ms, %.1f GB/s\n", b.opt.copy_bytes >> 20, copy0.timing.median_ms,
-                 copy0.gbs);
+    const bench::CopyBandwidth copy0 =
+        bench::measure_copy_bandwidth(b.cs, b.opt.copy_bytes, b.timing);
+    std::fprintf(stderr, "copy d2d %zu MiB: %.4f ms, %.1f GB/s\n", b.opt.copy_bytes >> 20,
+                 copy0.timing.median_ms, copy0.gbs);
     b.table.set_copy_gbs(copy0.gbs);
 
     for (const bench::Family& family : bench::families()) {
@@ -639,7 +690,8 @@ int main(int argc, char** argv) {
 
     // The copy again at the end: the ceiling is the better of the two, and the pair shows
     // whether the card's state drifted during the run.
-    const bench::CopyBandwidth copy1 = bench::measure_copy_bandwidth(b.cs, b.opt.copy_bytes, b.timing);
+    const bench::CopyBandwidth copy1 =
+        bench::measure_copy_bandwidth(b.cs, b.opt.copy_bytes, b.timing);
     const double ceiling = std::max(copy0.gbs, copy1.gbs);
     Table out;
     out.set_copy_gbs(ceiling);
@@ -652,11 +704,13 @@ int main(int argc, char** argv) {
     out.add(copy_row);
     for (Row r : b.table.rows()) out.add(r);
 
-    std::printf("copy bandwidth: %.1f GB/s at start, %.1f GB/s at end (ceiling: %.1f GB/s)\n", copy0.gbs, copy1.gbs,
-                ceiling);
-    std::printf("GB/s = bytes read + written once (ANCHORS.md); %%copy = GB/s over the ceiling; check = relative L2 "
-                "error of the first/last %lld rows against the CPU reference\n\n",
-                static_cast<long long>(b.opt.check_rows));
+    std::printf("copy bandwidth: %.1f GB/s at start, %.1f GB/s at end (ceiling: %.1f GB/s)\n",
+                copy0.gbs, copy1.gbs, ceiling);
+    std::printf(
+        "GB/s = bytes read + written once (ANCHORS.md); %%copy = GB/s over the ceiling; check = "
+        "relative L2 "
+        "error of the first/last %lld rows against the CPU reference\n\n",
+        static_cast<long long>(b.opt.check_rows));
     out.print(stdout);
     if (!b.opt.csv.empty()) {
       out.write_csv(b.opt.csv);

@@ -40,20 +40,20 @@ struct DeviceInfo {
   int sm_count = 0;
   size_t l2_bytes = 0;
   size_t global_bytes = 0;
-  size_t free_bytes = 0;          // at the time of the query
-  int driver_version = 0;         // cudaDriverGetVersion, e.g. 13000
-  int runtime_version = 0;        // cudaRuntimeGetVersion of the harness's runtime
-  int memory_clock_khz = 0;       // 0 when the runtime does not report it
+  size_t free_bytes = 0;     // at the time of the query
+  int driver_version = 0;    // cudaDriverGetVersion, e.g. 13000
+  int runtime_version = 0;   // cudaRuntimeGetVersion of the harness's runtime
+  int memory_clock_khz = 0;  // 0 when the runtime does not report it
   int memory_bus_bits = 0;
-  std::string str() const;        // one line for the table header
+  std::string str() const;  // one line for the table header
 };
 DeviceInfo query_device(int index);
 
 // ---- Timing ---------------------------------------------------------------------------------
 struct TimingOptions {
-  int warmup_runs = 10;      // at least this many untimed runs ...
-  double warmup_ms = 25.0;   // ... and at least this much estimated device time of them
-  int runs = 100;            // timed runs (each between its own pair of events)
+  int warmup_runs = 10;     // at least this many untimed runs ...
+  double warmup_ms = 25.0;  // ... and at least this much estimated device time of them
+  int runs = 100;           // timed runs (each between its own pair of events)
 };
 
 struct Timing {
@@ -100,10 +100,10 @@ double relative_l2_error(const Tensor& got, const Tensor& ref);
 struct Row {
   std::string op, shape, dtype;
   Timing timing;
-  double bytes = 0;       // bytes read + written once
-  double gbs = 0;         // bytes / median
-  double pct_copy = 0;    // gbs over the copy bandwidth of this run, in %
-  double check_error = -1;  // relative L2 error against the CPU reference (-1: not checked)
+  double bytes = 0;           // bytes read + written once
+  double gbs = 0;             // bytes / median
+  double pct_copy = 0;        // gbs over the copy bandwidth of this run, in %
+  double check_error = -1;    // relative L2 error against the CPU reference (-1: not checked)
   std::string status = "ok";  // ok | FAILED (...) | ERROR (...)
 };
 
@@ -128,7 +128,7 @@ std::string shape_string(const Shape& shape);  // "16384x8192"
 // ---- Options ----------------------------------------------------------------------------------
 // A positive integer option a family declares for its shapes ("--rows", "--ce-classes").
 struct SizeOption {
-  std::string name;  // without the dashes: "rows" is given as --rows N
+  std::string name;   // without the dashes: "rows" is given as --rows N
   int64_t value = 0;  // the default until parsed
   std::string help;
 };
@@ -176,13 +176,18 @@ struct Bench {
            const std::function<void(int)>& fn, const std::function<double()>& check, double tol);
 
   // Device tensors on the benchmark's stream: uninitialised, or filled with normal(mean, sd).
-  Tensor empty(const Shape& shape, DType dtype) const { return Tensor::empty(shape, dtype, dev, stream); }
-  Tensor normal(const Shape& shape, DType dtype, uint64_t seed, float mean = 0.0f, float sd = 1.0f) const;
+  Tensor empty(const Shape& shape, DType dtype) const {
+    return Tensor::empty(shape, dtype, dev, stream);
+  }
+  Tensor normal(const Shape& shape, DType dtype, uint64_t seed, float mean = 0.0f,
+                float sd = 1.0f) const;
   std::vector<Tensor> empties(int sets, const Shape& shape, DType dtype) const;
   std::vector<Tensor> normals(int sets, const Shape& shape, DType dtype, uint64_t seed) const;
 
   // Rows [r0, r1) of a device tensor (leading axis), on the host.
-  static Tensor rows_host(const Tensor& t, int64_t r0, int64_t r1) { return t.slice(0, r0, r1).to_host(); }
+  static Tensor rows_host(const Tensor& t, int64_t r0, int64_t r1) {
+    return t.slice(0, r0, r1).to_host();
+  }
   // The worse error of f(r0, r1) over the first and the last opt.check_rows rows (NaN wins).
   double ends(int64_t rows, const std::function<double(int64_t, int64_t)>& f) const;
 };
@@ -194,10 +199,10 @@ double worst(double a, double b);
 // One op family's benchmark: its shape options and its cases. rudnn_bench runs every registered
 // family's `run` in registration order, then (with --variants) every `run_variants`.
 struct Family {
-  std::string name;                           // set by RUDNN_BENCH_FAMILY
-  std::vector<SizeOption> sizes;              // its shape options (names unique across families)
-  std::function<void(Bench&)> run;            // times its default cases
-  std::function<void(Bench&)> run_variants;   // times its alternative launch choices; may be empty
+  std::string name;                          // set by RUDNN_BENCH_FAMILY
+  std::vector<SizeOption> sizes;             // its shape options (names unique across families)
+  std::function<void(Bench&)> run;           // times its default cases
+  std::function<void(Bench&)> run_variants;  // times its alternative launch choices; may be empty
 };
 
 // Adds a family to rudnn_bench; returns true (for the static registrar).
@@ -208,6 +213,6 @@ const std::vector<Family>& families();
 
 // In bench/<family>.cpp, at namespace scope: `RUDNN_BENCH_FAMILY(normalization, make_family);`
 // where `rudnn::bench::Family make_family()` describes the family.
-#define RUDNN_BENCH_FAMILY(family_name, make_family)                                  \
-  [[maybe_unused]] static const bool rudnn_bench_family_registered_##family_name =  \
+#define RUDNN_BENCH_FAMILY(family_name, make_family)                               \
+  [[maybe_unused]] static const bool rudnn_bench_family_registered_##family_name = \
       ::rudnn::bench::register_family(#family_name, make_family())

@@ -13,8 +13,8 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -34,7 +34,7 @@ struct Options {
   bool force_cpu = false;
   int64_t rows = 0, cols = 0;  // 0: not given ([8192, 4096] on the GPU, [1024, 1024] on the CPU)
   DType dtype = DType::bf16;
-  int iters = 0;                // 0: not given (20 on the GPU, 2 on the CPU)
+  int iters = 0;  // 0: not given (20 on the GPU, 2 on the CPU)
 };
 
 constexpr const char* kUsage =
@@ -68,16 +68,24 @@ Options parse(int argc, char** argv) {
       return argv[++i];
     };
     // Rows and columns up to 2^40 each: their product is checked against memory in main.
-    if (a == "--cpu") o.force_cpu = true;
-    else if (a == "--rows") o.rows = positive_integer(a, next(), int64_t{1} << 40);
-    else if (a == "--cols") o.cols = positive_integer(a, next(), int64_t{1} << 40);
-    else if (a == "--iters") o.iters = static_cast<int>(positive_integer(a, next(), 1000000));
+    if (a == "--cpu")
+      o.force_cpu = true;
+    else if (a == "--rows")
+      o.rows = positive_integer(a, next(), int64_t{1} << 40);
+    else if (a == "--cols")
+      o.cols = positive_integer(a, next(), int64_t{1} << 40);
+    else if (a == "--iters")
+      o.iters = static_cast<int>(positive_integer(a, next(), 1000000));
     else if (a == "--dtype") {
       const std::string d = next();
-      if (d == "f32") o.dtype = DType::f32;
-      else if (d == "f16") o.dtype = DType::f16;
-      else if (d == "bf16") o.dtype = DType::bf16;
-      else bad_argument("--dtype " + d + ": expected f32, f16 or bf16");
+      if (d == "f32")
+        o.dtype = DType::f32;
+      else if (d == "f16")
+        o.dtype = DType::f16;
+      else if (d == "bf16")
+        o.dtype = DType::bf16;
+      else
+        bad_argument("--dtype " + d + ": expected f32, f16 or bf16");
     } else if (a == "--help" || a == "-h") {
       std::printf("%s", kUsage);
       std::exit(0);
@@ -120,11 +128,20 @@ std::vector<double> values(const Tensor& t) {
   std::vector<double> out(static_cast<size_t>(h.numel()));
   for (size_t i = 0; i < out.size(); ++i) {
     switch (h.dtype()) {
-      case DType::f32: out[i] = static_cast<const float*>(h.data())[i]; break;
-      case DType::f16: out[i] = static_cast<float>(static_cast<const rudnn::half*>(h.data())[i]); break;
-      case DType::bf16: out[i] = static_cast<float>(static_cast<const rudnn::bfloat16*>(h.data())[i]); break;
-      case DType::i64: out[i] = static_cast<double>(static_cast<const int64_t*>(h.data())[i]); break;
-      default: out[i] = NAN;
+      case DType::f32:
+        out[i] = static_cast<const float*>(h.data())[i];
+        break;
+      case DType::f16:
+        out[i] = static_cast<float>(static_cast<const rudnn::half*>(h.data())[i]);
+        break;
+      case DType::bf16:
+        out[i] = static_cast<float>(static_cast<const rudnn::bfloat16*>(h.data())[i]);
+        break;
+      case DType::i64:
+        out[i] = static_cast<double>(static_cast<const int64_t*>(h.data())[i]);
+        break;
+      default:
+        out[i] = NAN;
     }
   }
   return out;
@@ -144,7 +161,7 @@ double tolerance(DType d) { return d == DType::f32 ? 1e-5 : d == DType::f16 ? 2e
 
 struct Case {
   const char* name;
-  double bytes;                              // read + written once
+  double bytes;                               // read + written once
   std::function<Tensor(bool on_device)> run;  // returns the output that is checked
   // Property check on the (host) result, used where the op is itself the reference.
   std::function<double(const Tensor& out)> property_error;
@@ -163,9 +180,11 @@ int run(const Options& o) {
   const long double host_need = static_cast<long double>(rows) * cols * (6 * item + 8);
   const uint64_t host_available = available_host_bytes();
   if (host_available > 0 && host_need > host_available) {
-    std::fprintf(stderr, "rudnn_demo: [%lld, %lld] %s needs about %.3Lg GB of host memory; %.3g GB available\n",
-                 static_cast<long long>(rows), static_cast<long long>(cols), rudnn::dtype_name(o.dtype),
-                 host_need / 1e9, static_cast<double>(host_available) / 1e9);
+    std::fprintf(
+        stderr,
+        "rudnn_demo: [%lld, %lld] %s needs about %.3Lg GB of host memory; %.3g GB available\n",
+        static_cast<long long>(rows), static_cast<long long>(cols), rudnn::dtype_name(o.dtype),
+        host_need / 1e9, static_cast<double>(host_available) / 1e9);
     return 1;
   }
   std::printf("ruDNN %s demo on %s (%s): %s [%lld, %lld], %d timed runs per op\n", rudnn::version(),
@@ -173,7 +192,8 @@ int run(const Options& o) {
               static_cast<long long>(rows), static_cast<long long>(cols), iters);
 
   std::mt19937 gen(std::random_device{}());
-  const Tensor hx = random_host(gen, {rows, cols}, o.dtype), hr = random_host(gen, {rows, cols}, o.dtype);
+  const Tensor hx = random_host(gen, {rows, cols}, o.dtype),
+               hr = random_host(gen, {rows, cols}, o.dtype);
   const Tensor hdy = random_host(gen, {rows, cols}, o.dtype);
   const Tensor hg = random_host(gen, {cols}, DType::f32), hb = random_host(gen, {cols}, DType::f32);
   std::vector<int64_t> targets(static_cast<size_t>(rows));
@@ -208,7 +228,8 @@ int run(const Options& o) {
   auto loss_is_lse_minus_target = [&](const Tensor& loss) {
     const auto l = values(loss), lse = values(rudnn::logsumexp(hx)), xv = values(hx);
     double worst = 0;
-    for (int64_t i = 0; i < rows; ++i) worst = std::fmax(worst, std::fabs(l[i] - (lse[i] - xv[i * cols + targets[i]])) / 10);
+    for (int64_t i = 0; i < rows; ++i)
+      worst = std::fmax(worst, std::fabs(l[i] - (lse[i] - xv[i * cols + targets[i]])) / 10);
     return worst;
   };
   auto finite = [](const Tensor& y) {
@@ -219,16 +240,65 @@ int run(const Options& o) {
   };
 
   const std::vector<Case> cases = {
-      {"layer_norm", 2 * n, [&](bool d) { return rudnn::layer_norm(pick(d, x, hx), pick(d, g, hg), pick(d, b, hb), 1e-5f, d ? stream : rudnn::Stream()); }, finite},
-      {"rms_norm", 2 * n, [&](bool d) { return rudnn::rms_norm(pick(d, x, hx), {}, 1e-6f, d ? stream : rudnn::Stream()); }, unit_mean_square},
-      {"add_rms_norm", 4 * n, [&](bool d) { return rudnn::add_rms_norm(pick(d, x, hx), pick(d, r, hr), pick(d, g, hg), 1e-6f, d ? stream : rudnn::Stream()).normed; }, finite},
-      {"softmax_last_axis", 2 * n, [&](bool d) { return rudnn::softmax_last_axis(pick(d, x, hx), d ? stream : rudnn::Stream()); }, rows_sum_to_one},
-      {"logsumexp", n, [&](bool d) { return rudnn::logsumexp(pick(d, x, hx), d ? stream : rudnn::Stream()); }, finite},
-      {"cross_entropy", n, [&](bool d) { return rudnn::cross_entropy(pick(d, x, hx), pick(d, t, ht), {}, d ? stream : rudnn::Stream()); }, loss_is_lse_minus_target},
-      {"cross_entropy_with_grad", 2 * n, [&](bool d) { return rudnn::cross_entropy_with_grad(pick(d, x, hx), pick(d, t, ht), 1.0f / rows, {}, d ? stream : rudnn::Stream()).dlogits; }, finite},
-      {"layer_norm_backward", 3 * n, [&](bool d) { return rudnn::layer_norm_backward(pick(d, dy, hdy), pick(d, x, hx), pick(d, g, hg), pick(d, b, hb), 1e-5f, d ? stream : rudnn::Stream()).dx; }, finite},
-      {"rms_norm_backward", 3 * n, [&](bool d) { return rudnn::rms_norm_backward(pick(d, dy, hdy), pick(d, x, hx), pick(d, g, hg), 1e-6f, d ? stream : rudnn::Stream()).dx; }, finite},
-      {"softmax_backward", 3 * n, [&](bool d) { return rudnn::softmax_backward(pick(d, dy, hdy), pick(d, x, hx), d ? stream : rudnn::Stream()); }, finite},
+      {"layer_norm", 2 * n,
+       [&](bool d) {
+         return rudnn::layer_norm(pick(d, x, hx), pick(d, g, hg), pick(d, b, hb), 1e-5f,
+                                  d ? stream : rudnn::Stream());
+       },
+       finite},
+      {"rms_norm", 2 * n,
+       [&](bool d) {
+         return rudnn::rms_norm(pick(d, x, hx), {}, 1e-6f, d ? stream : rudnn::Stream());
+       },
+       unit_mean_square},
+      {"add_rms_norm", 4 * n,
+       [&](bool d) {
+         return rudnn::add_rms_norm(pick(d, x, hx), pick(d, r, hr), pick(d, g, hg), 1e-6f,
+                                    d ? stream : rudnn::Stream())
+             .normed;
+       },
+       finite},
+      {"softmax_last_axis", 2 * n,
+       [&](bool d) {
+         return rudnn::softmax_last_axis(pick(d, x, hx), d ? stream : rudnn::Stream());
+       },
+       rows_sum_to_one},
+      {"logsumexp", n,
+       [&](bool d) { return rudnn::logsumexp(pick(d, x, hx), d ? stream : rudnn::Stream()); },
+       finite},
+      {"cross_entropy", n,
+       [&](bool d) {
+         return rudnn::cross_entropy(pick(d, x, hx), pick(d, t, ht), {},
+                                     d ? stream : rudnn::Stream());
+       },
+       loss_is_lse_minus_target},
+      {"cross_entropy_with_grad", 2 * n,
+       [&](bool d) {
+         return rudnn::cross_entropy_with_grad(pick(d, x, hx), pick(d, t, ht), 1.0f / rows, {},
+                                               d ? stream : rudnn::Stream())
+             .dlogits;
+       },
+       finite},
+      {"layer_norm_backward", 3 * n,
+       [&](bool d) {
+         return rudnn::layer_norm_backward(pick(d, dy, hdy), pick(d, x, hx), pick(d, g, hg),
+                                           pick(d, b, hb), 1e-5f, d ? stream : rudnn::Stream())
+             .dx;
+       },
+       finite},
+      {"rms_norm_backward", 3 * n,
+       [&](bool d) {
+         return rudnn::rms_norm_backward(pick(d, dy, hdy), pick(d, x, hx), pick(d, g, hg), 1e-6f,
+                                         d ? stream : rudnn::Stream())
+             .dx;
+       },
+       finite},
+      {"softmax_backward", 3 * n,
+       [&](bool d) {
+         return rudnn::softmax_backward(pick(d, dy, hdy), pick(d, x, hx),
+                                        d ? stream : rudnn::Stream());
+       },
+       finite},
   };
 
   int failures = 0;
@@ -239,15 +309,19 @@ int run(const Options& o) {
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) out = c.run(gpu);
     stream.synchronize();
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / iters;
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count() /
+        iters;
     // The GPU result against the CPU reference; the CPU result against a property.
     const double err = gpu ? relative_error(out, c.run(false)) : c.property_error(out.to_host());
     const bool ok = err <= tolerance(o.dtype) && std::isfinite(err);
     failures += !ok;
-    std::printf("%-24s %10.4f %10.1f %12.3g  %s (%s)\n", c.name, ms, c.bytes / ms / 1e6, err, ok ? "ok" : "FAILED",
-                gpu ? "vs CPU reference" : "property");
+    std::printf("%-24s %10.4f %10.1f %12.3g  %s (%s)\n", c.name, ms, c.bytes / ms / 1e6, err,
+                ok ? "ok" : "FAILED", gpu ? "vs CPU reference" : "property");
   }
-  std::printf("%s: %d of %zu ops failed their check\n", failures ? "FAILED" : "ok", failures, cases.size());
+  std::printf("%s: %d of %zu ops failed their check\n", failures ? "FAILED" : "ok", failures,
+              cases.size());
   return failures ? 1 : 0;
 }
 

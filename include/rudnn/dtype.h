@@ -78,12 +78,15 @@ inline float half_bits_to_float(uint16_t h) noexcept {
 
 inline uint16_t float_to_bfloat16_bits(float f) noexcept {
   const uint32_t x = float_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);  // quiet NaN
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((x >> 16) | 0x0040u);  // quiet NaN
   const uint32_t lsb = (x >> 16) & 1u;
   return static_cast<uint16_t>((x + 0x7fffu + lsb) >> 16);
 }
 
-inline float bfloat16_bits_to_float(uint16_t b) noexcept { return bits_float(static_cast<uint32_t>(b) << 16); }
+inline float bfloat16_bits_to_float(uint16_t b) noexcept {
+  return bits_float(static_cast<uint32_t>(b) << 16);
+}
 
 }  // namespace detail
 
@@ -116,14 +119,41 @@ static_assert(sizeof(half) == 2 && sizeof(bfloat16) == 2);
 // The DType of a C++ element type: dtype_of<float>() == DType::f32.
 template <class T>
 constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<half>() { return DType::f16; }
-template <> constexpr DType dtype_of<bfloat16>() { return DType::bf16; }
-template <> constexpr DType dtype_of<double>() { return DType::f64; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
-template <> constexpr DType dtype_of<uint32_t>() { return DType::u32; }
-template <> constexpr DType dtype_of<uint8_t>() { return DType::u8; }
-template <> constexpr DType dtype_of<bool>() { return DType::boolean; }
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<half>() {
+  return DType::f16;
+}
+template <>
+constexpr DType dtype_of<bfloat16>() {
+  return DType::bf16;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::i32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::i64;
+}
+template <>
+constexpr DType dtype_of<uint32_t>() {
+  return DType::u32;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return DType::u8;
+}
+template <>
+constexpr DType dtype_of<bool>() {
+  return DType::boolean;
+}
 
 }  // namespace rudnn

@@ -45,8 +45,8 @@ namespace rudnn {
 // eps must be finite and > 0 (else InvalidArgument).
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                   const Stream& stream = {});
-void layer_norm_into(const Tensor& out, const Tensor& x, const Tensor& gamma,
-                     const Tensor& beta, float eps, const Stream& stream = {});
+void layer_norm_into(const Tensor& out, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                     float eps, const Stream& stream = {});
 
 // RMSNorm: y = x / sqrt(mean(x^2) + eps) * gamma. eps as for layer_norm.
 Tensor rms_norm(const Tensor& x, const Tensor& gamma, float eps, const Stream& stream = {});
@@ -124,8 +124,8 @@ void layer_norm_backward_into(const Tensor& dx_out, const Tensor& dgamma_out,
 struct RmsNormGrads {
   Tensor dx, dgamma;
 };
-RmsNormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
-                               float eps, const Stream& stream = {});
+RmsNormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, float eps,
+                               const Stream& stream = {});
 void rms_norm_backward_into(const Tensor& dx_out, const Tensor& dgamma_out, const Tensor& dy,
                             const Tensor& x, const Tensor& gamma, float eps,
                             const Stream& stream = {});
@@ -140,8 +140,7 @@ void softmax_backward_into(const Tensor& dx_out, const Tensor& dy, const Tensor&
 // logits' dtype. dloss: FP32, targets' shape. Ignored rows get 0; out-of-range targets a NaN
 // row.
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dloss,
-                              const CrossEntropyOptions& options = {},
-                              const Stream& stream = {});
+                              const CrossEntropyOptions& options = {}, const Stream& stream = {});
 void cross_entropy_backward_into(const Tensor& dlogits_out, const Tensor& logits,
                                  const Tensor& targets, const Tensor& dloss,
                                  const CrossEntropyOptions& options = {},

@@ -68,23 +68,47 @@ namespace rudnn {
 // positions) are not checked: a negative position rotates the other way, freqs[j] = 0 gives
 // non-finite values.
 struct RopeOptions {
-  int64_t dims = 0;                  // rotated features: even, 2 <= dims <= D
-  bool traditional = false;          // interleaved pairs instead of halves
-  std::optional<float> base;         // θ_j = base^(-2j/dims) (e.g. 10000, 500000) ...
-  Tensor freqs;                      // ... or θ_j = 1 / freqs[j]: F32 [dims / 2], on x's device
-  float scale = 1.0f;                // multiplies the positions (linear position interpolation: 1 / factor)
-  int64_t offset = 0;                // the first position (a scalar)
-  Tensor offsets;                    // or one first position per batch entry: I32/I64 [B]
-  Tensor positions;                  // or the position of every token: I32/I64 [T] or [B, T]
+  int64_t dims = 0;           // rotated features: even, 2 <= dims <= D
+  bool traditional = false;   // interleaved pairs instead of halves
+  std::optional<float> base;  // θ_j = base^(-2j/dims) (e.g. 10000, 500000) ...
+  Tensor freqs;               // ... or θ_j = 1 / freqs[j]: F32 [dims / 2], on x's device
+  float scale = 1.0f;  // multiplies the positions (linear position interpolation: 1 / factor)
+  int64_t offset = 0;  // the first position (a scalar)
+  Tensor offsets;      // or one first position per batch entry: I32/I64 [B]
+  Tensor positions;    // or the position of every token: I32/I64 [T] or [B, T]
 
-  RopeOptions& set_dims(int64_t d) { dims = d; return *this; }
-  RopeOptions& set_traditional(bool t) { traditional = t; return *this; }
-  RopeOptions& set_base(float b) { base = b; return *this; }
-  RopeOptions& set_freqs(const Tensor& f) { freqs = f; return *this; }
-  RopeOptions& set_scale(float s) { scale = s; return *this; }
-  RopeOptions& set_offset(int64_t o) { offset = o; return *this; }
-  RopeOptions& set_offsets(const Tensor& o) { offsets = o; return *this; }
-  RopeOptions& set_positions(const Tensor& p) { positions = p; return *this; }
+  RopeOptions& set_dims(int64_t d) {
+    dims = d;
+    return *this;
+  }
+  RopeOptions& set_traditional(bool t) {
+    traditional = t;
+    return *this;
+  }
+  RopeOptions& set_base(float b) {
+    base = b;
+    return *this;
+  }
+  RopeOptions& set_freqs(const Tensor& f) {
+    freqs = f;
+    return *this;
+  }
+  RopeOptions& set_scale(float s) {
+    scale = s;
+    return *this;
+  }
+  RopeOptions& set_offset(int64_t o) {
+    offset = o;
+    return *this;
+  }
+  RopeOptions& set_offsets(const Tensor& o) {
+    offsets = o;
+    return *this;
+  }
+  RopeOptions& set_positions(const Tensor& p) {
+    positions = p;
+    return *this;
+  }
 };
 
 // The rotated x: x's shape and dtype.
@@ -128,7 +152,7 @@ void rope_backward_into(const Tensor& dx_out, const Tensor& dy, const RopeOption
 // or too short for offset + L (ShapeMismatch), of another dtype (DTypeMismatch), or
 // overlapping x or the weight (InvalidArgument).
 struct RopeNorm {
-  Tensor weight;       // [D], F32 or x's dtype; undefined: no scale
+  Tensor weight;  // [D], F32 or x's dtype; undefined: no scale
   float eps = 1e-6f;
 };
 Tensor norm_rope(const Tensor& x, const std::optional<RopeNorm>& norm, const RopeOptions& rotation,
@@ -180,8 +204,8 @@ struct YarnRopeScaling {
   int64_t original_max_position = 4096;
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
-  float mscale = 0.0f;          // 0: not set
-  float mscale_all_dim = 0.0f;  // 0: not set
+  float mscale = 0.0f;            // 0: not set
+  float mscale_all_dim = 0.0f;    // 0: not set
   float attention_factor = 0.0f;  // > 0: use this value
   bool truncate = true;
 };
@@ -224,37 +248,45 @@ enum class GeluApproximate { none, tanh };
 
 Tensor swiglu(const Tensor& gate, const Tensor& up, const Stream& stream = {});
 Tensor swiglu(const Tensor& x, const Stream& stream = {});
-void swiglu_into(const Tensor& out, const Tensor& gate, const Tensor& up, const Stream& stream = {});
+void swiglu_into(const Tensor& out, const Tensor& gate, const Tensor& up,
+                 const Stream& stream = {});
 void swiglu_into(const Tensor& out, const Tensor& x, const Stream& stream = {});
 
-Tensor geglu(const Tensor& gate, const Tensor& up, GeluApproximate approximate = GeluApproximate::none,
+Tensor geglu(const Tensor& gate, const Tensor& up,
+             GeluApproximate approximate = GeluApproximate::none, const Stream& stream = {});
+Tensor geglu(const Tensor& x, GeluApproximate approximate = GeluApproximate::none,
              const Stream& stream = {});
-Tensor geglu(const Tensor& x, GeluApproximate approximate = GeluApproximate::none, const Stream& stream = {});
 void geglu_into(const Tensor& out, const Tensor& gate, const Tensor& up,
                 GeluApproximate approximate = GeluApproximate::none, const Stream& stream = {});
-void geglu_into(const Tensor& out, const Tensor& x, GeluApproximate approximate = GeluApproximate::none,
-                const Stream& stream = {});
+void geglu_into(const Tensor& out, const Tensor& x,
+                GeluApproximate approximate = GeluApproximate::none, const Stream& stream = {});
 
 struct GluGrads {
   Tensor dgate, dup;  // gate's shape and dtype
 };
 
-GluGrads swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up, const Stream& stream = {});
+GluGrads swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up,
+                         const Stream& stream = {});
 // One-tensor form: dx [..., 2I] (dgate then dup along the last axis).
 Tensor swiglu_backward(const Tensor& dy, const Tensor& x, const Stream& stream = {});
-void swiglu_backward_into(const Tensor& dgate_out, const Tensor& dup_out, const Tensor& dy, const Tensor& gate,
-                          const Tensor& up, const Stream& stream = {});
+void swiglu_backward_into(const Tensor& dgate_out, const Tensor& dup_out, const Tensor& dy,
+                          const Tensor& gate, const Tensor& up, const Stream& stream = {});
 // dx_out: x's shape and dtype, a dense last axis and one row stride.
-void swiglu_backward_into(const Tensor& dx_out, const Tensor& dy, const Tensor& x, const Stream& stream = {});
+void swiglu_backward_into(const Tensor& dx_out, const Tensor& dy, const Tensor& x,
+                          const Stream& stream = {});
 
 GluGrads geglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up,
-                        GeluApproximate approximate = GeluApproximate::none, const Stream& stream = {});
-Tensor geglu_backward(const Tensor& dy, const Tensor& x, GeluApproximate approximate = GeluApproximate::none,
+                        GeluApproximate approximate = GeluApproximate::none,
+                        const Stream& stream = {});
+Tensor geglu_backward(const Tensor& dy, const Tensor& x,
+                      GeluApproximate approximate = GeluApproximate::none,
                       const Stream& stream = {});
-void geglu_backward_into(const Tensor& dgate_out, const Tensor& dup_out, const Tensor& dy, const Tensor& gate,
-                         const Tensor& up, GeluApproximate approximate = GeluApproximate::none,
+void geglu_backward_into(const Tensor& dgate_out, const Tensor& dup_out, const Tensor& dy,
+                         const Tensor& gate, const Tensor& up,
+                         GeluApproximate approximate = GeluApproximate::none,
                          const Stream& stream = {});
 void geglu_backward_into(const Tensor& dx_out, const Tensor& dy, const Tensor& x,
-                         GeluApproximate approximate = GeluApproximate::none, const Stream& stream = {});
+                         GeluApproximate approximate = GeluApproximate::none,
+                         const Stream& stream = {});
 
 }  // namespace rudnn

@@ -17,10 +17,11 @@ rudnn::CrossEntropyOptions cross_entropy_options(const OpArgs& args, py::handle 
   return options;
 }
 
-py::object layer_norm(py::object x, py::object gamma, py::object beta, py::object eps, py::object stream,
-                      py::object out) {
+py::object layer_norm(py::object x, py::object gamma, py::object beta, py::object eps,
+                      py::object stream, py::object out) {
   const OpArgs a("layer_norm", stream);
-  Tensor tx = a.tensor(x, "x"), tg = a.optional_tensor(gamma, "gamma"), tb = a.optional_tensor(beta, "beta");
+  Tensor tx = a.tensor(x, "x"), tg = a.optional_tensor(gamma, "gamma"),
+         tb = a.optional_tensor(beta, "beta");
   const float e = a.float32(eps, "eps");
   const rudnn::Stream s = a.stream_for(tx);
   if (out.is_none()) return wrap(without_gil([&] { return rudnn::layer_norm(tx, tg, tb, e, s); }));
@@ -29,7 +30,8 @@ py::object layer_norm(py::object x, py::object gamma, py::object beta, py::objec
   return out;
 }
 
-py::object rms_norm(py::object x, py::object gamma, py::object eps, py::object stream, py::object out) {
+py::object rms_norm(py::object x, py::object gamma, py::object eps, py::object stream,
+                    py::object out) {
   const OpArgs a("rms_norm", stream);
   Tensor tx = a.tensor(x, "x"), tg = a.optional_tensor(gamma, "gamma");
   const float e = a.float32(eps, "eps");
@@ -40,10 +42,11 @@ py::object rms_norm(py::object x, py::object gamma, py::object eps, py::object s
   return out;
 }
 
-py::object add_rms_norm(py::object x, py::object residual, py::object gamma, py::object eps, py::object stream,
-                        py::object out) {
+py::object add_rms_norm(py::object x, py::object residual, py::object gamma, py::object eps,
+                        py::object stream, py::object out) {
   const OpArgs a("add_rms_norm", stream);
-  Tensor tx = a.tensor(x, "x"), tr = a.tensor(residual, "residual"), tg = a.optional_tensor(gamma, "gamma");
+  Tensor tx = a.tensor(x, "x"), tr = a.tensor(residual, "residual"),
+         tg = a.optional_tensor(gamma, "gamma");
   const float e = a.float32(eps, "eps");
   const rudnn::Stream s = a.stream_for(tx);
   if (out.is_none()) {
@@ -75,27 +78,29 @@ py::object logsumexp(py::object x, py::object stream, py::object out) {
   return out;
 }
 
-py::object cross_entropy(py::object logits, py::object targets, py::object ignore_index, py::object stream,
-                         py::object out) {
+py::object cross_entropy(py::object logits, py::object targets, py::object ignore_index,
+                         py::object stream, py::object out) {
   const OpArgs a("cross_entropy", stream);
   Tensor tl = a.tensor(logits, "logits"), tt = a.tensor(targets, "targets");
   const auto opts = cross_entropy_options(a, ignore_index);
   const rudnn::Stream s = a.stream_for(tl);
-  if (out.is_none()) return wrap(without_gil([&] { return rudnn::cross_entropy(tl, tt, opts, s); }));
+  if (out.is_none())
+    return wrap(without_gil([&] { return rudnn::cross_entropy(tl, tt, opts, s); }));
   Tensor to = a.output(out, "out");
   without_gil([&] { rudnn::cross_entropy_into(to, tl, tt, opts, s); });
   return out;
 }
 
-py::object layer_norm_backward(py::object dy, py::object x, py::object gamma, py::object beta, py::object eps,
-                               py::object stream, py::object out) {
+py::object layer_norm_backward(py::object dy, py::object x, py::object gamma, py::object beta,
+                               py::object eps, py::object stream, py::object out) {
   const OpArgs a("layer_norm_backward", stream);
   Tensor tdy = a.tensor(dy, "dy"), tx = a.tensor(x, "x"), tg = a.optional_tensor(gamma, "gamma"),
          tb = a.optional_tensor(beta, "beta");
   const float e = a.float32(eps, "eps");
   const rudnn::Stream s = a.stream_for(tdy);
   if (out.is_none()) {
-    rudnn::LayerNormGrads g = without_gil([&] { return rudnn::layer_norm_backward(tdy, tx, tg, tb, e, s); });
+    rudnn::LayerNormGrads g =
+        without_gil([&] { return rudnn::layer_norm_backward(tdy, tx, tg, tb, e, s); });
     return wrap_all(std::move(g.dx), std::move(g.dgamma), std::move(g.dbeta));
   }
   auto o = a.outputs(out, {"out[0] (dx)", "out[1] (dgamma)", "out[2] (dbeta)"});
@@ -103,14 +108,15 @@ py::object layer_norm_backward(py::object dy, py::object x, py::object gamma, py
   return out;
 }
 
-py::object rms_norm_backward(py::object dy, py::object x, py::object gamma, py::object eps, py::object stream,
-                             py::object out) {
+py::object rms_norm_backward(py::object dy, py::object x, py::object gamma, py::object eps,
+                             py::object stream, py::object out) {
   const OpArgs a("rms_norm_backward", stream);
   Tensor tdy = a.tensor(dy, "dy"), tx = a.tensor(x, "x"), tg = a.optional_tensor(gamma, "gamma");
   const float e = a.float32(eps, "eps");
   const rudnn::Stream s = a.stream_for(tdy);
   if (out.is_none()) {
-    rudnn::RmsNormGrads g = without_gil([&] { return rudnn::rms_norm_backward(tdy, tx, tg, e, s); });
+    rudnn::RmsNormGrads g =
+        without_gil([&] { return rudnn::rms_norm_backward(tdy, tx, tg, e, s); });
     return wrap_all(std::move(g.dx), std::move(g.dgamma));
   }
   auto o = a.outputs(out, {"out[0] (dx)", "out[1] (dgamma)"});
@@ -128,13 +134,15 @@ py::object softmax_backward(py::object dy, py::object y, py::object stream, py::
   return out;
 }
 
-py::object cross_entropy_backward(py::object logits, py::object targets, py::object dloss, py::object ignore_index,
-                                  py::object stream, py::object out) {
+py::object cross_entropy_backward(py::object logits, py::object targets, py::object dloss,
+                                  py::object ignore_index, py::object stream, py::object out) {
   const OpArgs a("cross_entropy_backward", stream);
-  Tensor tl = a.tensor(logits, "logits"), tt = a.tensor(targets, "targets"), td = a.tensor(dloss, "dloss");
+  Tensor tl = a.tensor(logits, "logits"), tt = a.tensor(targets, "targets"),
+         td = a.tensor(dloss, "dloss");
   const auto opts = cross_entropy_options(a, ignore_index);
   const rudnn::Stream s = a.stream_for(tl);
-  if (out.is_none()) return wrap(without_gil([&] { return rudnn::cross_entropy_backward(tl, tt, td, opts, s); }));
+  if (out.is_none())
+    return wrap(without_gil([&] { return rudnn::cross_entropy_backward(tl, tt, td, opts, s); }));
   Tensor to = a.output(out, "out");
   without_gil([&] { rudnn::cross_entropy_backward_into(to, tl, tt, td, opts, s); });
   return out;
@@ -185,27 +193,31 @@ void bind_normalization(py::module_& m) {
   const auto none = py::none();
   m.def("layer_norm", &layer_norm, py::arg("x"), py::arg("gamma") = none, py::arg("beta") = none,
         py::arg("eps") = 1e-5, py::kw_only(), py::arg("stream") = none, py::arg("out") = none);
-  m.def("rms_norm", &rms_norm, py::arg("x"), py::arg("gamma") = none, py::arg("eps") = 1e-6, py::kw_only(),
-        py::arg("stream") = none, py::arg("out") = none);
+  m.def("rms_norm", &rms_norm, py::arg("x"), py::arg("gamma") = none, py::arg("eps") = 1e-6,
+        py::kw_only(), py::arg("stream") = none, py::arg("out") = none);
   m.def("add_rms_norm", &add_rms_norm, py::arg("x"), py::arg("residual"), py::arg("gamma") = none,
         py::arg("eps") = 1e-6, py::kw_only(), py::arg("stream") = none, py::arg("out") = none);
-  m.def("softmax_last_axis", &softmax_last_axis, py::arg("x"), py::kw_only(), py::arg("stream") = none,
+  m.def("softmax_last_axis", &softmax_last_axis, py::arg("x"), py::kw_only(),
+        py::arg("stream") = none, py::arg("out") = none);
+  m.def("logsumexp", &logsumexp, py::arg("x"), py::kw_only(), py::arg("stream") = none,
         py::arg("out") = none);
-  m.def("logsumexp", &logsumexp, py::arg("x"), py::kw_only(), py::arg("stream") = none, py::arg("out") = none);
-  m.def("cross_entropy", &cross_entropy, py::arg("logits"), py::arg("targets"), py::arg("ignore_index") = none,
-        py::kw_only(), py::arg("stream") = none, py::arg("out") = none);
-  m.def("layer_norm_backward", &layer_norm_backward, py::arg("dy"), py::arg("x"), py::arg("gamma") = none,
-        py::arg("beta") = none, py::arg("eps") = 1e-5, py::kw_only(), py::arg("stream") = none,
+  m.def("cross_entropy", &cross_entropy, py::arg("logits"), py::arg("targets"),
+        py::arg("ignore_index") = none, py::kw_only(), py::arg("stream") = none,
         py::arg("out") = none);
-  m.def("rms_norm_backward", &rms_norm_backward, py::arg("dy"), py::arg("x"), py::arg("gamma") = none,
-        py::arg("eps") = 1e-6, py::kw_only(), py::arg("stream") = none, py::arg("out") = none);
-  m.def("softmax_backward", &softmax_backward, py::arg("dy"), py::arg("y"), py::kw_only(), py::arg("stream") = none,
+  m.def("layer_norm_backward", &layer_norm_backward, py::arg("dy"), py::arg("x"),
+        py::arg("gamma") = none, py::arg("beta") = none, py::arg("eps") = 1e-5, py::kw_only(),
+        py::arg("stream") = none, py::arg("out") = none);
+  m.def("rms_norm_backward", &rms_norm_backward, py::arg("dy"), py::arg("x"),
+        py::arg("gamma") = none, py::arg("eps") = 1e-6, py::kw_only(), py::arg("stream") = none,
         py::arg("out") = none);
-  m.def("cross_entropy_backward", &cross_entropy_backward, py::arg("logits"), py::arg("targets"), py::arg("dloss"),
-        py::arg("ignore_index") = none, py::kw_only(), py::arg("stream") = none, py::arg("out") = none);
+  m.def("softmax_backward", &softmax_backward, py::arg("dy"), py::arg("y"), py::kw_only(),
+        py::arg("stream") = none, py::arg("out") = none);
+  m.def("cross_entropy_backward", &cross_entropy_backward, py::arg("logits"), py::arg("targets"),
+        py::arg("dloss"), py::arg("ignore_index") = none, py::kw_only(), py::arg("stream") = none,
+        py::arg("out") = none);
   m.def("cross_entropy_with_grad", &cross_entropy_with_grad, py::arg("logits"), py::arg("targets"),
-        py::arg("grad_scale") = 1.0, py::arg("ignore_index") = none, py::kw_only(), py::arg("stream") = none,
-        py::arg("out") = none);
+        py::arg("grad_scale") = 1.0, py::arg("ignore_index") = none, py::kw_only(),
+        py::arg("stream") = none, py::arg("out") = none);
   m.def("scale_unless_one", &scale_unless_one, py::arg("x"), py::arg("scale"), py::kw_only(),
         py::arg("stream") = none);
 }

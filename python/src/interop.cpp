@@ -67,8 +67,8 @@ class ErrorScope {
 // ---- Exceptions -----------------------------------------------------------------------------
 
 constexpr int kNumCodes = 7;
-PyObject* g_error = nullptr;                 // rudnn.Error
-PyObject* g_code_error[kNumCodes] = {};      // indexed by ErrorCode
+PyObject* g_error = nullptr;             // rudnn.Error
+PyObject* g_code_error[kNumCodes] = {};  // indexed by ErrorCode
 
 PyObject* exception_for(ErrorCode code) {
   const int i = static_cast<int>(code);
@@ -76,14 +76,18 @@ PyObject* exception_for(ErrorCode code) {
   return g_error;
 }
 
-[[noreturn]] void raise_rudnn(ErrorCode code, const std::string& message) { throw rudnn::Error(code, message); }
+[[noreturn]] void raise_rudnn(ErrorCode code, const std::string& message) {
+  throw rudnn::Error(code, message);
+}
 
 [[noreturn]] void raise_python(PyObject* type, const std::string& message) {
   PyErr_SetString(type, message.c_str());
   throw py::error_already_set();
 }
 
-std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__qualname__")); }
+std::string type_name(py::handle obj) {
+  return py::str(py::type::handle_of(obj).attr("__qualname__"));
+}
 
 // "<op>: <arg>" for messages.
 std::string where(const char* op, const char* arg) { return std::string(op) + ": " + arg; }
@@ -95,15 +99,24 @@ std::string describe(const py::error_already_set& e) { return e.what(); }
 
 const char* dtype_py_name(DType d) {
   switch (d) {
-    case DType::f32: return "float32";
-    case DType::f16: return "float16";
-    case DType::bf16: return "bfloat16";
-    case DType::f64: return "float64";
-    case DType::i32: return "int32";
-    case DType::i64: return "int64";
-    case DType::u32: return "uint32";
-    case DType::u8: return "uint8";
-    case DType::boolean: return "bool";
+    case DType::f32:
+      return "float32";
+    case DType::f16:
+      return "float16";
+    case DType::bf16:
+      return "bfloat16";
+    case DType::f64:
+      return "float64";
+    case DType::i32:
+      return "int32";
+    case DType::i64:
+      return "int64";
+    case DType::u32:
+      return "uint32";
+    case DType::u8:
+      return "uint8";
+    case DType::boolean:
+      return "bool";
   }
   return "unknown";
 }
@@ -111,15 +124,24 @@ const char* dtype_py_name(DType d) {
 // Buffer-protocol format of a dtype (empty: none, e.g. bfloat16).
 std::string dtype_buffer_format(DType d) {
   switch (d) {
-    case DType::f32: return "f";
-    case DType::f16: return "e";
-    case DType::f64: return "d";
-    case DType::i32: return "i";
-    case DType::i64: return "q";
-    case DType::u32: return "I";
-    case DType::u8: return "B";
-    case DType::boolean: return "?";
-    case DType::bf16: return "";
+    case DType::f32:
+      return "f";
+    case DType::f16:
+      return "e";
+    case DType::f64:
+      return "d";
+    case DType::i32:
+      return "i";
+    case DType::i64:
+      return "q";
+    case DType::u32:
+      return "I";
+    case DType::u8:
+      return "B";
+    case DType::boolean:
+      return "?";
+    case DType::bf16:
+      return "";
   }
   return "";
 }
@@ -127,22 +149,37 @@ std::string dtype_buffer_format(DType d) {
 // The one refusal of a dtype ruDNN does not have, whichever way the array came in; the same
 // shape as the ops' own dtype errors ("<op>: <arg> has dtype f64; expected ...").
 [[noreturn]] void refuse_dtype(const char* op, const char* arg, const std::string& name) {
-  raise_rudnn(ErrorCode::DTypeMismatch, where(op, arg) + " has dtype " + name +
-                                            "; expected one of ruDNN's dtypes (f32, f16, bf16, f64, i32, i64, u32, u8, "
-                                            "bool)");
+  raise_rudnn(ErrorCode::DTypeMismatch,
+              where(op, arg) + " has dtype " + name +
+                  "; expected one of ruDNN's dtypes (f32, f16, bf16, f64, i32, i64, u32, u8, "
+                  "bool)");
 }
 
 // ruDNN's spelling of a DLPack dtype: f16, bf16, i8, u64, c64 (complex, total bits), ... .
 std::string dlpack_dtype_name(DLDataType t) {
   std::string kind;
   switch (t.code) {
-    case kDLInt: kind = "i"; break;
-    case kDLUInt: kind = "u"; break;
-    case kDLFloat: kind = "f"; break;
-    case kDLBfloat: kind = "bf"; break;
-    case kDLComplex: kind = "c"; break;
-    case kDLBoolCode: kind = "bool"; break;
-    default: kind = "code" + std::to_string(t.code) + "_"; break;
+    case kDLInt:
+      kind = "i";
+      break;
+    case kDLUInt:
+      kind = "u";
+      break;
+    case kDLFloat:
+      kind = "f";
+      break;
+    case kDLBfloat:
+      kind = "bf";
+      break;
+    case kDLComplex:
+      kind = "c";
+      break;
+    case kDLBoolCode:
+      kind = "bool";
+      break;
+    default:
+      kind = "code" + std::to_string(t.code) + "_";
+      break;
   }
   std::string name = kind + std::to_string(t.bits);
   if (t.lanes != 1) name += "x" + std::to_string(t.lanes);
@@ -153,12 +190,18 @@ std::string dlpack_dtype_name(DLDataType t) {
 bool is_rudnn_dtype(DLDataType t) {
   if (t.lanes != 1) return false;
   switch (t.code) {
-    case kDLFloat: return t.bits == 16 || t.bits == 32 || t.bits == 64;
-    case kDLBfloat: return t.bits == 16;
-    case kDLInt: return t.bits == 32 || t.bits == 64;
-    case kDLUInt: return t.bits == 8 || t.bits == 32;
-    case kDLBoolCode: return t.bits == 8;
-    default: return false;
+    case kDLFloat:
+      return t.bits == 16 || t.bits == 32 || t.bits == 64;
+    case kDLBfloat:
+      return t.bits == 16;
+    case kDLInt:
+      return t.bits == 32 || t.bits == 64;
+    case kDLUInt:
+      return t.bits == 8 || t.bits == 32;
+    case kDLBoolCode:
+      return t.bits == 8;
+    default:
+      return false;
   }
 }
 
@@ -187,19 +230,34 @@ std::optional<DType> dtype_from_buffer_format(const char* format, Py_ssize_t ite
   if (f.size() != 1) return std::nullopt;
   const char c = f[0];
   switch (c) {
-    case 'f': return itemsize == 4 ? std::optional(DType::f32) : std::nullopt;
-    case 'd': return itemsize == 8 ? std::optional(DType::f64) : std::nullopt;
-    case 'e': return itemsize == 2 ? std::optional(DType::f16) : std::nullopt;
-    case '?': return itemsize == 1 ? std::optional(DType::boolean) : std::nullopt;
-    case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
+    case 'f':
+      return itemsize == 4 ? std::optional(DType::f32) : std::nullopt;
+    case 'd':
+      return itemsize == 8 ? std::optional(DType::f64) : std::nullopt;
+    case 'e':
+      return itemsize == 2 ? std::optional(DType::f16) : std::nullopt;
+    case '?':
+      return itemsize == 1 ? std::optional(DType::boolean) : std::nullopt;
+    case 'b':
+    case 'h':
+    case 'i':
+    case 'l':
+    case 'q':
+    case 'n':
       if (itemsize == 4) return DType::i32;
       if (itemsize == 8) return DType::i64;
       return std::nullopt;
-    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
+    case 'B':
+    case 'H':
+    case 'I':
+    case 'L':
+    case 'Q':
+    case 'N':
       if (itemsize == 1) return DType::u8;
       if (itemsize == 4) return DType::u32;
       return std::nullopt;
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -217,11 +275,16 @@ std::uintptr_t parse_stream(py::handle s, const char* op) {
     value = attr;
   }
   if (!PyLong_Check(value.ptr()) || PyBool_Check(value.ptr())) {
-    raise_python(PyExc_TypeError, std::string(op) + ": stream must be None, an int (a cudaStream_t address) or an "
-                                                    "object with a cuda_stream attribute, got " + type_name(s));
+    raise_python(PyExc_TypeError,
+                 std::string(op) +
+                     ": stream must be None, an int (a cudaStream_t address) or an "
+                     "object with a cuda_stream attribute, got " +
+                     type_name(s));
   }
   const long long v = value.cast<long long>();
-  if (v < 0) raise_python(PyExc_ValueError, std::string(op) + ": stream must be >= 0, got " + std::to_string(v));
+  if (v < 0)
+    raise_python(PyExc_ValueError,
+                 std::string(op) + ": stream must be >= 0, got " + std::to_string(v));
   return static_cast<std::uintptr_t>(v);
 }
 
@@ -262,21 +325,24 @@ Tensor with_arg_context(const char* op, const char* arg, F&& f) {
 Tensor import_capsule(py::handle capsule, const char* op, const char* arg) {
   PyObject* c = capsule.ptr();
   if (!PyCapsule_CheckExact(c)) {
-    raise_rudnn(ErrorCode::InvalidArgument,
-                where(op, arg) + ": __dlpack__ returned " + type_name(capsule) + ", expected a PyCapsule");
+    raise_rudnn(ErrorCode::InvalidArgument, where(op, arg) + ": __dlpack__ returned " +
+                                                type_name(capsule) + ", expected a PyCapsule");
   }
   if (PyCapsule_IsValid(c, kVersionedCapsuleName)) {
     raise_rudnn(ErrorCode::Unsupported,
-                where(op, arg) + ": __dlpack__ returned a versioned DLPack capsule, which ruDNN does not take");
+                where(op, arg) +
+                    ": __dlpack__ returned a versioned DLPack capsule, which ruDNN does not take");
   }
   if (!PyCapsule_IsValid(c, kCapsuleName)) {
     raise_rudnn(ErrorCode::InvalidArgument,
-                where(op, arg) + ": __dlpack__ returned a capsule that is not a 'dltensor' (already consumed?)");
+                where(op, arg) +
+                    ": __dlpack__ returned a capsule that is not a 'dltensor' (already consumed?)");
   }
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, kCapsuleName));
   if (managed == nullptr) throw py::error_already_set();
   // Refused while the capsule still owns the tensor (its destructor frees it).
-  if (!is_rudnn_dtype(managed->dl_tensor.dtype)) refuse_dtype(op, arg, dlpack_dtype_name(managed->dl_tensor.dtype));
+  if (!is_rudnn_dtype(managed->dl_tensor.dtype))
+    refuse_dtype(op, arg, dlpack_dtype_name(managed->dl_tensor.dtype));
   auto wrapper = std::make_unique<ImportedDLPack>();
   wrapper->managed.dl_tensor = managed->dl_tensor;
   wrapper->managed.manager_ctx = wrapper.get();
@@ -311,10 +377,12 @@ Tensor import_buffer(py::handle obj, const char* op, const char* arg, bool writa
     // A read-only array or scalar asked for as an output: refused, never copied.
     if (writable && PyObject_GetBuffer(obj.ptr(), &holder->view, PyBUF_STRIDES) == 0) {
       PyBuffer_Release(&holder->view);
-      raise_rudnn(ErrorCode::InvalidArgument, where(op, arg) + " is read-only; an output must be writable");
+      raise_rudnn(ErrorCode::InvalidArgument,
+                  where(op, arg) + " is read-only; an output must be writable");
     }
     PyErr_Clear();  // from the retry
-    raise_rudnn(ErrorCode::InvalidArgument, where(op, arg) + ": the buffer protocol refused it (" + describe(e) + ")");
+    raise_rudnn(ErrorCode::InvalidArgument,
+                where(op, arg) + ": the buffer protocol refused it (" + describe(e) + ")");
   }
   holder->held = true;
   const Py_buffer& v = holder->view;
@@ -325,7 +393,8 @@ Tensor import_buffer(py::handle obj, const char* op, const char* arg, bool writa
   bool empty = false;
   for (int i = 0; i < v.ndim; ++i) {
     if (v.strides[i] < 0 || v.strides[i] % v.itemsize != 0) {
-      raise_rudnn(ErrorCode::Unsupported, where(op, arg) + ": negative or unaligned strides are not supported");
+      raise_rudnn(ErrorCode::Unsupported,
+                  where(op, arg) + ": negative or unaligned strides are not supported");
     }
     strides[static_cast<size_t>(i)] = v.strides[i] / v.itemsize;
     if (shape[static_cast<size_t>(i)] == 0) empty = true;
@@ -344,22 +413,25 @@ int producer_device_type(py::handle obj, const char* op, const char* arg) {
   try {
     device = obj.attr("__dlpack_device__")();
   } catch (py::error_already_set& e) {
-    raise_rudnn(ErrorCode::InvalidArgument, where(op, arg) + ": __dlpack_device__() raised " + describe(e));
+    raise_rudnn(ErrorCode::InvalidArgument,
+                where(op, arg) + ": __dlpack_device__() raised " + describe(e));
   }
   if (py::isinstance<py::tuple>(device) && py::len(device) == 2) {
     py::handle type = device[py::int_(0)], id = device[py::int_(1)];
     if (PyLong_Check(type.ptr()) && PyLong_Check(id.ptr())) return type.cast<int>();
   }
-  raise_rudnn(ErrorCode::InvalidArgument, where(op, arg) + ": __dlpack_device__() returned " +
-                                              py::repr(device).cast<std::string>() +
-                                              "; expected a (device_type, device_id) tuple of ints");
+  raise_rudnn(ErrorCode::InvalidArgument,
+              where(op, arg) + ": __dlpack_device__() returned " +
+                  py::repr(device).cast<std::string>() +
+                  "; expected a (device_type, device_id) tuple of ints");
 }
 
 // Imports one operand: a rudnn Tensor as is; otherwise obj.__dlpack__(stream=...) with the
 // consumer stream for CUDA producers and None for host ones, then the buffer protocol for
 // host objects DLPack refuses (numpy will not export read-only arrays) or that have no
 // __dlpack__. Outputs (writable) are never copied: they are written in place or refused.
-Tensor import_array(py::handle obj, const char* op, const char* arg, std::uintptr_t stream, bool writable) {
+Tensor import_array(py::handle obj, const char* op, const char* arg, std::uintptr_t stream,
+                    bool writable) {
   if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
   if (py::hasattr(obj, "__dlpack__")) {
     py::object consumer_stream = py::none();
@@ -375,16 +447,21 @@ Tensor import_array(py::handle obj, const char* op, const char* arg, std::uintpt
     } catch (py::error_already_set& e) {
       // Host memory DLPack refuses (a read-only numpy array) is read, or refused as an output,
       // through the buffer protocol.
-      if (e.matches(PyExc_BufferError) && consumer_stream.is_none() && PyObject_CheckBuffer(obj.ptr())) {
+      if (e.matches(PyExc_BufferError) && consumer_stream.is_none() &&
+          PyObject_CheckBuffer(obj.ptr())) {
         return import_buffer(obj, op, arg, writable);
       }
-      raise_rudnn(ErrorCode::InvalidArgument, where(op, arg) + ": __dlpack__ raised " + describe(e));
+      raise_rudnn(ErrorCode::InvalidArgument,
+                  where(op, arg) + ": __dlpack__ raised " + describe(e));
     }
     return import_capsule(capsule, op, arg);
   }
   if (PyObject_CheckBuffer(obj.ptr())) return import_buffer(obj, op, arg, writable);
-  raise_rudnn(ErrorCode::DTypeMismatch, where(op, arg) + " must be an array supporting DLPack (__dlpack__) or the "
-                                                         "buffer protocol, got " + type_name(obj));
+  raise_rudnn(ErrorCode::DTypeMismatch,
+              where(op, arg) +
+                  " must be an array supporting DLPack (__dlpack__) or the "
+                  "buffer protocol, got " +
+                  type_name(obj));
 }
 
 // ---- DLPack export --------------------------------------------------------------------------
@@ -417,11 +494,13 @@ py::object tensor_dlpack(const Tensor& t, py::object stream, py::kwargs kwargs) 
   if (!dl_device.is_none()) {
     py::tuple want = py::tuple(dl_device);
     const int want_type = want[0].cast<int>(), want_id = want[1].cast<int>();
-    const bool same = (want_type == dev_type || (dev_type == kDevCPU && want_type == kDevCUDAHost)) &&
-                      (dev_type == kDevCPU || want_id == dev_id);
+    const bool same =
+        (want_type == dev_type || (dev_type == kDevCPU && want_type == kDevCUDAHost)) &&
+        (dev_type == kDevCPU || want_id == dev_id);
     if (!same) {
-      raise_python(PyExc_BufferError, "Tensor.__dlpack__: cannot export a tensor on " + t.device().str() +
-                                          " to DLPack device (" + std::to_string(want_type) + ", " +
+      raise_python(PyExc_BufferError, "Tensor.__dlpack__: cannot export a tensor on " +
+                                          t.device().str() + " to DLPack device (" +
+                                          std::to_string(want_type) + ", " +
                                           std::to_string(want_id) + ")");
     }
   }
@@ -432,7 +511,8 @@ py::object tensor_dlpack(const Tensor& t, py::object stream, py::kwargs kwargs) 
   if (t.device().is_cuda()) {
     long long consumer = static_cast<long long>(kLegacyStream);  // None: the legacy default stream
     if (!stream.is_none()) {
-      if (!PyLong_Check(stream.ptr())) raise_python(PyExc_TypeError, "Tensor.__dlpack__: stream must be an int or None");
+      if (!PyLong_Check(stream.ptr()))
+        raise_python(PyExc_TypeError, "Tensor.__dlpack__: stream must be an int or None");
       consumer = stream.cast<long long>();
     }
     rudnn::Stream producer = t.allocation_stream();
@@ -446,7 +526,8 @@ py::object tensor_dlpack(const Tensor& t, py::object stream, py::kwargs kwargs) 
       if (handle == 0) handle = kLegacyStream;
       if (static_cast<long long>(handle) != consumer) {
         // The consumer's stream waits for the producer's (an event: no host wait).
-        rudnn::Stream::borrow(t.device(), reinterpret_cast<rudnn::cuda_stream_t>(static_cast<std::uintptr_t>(consumer)))
+        rudnn::Stream::borrow(t.device(), reinterpret_cast<rudnn::cuda_stream_t>(
+                                              static_cast<std::uintptr_t>(consumer)))
             .wait(producer);
       }
     }
@@ -469,22 +550,28 @@ py::object tensor_dlpack(const Tensor& t, py::object stream, py::kwargs kwargs) 
 OpArgs::OpArgs(const char* op, py::handle stream) : op_(op), stream_(parse_stream(stream, op)) {}
 
 Tensor OpArgs::import(py::handle obj, const char* arg, bool writable) const {
-  if (obj.is_none()) raise_rudnn(ErrorCode::InvalidArgument, where(op_, arg) + " is None; expected a tensor");
+  if (obj.is_none())
+    raise_rudnn(ErrorCode::InvalidArgument, where(op_, arg) + " is None; expected a tensor");
   return import_array(obj, op_, arg, stream_, writable);
 }
 
-Tensor OpArgs::tensor(py::handle obj, const char* arg) const { return import(obj, arg, /*writable=*/false); }
+Tensor OpArgs::tensor(py::handle obj, const char* arg) const {
+  return import(obj, arg, /*writable=*/false);
+}
 
 Tensor OpArgs::optional_tensor(py::handle obj, const char* arg) const {
   return obj.is_none() ? Tensor() : import(obj, arg, /*writable=*/false);
 }
 
-Tensor OpArgs::output(py::handle obj, const char* arg) const { return import(obj, arg, /*writable=*/true); }
+Tensor OpArgs::output(py::handle obj, const char* arg) const {
+  return import(obj, arg, /*writable=*/true);
+}
 
 std::vector<Tensor> OpArgs::outputs(py::handle out, std::initializer_list<const char*> args) const {
   const std::string expected = "out must be a tuple of " + std::to_string(args.size()) + " arrays";
   if (!py::isinstance<py::tuple>(out) && !py::isinstance<py::list>(out)) {
-    raise_rudnn(ErrorCode::InvalidArgument, std::string(op_) + ": " + expected + ", got " + type_name(out));
+    raise_rudnn(ErrorCode::InvalidArgument,
+                std::string(op_) + ": " + expected + ", got " + type_name(out));
   }
   py::sequence seq = py::reinterpret_borrow<py::sequence>(out);
   if (seq.size() != args.size()) {
@@ -512,27 +599,33 @@ bool is_bool(py::handle value) {
 
 }  // namespace
 
-bool OpArgs::is_scalar(py::handle value) { return PyFloat_Check(value.ptr()) || PyLong_Check(value.ptr()); }
+bool OpArgs::is_scalar(py::handle value) {
+  return PyFloat_Check(value.ptr()) || PyLong_Check(value.ptr());
+}
 
 float OpArgs::float32(py::handle value, const char* arg) const {
   if (is_bool(value)) {
-    raise_rudnn(ErrorCode::InvalidArgument, where(op_, arg) + " must be a number, got " + type_name(value));
+    raise_rudnn(ErrorCode::InvalidArgument,
+                where(op_, arg) + " must be a number, got " + type_name(value));
   }
   PyObject* as_float = PyNumber_Float(value.ptr());
   if (as_float == nullptr) {
     py::error_already_set e;
-    raise_rudnn(ErrorCode::InvalidArgument, where(op_, arg) + " must be a number (" + describe(e) + ")");
+    raise_rudnn(ErrorCode::InvalidArgument,
+                where(op_, arg) + " must be a number (" + describe(e) + ")");
   }
   const double given = PyFloat_AS_DOUBLE(as_float);
   Py_DECREF(as_float);
   const float converted = static_cast<float>(given);
   // The op checks the float32 value; a value that float32 cannot hold is refused here,
   // reporting the value given rather than the 0 or inf it would round to.
-  const bool out_of_range = std::isfinite(given) && (std::fabs(given) > static_cast<double>(FLT_MAX) ||
-                                                     (given != 0.0 && converted == 0.0f));
+  const bool out_of_range =
+      std::isfinite(given) &&
+      (std::fabs(given) > static_cast<double>(FLT_MAX) || (given != 0.0 && converted == 0.0f));
   if (out_of_range) {
-    raise_rudnn(ErrorCode::InvalidArgument, where(op_, arg) + " = " + py::repr(value).cast<std::string>() +
-                                                " is outside float32's range (the op computes in float32)");
+    raise_rudnn(ErrorCode::InvalidArgument,
+                where(op_, arg) + " = " + py::repr(value).cast<std::string>() +
+                    " is outside float32's range (the op computes in float32)");
   }
   return converted;
 }
@@ -540,15 +633,17 @@ float OpArgs::float32(py::handle value, const char* arg) const {
 std::optional<int64_t> OpArgs::optional_int(py::handle value, const char* arg) const {
   if (value.is_none()) return std::nullopt;
   if (is_bool(value) || !PyIndex_Check(value.ptr())) {
-    raise_rudnn(ErrorCode::InvalidArgument, where(op_, arg) + " must be an int or None, got " + type_name(value));
+    raise_rudnn(ErrorCode::InvalidArgument,
+                where(op_, arg) + " must be an int or None, got " + type_name(value));
   }
   py::int_ index = py::reinterpret_steal<py::int_>(PyNumber_Index(value.ptr()));
   if (!index) throw py::error_already_set();
   int overflow = 0;
   const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
   if (overflow != 0) {
-    raise_rudnn(ErrorCode::InvalidArgument, where(op_, arg) + " = " + py::repr(value).cast<std::string>() +
-                                                " does not fit in 64 bits");
+    raise_rudnn(
+        ErrorCode::InvalidArgument,
+        where(op_, arg) + " = " + py::repr(value).cast<std::string>() + " does not fit in 64 bits");
   }
   return static_cast<int64_t>(v);
 }
@@ -568,8 +663,8 @@ py::object wrap(Tensor t) {
 void bind_core(py::module_& m) {
   // ---- Exceptions.
   {
-    g_error = PyErr_NewExceptionWithDoc("rudnn.Error", "Base class of every error ruDNN raises.", PyExc_Exception,
-                                        nullptr);
+    g_error = PyErr_NewExceptionWithDoc("rudnn.Error", "Base class of every error ruDNN raises.",
+                                        PyExc_Exception, nullptr);
     if (g_error == nullptr) throw py::error_already_set();
     PyObject_SetAttrString(g_error, "code", Py_None);
     m.attr("Error") = py::handle(g_error);
@@ -586,7 +681,8 @@ void bind_core(py::module_& m) {
          "A shape that contradicts another operand or the op's rule."},
         {ErrorCode::DTypeMismatch, "DTypeMismatch", PyExc_TypeError,
          "A dtype the op does not take, or operands whose dtypes must agree but differ."},
-        {ErrorCode::DeviceMismatch, "DeviceMismatch", PyExc_ValueError, "Operands (or a stream) on different devices."},
+        {ErrorCode::DeviceMismatch, "DeviceMismatch", PyExc_ValueError,
+         "Operands (or a stream) on different devices."},
         {ErrorCode::Unsupported, "Unsupported", PyExc_NotImplementedError,
          "Valid in principle but not provided (e.g. a CUDA tensor in a CPU-only build)."},
         {ErrorCode::OutOfMemory, "OutOfMemory", PyExc_MemoryError, "An allocation failed."},
@@ -614,10 +710,13 @@ void bind_core(py::module_& m) {
   }
 
   // ---- Library facts.
-  m.def("version", [] { return std::string(rudnn::version()); }, "The ruDNN library version, 'major.minor.patch'.");
+  m.def(
+      "version", [] { return std::string(rudnn::version()); },
+      "The ruDNN library version, 'major.minor.patch'.");
   m.def("cuda_device_count", &rudnn::cuda_device_count,
         "CUDA devices visible to this process (0 in a CPU-only build or without a usable driver).");
-  m.def("built_with_cuda", &rudnn::built_with_cuda, "Whether this build of ruDNN has the CUDA backend.");
+  m.def("built_with_cuda", &rudnn::built_with_cuda,
+        "Whether this build of ruDNN has the CUDA backend.");
 
   // ---- Tensor.
   py::class_<Tensor>(m, "Tensor", py::buffer_protocol(), R"doc(
@@ -627,32 +726,42 @@ It is DLPack-capable (``torch.from_dlpack(t)``, ``numpy.from_dlpack(t)``, ``cupy
 share its memory without copying) and, on the CPU, supports the buffer protocol
 (``numpy.asarray(t)``, ``memoryview(t)``; not for bfloat16). Not constructible directly.
 )doc")
-      .def_property_readonly("shape", [](const Tensor& t) { return py::tuple(py::cast(t.shape())); },
-                             "The shape, a tuple of ints.")
-      .def_property_readonly("strides", [](const Tensor& t) { return py::tuple(py::cast(t.strides())); },
-                             "The strides in elements (not bytes), a tuple of ints.")
-      .def_property_readonly("dtype", [](const Tensor& t) { return dtype_py_name(t.dtype()); },
-                             "The element type: 'float32', 'float16', 'bfloat16', 'float64', 'int32', 'int64', "
-                             "'uint32', 'uint8' or 'bool'.")
-      .def_property_readonly("device", [](const Tensor& t) { return t.device().str(); }, "'cpu' or 'cuda:<index>'.")
+      .def_property_readonly(
+          "shape", [](const Tensor& t) { return py::tuple(py::cast(t.shape())); },
+          "The shape, a tuple of ints.")
+      .def_property_readonly(
+          "strides", [](const Tensor& t) { return py::tuple(py::cast(t.strides())); },
+          "The strides in elements (not bytes), a tuple of ints.")
+      .def_property_readonly(
+          "dtype", [](const Tensor& t) { return dtype_py_name(t.dtype()); },
+          "The element type: 'float32', 'float16', 'bfloat16', 'float64', 'int32', 'int64', "
+          "'uint32', 'uint8' or 'bool'.")
+      .def_property_readonly(
+          "device", [](const Tensor& t) { return t.device().str(); }, "'cpu' or 'cuda:<index>'.")
       .def_property_readonly("ndim", &Tensor::dim)
       .def_property_readonly("size", &Tensor::numel, "The number of elements.")
       .def_property_readonly("itemsize", &Tensor::itemsize)
-      .def_property_readonly("data_ptr", [](const Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.data()); },
-                             "The address of element [0, ..., 0].")
+      .def_property_readonly(
+          "data_ptr", [](const Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.data()); },
+          "The address of element [0, ..., 0].")
       .def("is_contiguous", &Tensor::is_contiguous)
-      .def("__len__", [](const Tensor& t) {
-        if (t.dim() == 0) raise_python(PyExc_TypeError, "len() of a 0-d tensor");
-        return t.shape()[0];
-      })
+      .def("__len__",
+           [](const Tensor& t) {
+             if (t.dim() == 0) raise_python(PyExc_TypeError, "len() of a 0-d tensor");
+             return t.shape()[0];
+           })
       .def("__repr__", [](const Tensor& t) { return "rudnn." + t.str(); })
       .def("__dlpack__", &tensor_dlpack, py::arg("stream") = py::none(),
            "DLPack export (stream: the consumer's stream for CUDA tensors, None for CPU ones).")
-      .def("__dlpack_device__", [](const Tensor& t) { return py::make_tuple(dlpack_device(t).first, dlpack_device(t).second); })
+      .def("__dlpack_device__",
+           [](const Tensor& t) {
+             return py::make_tuple(dlpack_device(t).first, dlpack_device(t).second);
+           })
       .def_buffer([](const Tensor& t) -> py::buffer_info {
         if (!t.device().is_cpu()) {
-          raise_python(PyExc_BufferError, "rudnn.Tensor: the buffer protocol needs a CPU tensor, this one is on " +
-                                              t.device().str() + " (use DLPack)");
+          raise_python(PyExc_BufferError,
+                       "rudnn.Tensor: the buffer protocol needs a CPU tensor, this one is on " +
+                           t.device().str() + " (use DLPack)");
         }
         const std::string format = dtype_buffer_format(t.dtype());
         if (format.empty()) {
@@ -660,16 +769,21 @@ share its memory without copying) and, on the CPU, supports the buffer protocol
                                               " has no buffer-protocol format (use DLPack)");
         }
         std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end()), strides;
-        for (int64_t s : t.strides()) strides.push_back(static_cast<py::ssize_t>(s * static_cast<int64_t>(t.itemsize())));
-        return py::buffer_info(t.data(), static_cast<py::ssize_t>(t.itemsize()), format, t.dim(), shape, strides);
+        for (int64_t s : t.strides())
+          strides.push_back(static_cast<py::ssize_t>(s * static_cast<int64_t>(t.itemsize())));
+        return py::buffer_info(t.data(), static_cast<py::ssize_t>(t.itemsize()), format, t.dim(),
+                               shape, strides);
       });
 
   m.def(
-      "from_dlpack", [](py::object obj, py::object stream) { return OpArgs("from_dlpack", stream).tensor(obj, "obj"); },
+      "from_dlpack",
+      [](py::object obj, py::object stream) {
+        return OpArgs("from_dlpack", stream).tensor(obj, "obj");
+      },
       py::arg("obj"), py::kw_only(), py::arg("stream") = py::none(),
       "Zero-copy import of a DLPack-capable array (or a host buffer) as a rudnn Tensor. For a CUDA "
-      "producer, `stream` is the stream the data will be used on (default: the legacy default stream).");
-
+      "producer, `stream` is the stream the data will be used on (default: the legacy default "
+      "stream).");
 }
 
 }  // namespace rudnn_py

@@ -36,7 +36,9 @@ struct OpCall {
   }
 
   // An uninitialised tensor on the call's device and stream.
-  Tensor empty(const Shape& shape, DType dtype) const { return Tensor::empty(shape, dtype, device, stream); }
+  Tensor empty(const Shape& shape, DType dtype) const {
+    return Tensor::empty(shape, dtype, device, stream);
+  }
 };
 
 // ---- Input checks -------------------------------------------------------------------------
@@ -46,14 +48,16 @@ bool is_float_dtype(DType d);  // f32, f16, bf16: the dtypes the GPU kernels tak
 void require_defined(const OpCall& call, const char* name, const Tensor& t);
 void require_device(const OpCall& call, const char* name, const Tensor& t);
 // A defined tensor on the call's device whose dtype is one of `allowed`.
-void require_dtype(const OpCall& call, const char* name, const Tensor& t, std::initializer_list<DType> allowed);
+void require_dtype(const OpCall& call, const char* name, const Tensor& t,
+                   std::initializer_list<DType> allowed);
 // F32/F16/BF16 (and F64 on the CPU, where the reference computes in float64), on the call's
 // device.
 void require_float(const OpCall& call, const char* name, const Tensor& t);
 void require_shape(const OpCall& call, const char* name, const Tensor& t, const Shape& expected,
                    const char* expected_what);
 // A second operand that must match `ref` in shape and dtype (dy vs x, residual vs x).
-void require_like(const OpCall& call, const char* name, const Tensor& t, const char* ref_name, const Tensor& ref);
+void require_like(const OpCall& call, const char* name, const Tensor& t, const char* ref_name,
+                  const Tensor& ref);
 // A scalar option that must be finite and > 0 (eps, scale, softcap); the message shows the
 // value in its own precision.
 void require_finite_positive(const OpCall& call, const char* name, float value);
@@ -64,7 +68,8 @@ void require_finite(const OpCall& call, const char* name, double value);
 // ---- Output checks (the _into forms) --------------------------------------------------------
 
 // A defined output of the given shape and dtype on the call's device.
-void require_out(const OpCall& call, const char* name, const Tensor& out, const Shape& shape, DType dtype);
+void require_out(const OpCall& call, const char* name, const Tensor& out, const Shape& shape,
+                 DType dtype);
 // `out` must share no memory with any of `others` (undefined ones are skipped). Checked on
 // address ranges, so two views of one allocation imported separately are caught too.
 void require_no_overlap(const OpCall& call, const char* name, const Tensor& out,

@@ -26,12 +26,14 @@ RowsIn rows_in(OpCall& call, const Tensor& t) {
   return RowsIn{dense.data(), detail::row_layout(dense)->row_stride};
 }
 
-RowsOut rows_out(const OpCall& call, const char* name, const Tensor& out, const Shape& shape, DType dtype) {
+RowsOut rows_out(const OpCall& call, const char* name, const Tensor& out, const Shape& shape,
+                 DType dtype) {
   require_out(call, name, out, shape, dtype);
   const auto layout = detail::row_layout(out);
   if (!layout || (layout->rows > 1 && layout->row_stride < layout->cols)) {
-    fail(ErrorCode::InvalidArgument, cat(call.op, ": ", name, " has strides ", shape_str(out.strides()),
-                                         "; an output needs a dense last axis and one row stride"));
+    fail(ErrorCode::InvalidArgument,
+         cat(call.op, ": ", name, " has strides ", shape_str(out.strides()),
+             "; an output needs a dense last axis and one row stride"));
   }
   return RowsOut{out.data(), layout->row_stride};
 }
@@ -41,7 +43,8 @@ const void* dense_in(OpCall& call, const Tensor& t) {
   return call.keep(t.contiguous(call.stream)).data();
 }
 
-void* dense_out(const OpCall& call, const char* name, const Tensor& out, const Shape& shape, DType dtype) {
+void* dense_out(const OpCall& call, const char* name, const Tensor& out, const Shape& shape,
+                DType dtype) {
   require_out(call, name, out, shape, dtype);
   if (!out.is_contiguous()) {
     fail(ErrorCode::InvalidArgument,
@@ -120,8 +123,9 @@ BshdOut bshd_out(const OpCall& call, const char* name, const Tensor& out, Axes4 
   const Bshd v = named_axes(call, name, out, axes);
   require_device(call, name, out);
   if ((v.dim_stride != 1 && v.shape.dim > 1) || !rows_disjoint(v)) {
-    fail(ErrorCode::InvalidArgument, cat(call.op, ": ", name, " has strides ", shape_str(out.strides()),
-                                         "; an output needs a dense last axis and rows that do not overlap"));
+    fail(ErrorCode::InvalidArgument,
+         cat(call.op, ": ", name, " has strides ", shape_str(out.strides()),
+             "; an output needs a dense last axis and rows that do not overlap"));
   }
   return BshdOut{out.data(), v.shape, v.batch_stride, v.seq_stride, v.head_stride};
 }

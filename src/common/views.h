@@ -39,12 +39,14 @@ Shape leading_shape(const Tensor& t);
 RowsIn rows_in(OpCall& call, const Tensor& t);
 // A row output of the given shape and dtype: a dense last axis and one row stride, rows
 // that do not overlap each other; anything else is refused.
-RowsOut rows_out(const OpCall& call, const char* name, const Tensor& out, const Shape& shape, DType dtype);
+RowsOut rows_out(const OpCall& call, const char* name, const Tensor& out, const Shape& shape,
+                 DType dtype);
 
 // A dense (contiguous) input: the tensor itself or a dense copy.
 const void* dense_in(OpCall& call, const Tensor& t);
 // A contiguous output of the given shape and dtype; anything else is refused.
-void* dense_out(const OpCall& call, const char* name, const Tensor& out, const Shape& shape, DType dtype);
+void* dense_out(const OpCall& call, const char* name, const Tensor& out, const Shape& shape,
+                DType dtype);
 
 // A 4-d view with named axes [batch, seq, heads, dim] (the order of a [B, L, H, D] tensor)
 // and a dense last axis: element (b, s, h, d) at data + b*batch_stride + s*seq_stride +

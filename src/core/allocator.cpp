@@ -61,7 +61,8 @@ AllocatorStats allocator_stats(Device device) {
   stats.bytes_in_use = c.in_use.load();
   stats.peak_bytes_in_use = c.peak.load();
   stats.allocations = c.allocations.load();
-  stats.bytes_reserved = device.is_cpu() ? stats.bytes_in_use : detail::cuda::pool_reserved_bytes(device);
+  stats.bytes_reserved =
+      device.is_cpu() ? stats.bytes_in_use : detail::cuda::pool_reserved_bytes(device);
   return stats;
 }
 
@@ -86,7 +87,8 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device, const Str
   if (device.is_cpu()) {
     const size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
     void* p = std::aligned_alloc(kHostAlignment, rounded);
-    if (p == nullptr) fail(ErrorCode::OutOfMemory, cat("allocator: cannot allocate ", bytes, " bytes on the host"));
+    if (p == nullptr)
+      fail(ErrorCode::OutOfMemory, cat("allocator: cannot allocate ", bytes, " bytes on the host"));
     if (poison_allocations()) std::memset(p, 0xff, bytes);
     storage->data = p;
     storage->release = [p, bytes] {

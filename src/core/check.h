@@ -23,8 +23,8 @@ void append(std::string& out, B b) {
   out += b ? "true" : "false";
 }
 template <class T>
-  requires(std::integral<T> && !std::same_as<T, bool> && !std::same_as<T, char>)
-void append(std::string& out, T v) {
+requires(std::integral<T> && !std::same_as<T, bool> &&
+         !std::same_as<T, char>) void append(std::string& out, T v) {
   char buf[24];
   const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
   out.append(buf, end);
@@ -44,7 +44,9 @@ std::string cat(Parts&&... parts) {
   return out;
 }
 
-[[noreturn]] inline void fail(ErrorCode code, const std::string& message) { throw Error(code, message); }
+[[noreturn]] inline void fail(ErrorCode code, const std::string& message) {
+  throw Error(code, message);
+}
 
 template <class... Parts>
 void check(bool ok, ErrorCode code, Parts&&... parts) {

@@ -63,9 +63,12 @@ int device_count() noexcept {
 void require_device(Device device, const char* op) {
   if (!device.is_cuda()) return;
   const int n = device_count();
-  if (n == 0) fail(ErrorCode::Unsupported, cat(op, ": ", device.str(), " requested, but no CUDA device is available"));
+  if (n == 0)
+    fail(ErrorCode::Unsupported,
+         cat(op, ": ", device.str(), " requested, but no CUDA device is available"));
   if (device.index < 0 || device.index >= n) {
-    fail(ErrorCode::InvalidArgument, cat(op, ": ", device.str(), " does not exist (", n, " CUDA device(s))"));
+    fail(ErrorCode::InvalidArgument,
+         cat(op, ": ", device.str(), " does not exist (", n, " CUDA device(s))"));
   }
 }
 
@@ -89,7 +92,8 @@ void* pool_allocate(size_t bytes, Device device, cuda_stream_t stream) {
   if (status != cudaSuccess) {
     cudaGetLastError();
     fail(status == cudaErrorMemoryAllocation ? ErrorCode::OutOfMemory : ErrorCode::Cuda,
-         cat("allocator: cannot allocate ", bytes, " bytes on ", device.str(), ": ", cudaGetErrorString(status)));
+         cat("allocator: cannot allocate ", bytes, " bytes on ", device.str(), ": ",
+             cudaGetErrorString(status)));
   }
   return ptr;
 }
@@ -147,9 +151,11 @@ void stream_synchronize(Device device, cuda_stream_t stream) {
 void stream_wait(Device device, cuda_stream_t waiter, cuda_stream_t producer) {
   DeviceGuard guard(device.index);
   cudaEvent_t event = nullptr;
-  check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "Stream::wait: cudaEventCreateWithFlags");
+  check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+             "Stream::wait: cudaEventCreateWithFlags");
   const cudaError_t recorded = cudaEventRecord(event, native(producer));
-  const cudaError_t waited = recorded == cudaSuccess ? cudaStreamWaitEvent(native(waiter), event, 0) : recorded;
+  const cudaError_t waited =
+      recorded == cudaSuccess ? cudaStreamWaitEvent(native(waiter), event, 0) : recorded;
   cudaEventDestroy(event);  // released once the wait is satisfied
   check_cuda(waited, "Stream::wait");
 }
@@ -157,11 +163,13 @@ void stream_wait(Device device, cuda_stream_t waiter, cuda_stream_t producer) {
 void copy_to_device(void* dst, const void* src, size_t bytes, Device device, cuda_stream_t stream) {
   if (bytes == 0) return;
   DeviceGuard guard(device.index);
-  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, native(stream)), "copy to device");
+  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, native(stream)),
+             "copy to device");
   // From pageable memory the call returns once `src` is staged; from pinned memory it
   // returns at once, so wait for the source to be read before the caller reuses it.
   cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, src) == cudaSuccess && attributes.type == cudaMemoryTypeHost) {
+  if (cudaPointerGetAttributes(&attributes, src) == cudaSuccess &&
+      attributes.type == cudaMemoryTypeHost) {
     check_cuda(cudaStreamSynchronize(native(stream)), "copy to device: cudaStreamSynchronize");
   }
   cudaGetLastError();
@@ -170,22 +178,26 @@ void copy_to_device(void* dst, const void* src, size_t bytes, Device device, cud
 void copy_to_host(void* dst, const void* src, size_t bytes, Device device, cuda_stream_t stream) {
   if (bytes == 0) return;
   DeviceGuard guard(device.index);
-  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, native(stream)), "copy to host");
+  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, native(stream)),
+             "copy to host");
   check_cuda(cudaStreamSynchronize(native(stream)), "copy to host: cudaStreamSynchronize");
 }
 
-void copy_device_to_device(void* dst, const void* src, size_t bytes, Device device, cuda_stream_t stream) {
+void copy_device_to_device(void* dst, const void* src, size_t bytes, Device device,
+                           cuda_stream_t stream) {
   if (bytes == 0) return;
   DeviceGuard guard(device.index);
-  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, native(stream)), "device copy");
+  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, native(stream)),
+             "device copy");
 }
 
 void copy_peer(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
                cuda_stream_t dst_stream) {
   if (bytes == 0) return;
   DeviceGuard guard(dst_device.index);
-  check_cuda(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes, native(dst_stream)),
-             "peer copy");
+  check_cuda(
+      cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes, native(dst_stream)),
+      "peer copy");
 }
 
 void memset_async(void* dst, int byte, size_t bytes, Device device, cuda_stream_t stream) {

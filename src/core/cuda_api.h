@@ -52,8 +52,8 @@ void memset_async(void* dst, int byte, size_t bytes, Device device, cuda_stream_
 
 // Kernels of the core (cuda/copy.cu). Shapes and strides in elements, `dims` <= 12.
 void strided_copy(void* dst, const int64_t* dst_strides, const void* src,
-                  const int64_t* src_strides, const int64_t* shape, int dims,
-                  size_t element_size, Device device, cuda_stream_t stream);
+                  const int64_t* src_strides, const int64_t* shape, int dims, size_t element_size,
+                  Device device, cuda_stream_t stream);
 // Writes `element_size` bytes of `pattern` (its low bytes) to each of `count` elements.
 void fill_pattern(void* dst, int64_t count, size_t element_size, uint64_t pattern, Device device,
                   cuda_stream_t stream);

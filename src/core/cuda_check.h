@@ -9,8 +9,10 @@ namespace rudnn::detail {
 
 inline void check_cuda(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
-  const ErrorCode code = status == cudaErrorMemoryAllocation ? ErrorCode::OutOfMemory : ErrorCode::Cuda;
-  fail(code, cat(what, ": CUDA error ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")"));
+  const ErrorCode code =
+      status == cudaErrorMemoryAllocation ? ErrorCode::OutOfMemory : ErrorCode::Cuda;
+  fail(code,
+       cat(what, ": CUDA error ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")"));
 }
 
 // After a kernel launch: reports launch-configuration errors without synchronising.

@@ -4,7 +4,9 @@
 
 namespace rudnn {
 
-std::string Device::str() const { return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index); }
+std::string Device::str() const {
+  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
+}
 
 bool built_with_cuda() noexcept {
 #if RUDNN_WITH_CUDA

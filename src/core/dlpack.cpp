@@ -18,7 +18,9 @@ using detail::fail;
 constexpr uint8_t kBoolCode = 6;
 
 DType dtype_from_dlpack(DLDataType t) {
-  if (t.lanes != 1) fail(ErrorCode::Unsupported, cat("from_dlpack: vector dtypes (", int(t.lanes), " lanes) are not supported"));
+  if (t.lanes != 1)
+    fail(ErrorCode::Unsupported,
+         cat("from_dlpack: vector dtypes (", int(t.lanes), " lanes) are not supported"));
   switch (t.code) {
     case kDLFloat:
       if (t.bits == 32) return DType::f32;
@@ -39,22 +41,33 @@ DType dtype_from_dlpack(DLDataType t) {
     case kBoolCode:
       if (t.bits == 8) return DType::boolean;
       break;
-    default: break;
+    default:
+      break;
   }
-  fail(ErrorCode::Unsupported, cat("from_dlpack: dtype code ", int(t.code), " with ", int(t.bits), " bits is not supported"));
+  fail(ErrorCode::Unsupported, cat("from_dlpack: dtype code ", int(t.code), " with ", int(t.bits),
+                                   " bits is not supported"));
 }
 
 DLDataType dtype_to_dlpack(DType d) {
   switch (d) {
-    case DType::f32: return {kDLFloat, 32, 1};
-    case DType::f16: return {kDLFloat, 16, 1};
-    case DType::bf16: return {kDLBfloat, 16, 1};
-    case DType::f64: return {kDLFloat, 64, 1};
-    case DType::i32: return {kDLInt, 32, 1};
-    case DType::i64: return {kDLInt, 64, 1};
-    case DType::u32: return {kDLUInt, 32, 1};
-    case DType::u8: return {kDLUInt, 8, 1};
-    case DType::boolean: return {kBoolCode, 8, 1};
+    case DType::f32:
+      return {kDLFloat, 32, 1};
+    case DType::f16:
+      return {kDLFloat, 16, 1};
+    case DType::bf16:
+      return {kDLBfloat, 16, 1};
+    case DType::f64:
+      return {kDLFloat, 64, 1};
+    case DType::i32:
+      return {kDLInt, 32, 1};
+    case DType::i64:
+      return {kDLInt, 64, 1};
+    case DType::u32:
+      return {kDLUInt, 32, 1};
+    case DType::u8:
+      return {kDLUInt, 8, 1};
+    case DType::boolean:
+      return {kBoolCode, 8, 1};
   }
   return {kDLFloat, 32, 1};
 }
@@ -62,10 +75,14 @@ DLDataType dtype_to_dlpack(DType d) {
 Device device_from_dlpack(DLDevice d) {
   switch (d.device_type) {
     case kDLCPU:
-    case kDLCUDAHost: return Device::cpu();
+    case kDLCUDAHost:
+      return Device::cpu();
     case kDLCUDA:
-    case kDLCUDAManaged: return Device::cuda(d.device_id);
-    default: fail(ErrorCode::Unsupported, cat("from_dlpack: device type ", int(d.device_type), " is not supported"));
+    case kDLCUDAManaged:
+      return Device::cuda(d.device_id);
+    default:
+      fail(ErrorCode::Unsupported,
+           cat("from_dlpack: device type ", int(d.device_type), " is not supported"));
   }
 }
 
@@ -97,7 +114,9 @@ Tensor from_dlpack(DLManagedTensor* managed) {
   if (numel > 0) {
     int64_t last = 0;
     for (int64_t i = 0; i < t.ndim; ++i) {
-      if (strides[i] < 0) fail(ErrorCode::Unsupported, cat("from_dlpack: negative strides ", shape_str(strides), " are not supported"));
+      if (strides[i] < 0)
+        fail(ErrorCode::Unsupported,
+             cat("from_dlpack: negative strides ", shape_str(strides), " are not supported"));
       last += (shape[i] - 1) * strides[i];
     }
     extent = last + 1;
@@ -123,7 +142,9 @@ DLManagedTensor* to_dlpack(const Tensor& tensor) {
   t.strides = ctx->strides.data();
   t.byte_offset = 0;
   ctx->managed.manager_ctx = ctx;
-  ctx->managed.deleter = [](DLManagedTensor* self) { delete static_cast<ExportContext*>(self->manager_ctx); };
+  ctx->managed.deleter = [](DLManagedTensor* self) {
+    delete static_cast<ExportContext*>(self->manager_ctx);
+  };
   return &ctx->managed;
 }
 

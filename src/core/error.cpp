@@ -5,13 +5,20 @@ namespace rudnn {
 
 const char* error_code_name(ErrorCode code) noexcept {
   switch (code) {
-    case ErrorCode::InvalidArgument: return "InvalidArgument";
-    case ErrorCode::ShapeMismatch: return "ShapeMismatch";
-    case ErrorCode::DTypeMismatch: return "DTypeMismatch";
-    case ErrorCode::DeviceMismatch: return "DeviceMismatch";
-    case ErrorCode::Unsupported: return "Unsupported";
-    case ErrorCode::OutOfMemory: return "OutOfMemory";
-    case ErrorCode::Cuda: return "Cuda";
+    case ErrorCode::InvalidArgument:
+      return "InvalidArgument";
+    case ErrorCode::ShapeMismatch:
+      return "ShapeMismatch";
+    case ErrorCode::DTypeMismatch:
+      return "DTypeMismatch";
+    case ErrorCode::DeviceMismatch:
+      return "DeviceMismatch";
+    case ErrorCode::Unsupported:
+      return "Unsupported";
+    case ErrorCode::OutOfMemory:
+      return "OutOfMemory";
+    case ErrorCode::Cuda:
+      return "Cuda";
   }
   return "Unknown";
 }

@@ -14,7 +14,7 @@ struct Storage {
   void* data = nullptr;
   size_t bytes = 0;
   Device device;
-  Stream allocation_stream;      // default Stream for host and foreign memory
+  Stream allocation_stream;       // default Stream for host and foreign memory
   std::function<void()> release;  // frees `data`; empty when nothing is owned
 
   Storage() = default;

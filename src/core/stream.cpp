@@ -62,8 +62,9 @@ void Stream::synchronize() const {
 void Stream::wait(const Stream& other) const {
   const Device mine = device(), theirs = other.device();
   if (mine != theirs) {
-    detail::fail(ErrorCode::DeviceMismatch, detail::cat("Stream::wait: this stream is on ", mine.str(),
-                                                        ", the other on ", theirs.str()));
+    detail::fail(ErrorCode::DeviceMismatch,
+                 detail::cat("Stream::wait: this stream is on ", mine.str(), ", the other on ",
+                             theirs.str()));
   }
   if (mine.is_cpu() || *this == other) return;
   detail::cuda::stream_wait(mine, impl_->handle, other.impl_->handle);
@@ -105,8 +106,9 @@ StreamGuard::~StreamGuard() {
 Stream resolve_stream(const Stream& stream, Device device, const char* op) {
   if (stream.is_default()) return current_stream(device);
   if (stream.device() != device) {
-    detail::fail(ErrorCode::DeviceMismatch, detail::cat(op, ": stream is on ", stream.device().str(),
-                                                        ", operands are on ", device.str()));
+    detail::fail(ErrorCode::DeviceMismatch,
+                 detail::cat(op, ": stream is on ", stream.device().str(), ", operands are on ",
+                             device.str()));
   }
   return stream;
 }

@@ -5,7 +5,8 @@
 
 namespace rudnn::detail {
 
-CollapsedLayout collapse_for_copy(const Shape& shape, const Shape& dst_strides, const Shape& src_strides) {
+CollapsedLayout collapse_for_copy(const Shape& shape, const Shape& dst_strides,
+                                  const Shape& src_strides) {
   CollapsedLayout out;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == 1) continue;
@@ -25,8 +26,8 @@ CollapsedLayout collapse_for_copy(const Shape& shape, const Shape& dst_strides, 
   return out;
 }
 
-void host_strided_copy(void* dst, const Shape& dst_strides, const void* src, const Shape& src_strides,
-                       const Shape& shape, size_t element_size) {
+void host_strided_copy(void* dst, const Shape& dst_strides, const void* src,
+                       const Shape& src_strides, const Shape& shape, size_t element_size) {
   const CollapsedLayout layout = collapse_for_copy(shape, dst_strides, src_strides);
   const size_t dims = layout.shape.size();
   int64_t count = 1;
@@ -88,7 +89,8 @@ namespace {
 // [first, last) byte addresses a view can touch.
 std::pair<uintptr_t, uintptr_t> byte_span(const Tensor& t) {
   int64_t last = 0;
-  for (int64_t i = 0; i < t.dim(); ++i) last += (t.shape()[static_cast<size_t>(i)] - 1) * t.strides()[static_cast<size_t>(i)];
+  for (int64_t i = 0; i < t.dim(); ++i)
+    last += (t.shape()[static_cast<size_t>(i)] - 1) * t.strides()[static_cast<size_t>(i)];
   const auto first = reinterpret_cast<uintptr_t>(t.data());
   return {first, first + static_cast<uintptr_t>(last + 1) * t.itemsize()};
 }

@@ -14,11 +14,12 @@ namespace rudnn::detail {
 struct CollapsedLayout {
   Shape shape, dst_strides, src_strides;
 };
-CollapsedLayout collapse_for_copy(const Shape& shape, const Shape& dst_strides, const Shape& src_strides);
+CollapsedLayout collapse_for_copy(const Shape& shape, const Shape& dst_strides,
+                                  const Shape& src_strides);
 
 // Element-by-element strided copy between host buffers.
-void host_strided_copy(void* dst, const Shape& dst_strides, const void* src, const Shape& src_strides,
-                       const Shape& shape, size_t element_size);
+void host_strided_copy(void* dst, const Shape& dst_strides, const void* src,
+                       const Shape& src_strides, const Shape& shape, size_t element_size);
 
 // A tensor seen as `rows` rows of its last axis, row r starting at element r * row_stride
 // from data(), elements within a row dense. Present when the last axis has stride 1 (or

@@ -23,7 +23,8 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
 // Sets up `bar` to complete a phase after `arrivals` arrivals (and all expected bytes).
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
 #if __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(arrivals) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(arrivals)
+               : "memory");
 #endif
 }
 
@@ -37,7 +38,8 @@ __device__ __forceinline__ void fence_barrier_init() {
 // One arrival that also tells the barrier to wait for `bytes` more bytes to land.
 __device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint64_t* bar, uint32_t bytes) {
 #if __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)),
+               "r"(bytes)
                : "memory");
 #endif
 }
@@ -66,7 +68,9 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 __device__ __forceinline__ uint32_t peer_shared_address(const void* local, uint32_t rank) {
   uint32_t remote = 0;
 #if __CUDA_ARCH__ >= 900
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(shared_address(local)), "r"(rank));
 #endif
   return remote;
 }
@@ -76,9 +80,11 @@ __device__ __forceinline__ uint32_t peer_shared_address(const void* local, uint3
 // waiting on its own barrier, with no cluster-wide barrier and no memory fence.
 __device__ __forceinline__ void store_to_peer(uint32_t remote, float2 v, uint32_t remote_bar) {
 #if __CUDA_ARCH__ >= 900
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(remote),
-               "f"(v.x), "f"(v.y), "r"(remote_bar)
-               : "memory");
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(
+          remote),
+      "f"(v.x), "f"(v.y), "r"(remote_bar)
+      : "memory");
 #endif
 }
 

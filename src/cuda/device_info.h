@@ -33,8 +33,8 @@ class PerDevice {
  public:
   template <class Compute>
   T get(Device device, Compute&& compute) {
-    detail::check(device.index >= 0 && device.index < kMaxDevices, ErrorCode::InvalidArgument, "CUDA device index ",
-                  device.index, " is out of range [0, ", kMaxDevices, ")");
+    detail::check(device.index >= 0 && device.index < kMaxDevices, ErrorCode::InvalidArgument,
+                  "CUDA device index ", device.index, " is out of range [0, ", kMaxDevices, ")");
     std::atomic<T>& slot = slots_[device.index];
     T value = slot.load(std::memory_order_relaxed);
     if (value == T{}) {

@@ -25,7 +25,9 @@ namespace rudnn::cuda {
 // The operands' device made current for the launches (restored on exit), and the stream.
 struct LaunchContext {
   explicit LaunchContext(const Stream& s)
-      : guard(s.device().index), device(s.device()), stream(reinterpret_cast<cudaStream_t>(s.handle())),
+      : guard(s.device().index),
+        device(s.device()),
+        stream(reinterpret_cast<cudaStream_t>(s.handle())),
         rudnn_stream(s) {}
 
   detail::cuda::DeviceGuard guard;
@@ -44,10 +46,14 @@ struct TypeTag {
 template <class F>
 void with_float_type(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::f32: return f(TypeTag<float>{});
-    case DType::f16: return f(TypeTag<__half>{});
-    case DType::bf16: return f(TypeTag<__nv_bfloat16>{});
-    default: return;
+    case DType::f32:
+      return f(TypeTag<float>{});
+    case DType::f16:
+      return f(TypeTag<__half>{});
+    case DType::bf16:
+      return f(TypeTag<__nv_bfloat16>{});
+    default:
+      return;
   }
 }
 
@@ -58,7 +64,8 @@ int resident_blocks(Kernel kernel, int block_threads, Device device, PerDevice<i
                     size_t dynamic_shared = 0) {
   const int per_sm = occupancy.get(device, [&] {
     int blocks = 0;
-    detail::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, block_threads, dynamic_shared),
+    detail::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, block_threads,
+                                                                     dynamic_shared),
                        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     return blocks < 1 ? 1 : blocks;
   });

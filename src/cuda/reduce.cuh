@@ -30,14 +30,18 @@ struct SumOp {
 struct MaxOp {
   static constexpr bool kLanesAgree = true;
   __host__ __device__ static constexpr float identity() { return -__builtin_huge_valf(); }
-  __device__ __forceinline__ float operator()(float a, float b) const { return (a > b || a != a) ? a : b; }
+  __device__ __forceinline__ float operator()(float a, float b) const {
+    return (a > b || a != a) ? a : b;
+  }
 };
 
 // Two sums reduced together (one pair of barriers instead of two).
 struct PairSumOp {
   static constexpr bool kLanesAgree = true;
   __host__ __device__ static float2 identity() { return make_float2(0.0f, 0.0f); }
-  __device__ __forceinline__ float2 operator()(float2 a, float2 b) const { return make_float2(a.x + b.x, a.y + b.y); }
+  __device__ __forceinline__ float2 operator()(float2 a, float2 b) const {
+    return make_float2(a.x + b.x, a.y + b.y);
+  }
 };
 
 // Shuffles a state of 32-bit words: from lane (this lane ^ offset), or from `lane`.
@@ -47,7 +51,8 @@ __device__ __forceinline__ S shuffle_xor(const S& s, int offset) {
   uint32_t w[sizeof(S) / 4];
   memcpy(w, &s, sizeof(S));
 #pragma unroll
-  for (int i = 0; i < static_cast<int>(sizeof(S) / 4); ++i) w[i] = __shfl_xor_sync(kFullMask, w[i], offset);
+  for (int i = 0; i < static_cast<int>(sizeof(S) / 4); ++i)
+    w[i] = __shfl_xor_sync(kFullMask, w[i], offset);
   S r;
   memcpy(&r, w, sizeof(S));
   return r;
@@ -57,7 +62,8 @@ __device__ __forceinline__ S shuffle_from(const S& s, int lane) {
   uint32_t w[sizeof(S) / 4];
   memcpy(w, &s, sizeof(S));
 #pragma unroll
-  for (int i = 0; i < static_cast<int>(sizeof(S) / 4); ++i) w[i] = __shfl_sync(kFullMask, w[i], lane);
+  for (int i = 0; i < static_cast<int>(sizeof(S) / 4); ++i)
+    w[i] = __shfl_sync(kFullMask, w[i], lane);
   S r;
   memcpy(&r, w, sizeof(S));
   return r;
@@ -169,7 +175,9 @@ __device__ __forceinline__ void fold(SoftmaxState& s, const Pack<T, W>& x) {
 
 // log(sum(exp(x))) of a merged state. A max of -inf (all -inf), +inf or NaN is the result
 // itself, as in PyTorch.
-__device__ __forceinline__ float log_sum_exp(SoftmaxState s) { return isfinite(s.max) ? s.max + __logf(s.sum) : s.max; }
+__device__ __forceinline__ float log_sum_exp(SoftmaxState s) {
+  return isfinite(s.max) ? s.max + __logf(s.sum) : s.max;
+}
 
 // Welford / Chan running (count, mean, M2) for a numerically stable variance in one pass.
 struct WelfordState {

@@ -77,7 +77,8 @@ __device__ __forceinline__ void store_pack(T* p, const float (&in)[W]) {
 // Loads W elements of an affine parameter stored as T or as float (chosen at run time;
 // the branch is uniform across the grid).
 template <class T, int W>
-__device__ __forceinline__ void load_param(const void* p, bool is_float, int64_t index, float (&out)[W]) {
+__device__ __forceinline__ void load_param(const void* p, bool is_float, int64_t index,
+                                           float (&out)[W]) {
   if (is_float) {
     if constexpr (W % 4 == 0) {
 #pragma unroll

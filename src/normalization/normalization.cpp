@@ -18,8 +18,8 @@ namespace rudnn {
 
 namespace {
 
-using common::OpCall;
 using common::leading_shape;
+using common::OpCall;
 using common::require_defined;
 using common::require_device;
 using common::require_like;
@@ -38,25 +38,29 @@ using norm::ParamOut;
 // The row input of an op: F32/F16/BF16 (F64 on the CPU), at least 1-d, a non-empty last axis.
 void require_row_input(const OpCall& call, const char* name, const Tensor& t) {
   common::require_float(call, name, t);
-  if (t.dim() == 0) fail(ErrorCode::ShapeMismatch, cat(call.op, ": ", name, " is 0-d; expected at least one axis"));
+  if (t.dim() == 0)
+    fail(ErrorCode::ShapeMismatch, cat(call.op, ": ", name, " is 0-d; expected at least one axis"));
   if (t.shape().back() == 0) {
     fail(ErrorCode::InvalidArgument, cat(call.op, ": ", name, " has an empty last axis (shape ",
                                          shape_str(t.shape()), "); expected H >= 1"));
   }
 }
 
-void require_eps(const OpCall& call, float eps) { common::require_finite_positive(call, "eps", eps); }
+void require_eps(const OpCall& call, float eps) {
+  common::require_finite_positive(call, "eps", eps);
+}
 
 // An optional affine parameter [H] in F32 or x's dtype.
-void check_param(const OpCall& call, const char* name, const Tensor& p, int64_t cols, DType x_dtype) {
+void check_param(const OpCall& call, const char* name, const Tensor& p, int64_t cols,
+                 DType x_dtype) {
   if (!p.defined()) return;
   if (p.dtype() != DType::f32 && p.dtype() != x_dtype) {
     fail(ErrorCode::DTypeMismatch, cat(call.op, ": ", name, " has dtype ", dtype_name(p.dtype()),
                                        "; expected f32 or x's dtype ", dtype_name(x_dtype)));
   }
   if (p.dim() != 1 || p.shape()[0] != cols) {
-    fail(ErrorCode::ShapeMismatch, cat(call.op, ": ", name, " has shape ", shape_str(p.shape()), ", expected [H] = [",
-                                       cols, "]"));
+    fail(ErrorCode::ShapeMismatch, cat(call.op, ": ", name, " has shape ", shape_str(p.shape()),
+                                       ", expected [H] = [", cols, "]"));
   }
   require_device(call, name, p);
 }
@@ -93,12 +97,15 @@ Problem row_problem(const Tensor& x) {
   return p;
 }
 
-Tensor empty_like_rows(const OpCall& call, const Tensor& x) { return call.empty(x.shape(), x.dtype()); }
+Tensor empty_like_rows(const OpCall& call, const Tensor& x) {
+  return call.empty(x.shape(), x.dtype());
+}
 
 // ---- Forward norms ------------------------------------------------------------------------------
 
-void norm_forward_impl(OpCall& call, norm::NormKind kind, const Tensor& y_out, const Tensor* sum_out, const Tensor& x,
-                       const Tensor* residual, const Tensor& gamma, const Tensor& beta, float eps) {
+void norm_forward_impl(OpCall& call, norm::NormKind kind, const Tensor& y_out,
+                       const Tensor* sum_out, const Tensor& x, const Tensor* residual,
+                       const Tensor& gamma, const Tensor& beta, float eps) {
   require_row_input(call, "x", x);
   if (residual) require_like(call, "residual", *residual, "x", x);
   require_eps(call, eps);
@@ -108,11 +115,13 @@ void norm_forward_impl(OpCall& call, norm::NormKind kind, const Tensor& y_out, c
   p.gamma = param_in(call, "gamma", gamma, p.cols, x.dtype());
   p.beta = param_in(call, "beta", beta, p.cols, x.dtype());
   p.y = rows_out(call, sum_out ? "normed_out" : "out", y_out, x.shape(), x.dtype());
-  require_no_overlap(call, sum_out ? "normed_out" : "out", y_out, {{"x", &x}, {"gamma", &gamma}, {"beta", &beta}});
+  require_no_overlap(call, sum_out ? "normed_out" : "out", y_out,
+                     {{"x", &x}, {"gamma", &gamma}, {"beta", &beta}});
   if (residual) {
     p.sum = rows_out(call, "sum_out", *sum_out, x.shape(), x.dtype());
     require_no_overlap(call, "normed_out", y_out, {{"residual", residual}, {"sum_out", sum_out}});
-    require_no_overlap(call, "sum_out", *sum_out, {{"x", &x}, {"residual", residual}, {"gamma", &gamma}});
+    require_no_overlap(call, "sum_out", *sum_out,
+                       {{"x", &x}, {"residual", residual}, {"gamma", &gamma}});
     p.residual = rows_in(call, *residual);
   }
   p.x = rows_in(call, x);
@@ -122,13 +131,14 @@ void norm_forward_impl(OpCall& call, norm::NormKind kind, const Tensor& y_out, c
 
 }  // namespace
 
-void layer_norm_into(const Tensor& out, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
-                     const Stream& stream) {
+void layer_norm_into(const Tensor& out, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                     float eps, const Stream& stream) {
   OpCall call("layer_norm", "x", x, stream);
   norm_forward_impl(call, norm::NormKind::layer, out, nullptr, x, nullptr, gamma, beta, eps);
 }
 
-Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Stream& stream) {
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                  const Stream& stream) {
   OpCall call("layer_norm", "x", x, stream);
   require_row_input(call, "x", x);
   Tensor y = empty_like_rows(call, x);
@@ -136,7 +146,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
   return y;
 }
 
-void rms_norm_into(const Tensor& out, const Tensor& x, const Tensor& gamma, float eps, const Stream& stream) {
+void rms_norm_into(const Tensor& out, const Tensor& x, const Tensor& gamma, float eps,
+                   const Stream& stream) {
   OpCall call("rms_norm", "x", x, stream);
   norm_forward_impl(call, norm::NormKind::rms, out, nullptr, x, nullptr, gamma, Tensor(), eps);
 }
@@ -149,18 +160,21 @@ Tensor rms_norm(const Tensor& x, const Tensor& gamma, float eps, const Stream& s
   return y;
 }
 
-void add_rms_norm_into(const Tensor& sum_out, const Tensor& normed_out, const Tensor& x, const Tensor& residual,
-                       const Tensor& gamma, float eps, const Stream& stream) {
+void add_rms_norm_into(const Tensor& sum_out, const Tensor& normed_out, const Tensor& x,
+                       const Tensor& residual, const Tensor& gamma, float eps,
+                       const Stream& stream) {
   OpCall call("add_rms_norm", "x", x, stream);
-  norm_forward_impl(call, norm::NormKind::add_rms, normed_out, &sum_out, x, &residual, gamma, Tensor(), eps);
+  norm_forward_impl(call, norm::NormKind::add_rms, normed_out, &sum_out, x, &residual, gamma,
+                    Tensor(), eps);
 }
 
-AddRmsNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& gamma, float eps,
-                              const Stream& stream) {
+AddRmsNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& gamma,
+                              float eps, const Stream& stream) {
   OpCall call("add_rms_norm", "x", x, stream);
   require_row_input(call, "x", x);
   AddRmsNormResult r{empty_like_rows(call, x), empty_like_rows(call, x)};
-  norm_forward_impl(call, norm::NormKind::add_rms, r.normed, &r.sum, x, &residual, gamma, Tensor(), eps);
+  norm_forward_impl(call, norm::NormKind::add_rms, r.normed, &r.sum, x, &residual, gamma, Tensor(),
+                    eps);
   return r;
 }
 
@@ -238,8 +252,8 @@ void run_cross_entropy(OpCall& call, norm::CrossEntropy& p, const Tensor& logits
   run_backend(call, p, RUDNN_BACKENDS(norm, cross_entropy));
 }
 
-void cross_entropy_impl(OpCall& call, const Tensor& loss_out, const Tensor& logits, const Tensor& targets,
-                        const CrossEntropyOptions& options) {
+void cross_entropy_impl(OpCall& call, const Tensor& loss_out, const Tensor& logits,
+                        const Tensor& targets, const CrossEntropyOptions& options) {
   norm::CrossEntropy p = cross_entropy_problem(call, logits, targets, options);
   p.loss = dense_out(call, "loss_out", loss_out, leading_shape(logits), loss_dtype(logits.dtype()));
   require_no_overlap(call, "loss_out", loss_out, {{"logits", &logits}, {"targets", &targets}});
@@ -248,14 +262,16 @@ void cross_entropy_impl(OpCall& call, const Tensor& loss_out, const Tensor& logi
 
 // The per-row upstream gradient: the loss's dtype and the targets' shape on the operands'
 // device, made dense when it is not.
-const void* dloss_in(OpCall& call, const Tensor& dloss, const Tensor& logits, const Tensor& targets) {
+const void* dloss_in(OpCall& call, const Tensor& dloss, const Tensor& logits,
+                     const Tensor& targets) {
   common::require_dtype(call, "dloss", dloss, {loss_dtype(logits.dtype())});
   common::require_shape(call, "dloss", dloss, targets.shape(), "the targets' shape");
   return common::dense_in(call, dloss);
 }
 
-void cross_entropy_backward_impl(OpCall& call, const Tensor& dlogits_out, const Tensor& logits, const Tensor& targets,
-                                 const Tensor& dloss, const CrossEntropyOptions& options) {
+void cross_entropy_backward_impl(OpCall& call, const Tensor& dlogits_out, const Tensor& logits,
+                                 const Tensor& targets, const Tensor& dloss,
+                                 const CrossEntropyOptions& options) {
   norm::CrossEntropy p = cross_entropy_problem(call, logits, targets, options);
   p.dloss = dloss_in(call, dloss, logits, targets);
   p.dlogits = rows_out(call, "dlogits_out", dlogits_out, logits.shape(), logits.dtype());
@@ -266,8 +282,8 @@ void cross_entropy_backward_impl(OpCall& call, const Tensor& dlogits_out, const 
 
 // grad_scale is used when dloss is undefined.
 void cross_entropy_with_grad_impl(OpCall& call, const Tensor& loss_out, const Tensor& dlogits_out,
-                                  const Tensor& logits, const Tensor& targets, float grad_scale, const Tensor& dloss,
-                                  const CrossEntropyOptions& options) {
+                                  const Tensor& logits, const Tensor& targets, float grad_scale,
+                                  const Tensor& dloss, const CrossEntropyOptions& options) {
   norm::CrossEntropy p = cross_entropy_problem(call, logits, targets, options);
   if (dloss.defined()) {
     p.dloss = dloss_in(call, dloss, logits, targets);
@@ -278,8 +294,12 @@ void cross_entropy_with_grad_impl(OpCall& call, const Tensor& loss_out, const Te
   p.loss = dense_out(call, "loss_out", loss_out, leading_shape(logits), loss_dtype(logits.dtype()));
   p.dlogits = rows_out(call, "dlogits_out", dlogits_out, logits.shape(), logits.dtype());
   require_no_overlap(call, "loss_out", loss_out,
-                     {{"logits", &logits}, {"targets", &targets}, {"dlogits_out", &dlogits_out}, {"dloss", &dloss}});
-  require_no_overlap(call, "dlogits_out", dlogits_out, {{"logits", &logits}, {"targets", &targets}, {"dloss", &dloss}});
+                     {{"logits", &logits},
+                      {"targets", &targets},
+                      {"dlogits_out", &dlogits_out},
+                      {"dloss", &dloss}});
+  require_no_overlap(call, "dlogits_out", dlogits_out,
+                     {{"logits", &logits}, {"targets", &targets}, {"dloss", &dloss}});
   run_cross_entropy(call, p, logits);
 }
 
@@ -291,8 +311,8 @@ void cross_entropy_into(const Tensor& loss_out, const Tensor& logits, const Tens
   cross_entropy_impl(call, loss_out, logits, targets, options);
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options,
-                     const Stream& stream) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
+                     const CrossEntropyOptions& options, const Stream& stream) {
   OpCall call("cross_entropy", "logits", logits, stream);
   require_row_input(call, "logits", logits);
   Tensor loss = call.empty(leading_shape(logits), loss_dtype(logits.dtype()));
@@ -300,8 +320,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   return loss;
 }
 
-void cross_entropy_backward_into(const Tensor& dlogits_out, const Tensor& logits, const Tensor& targets,
-                                 const Tensor& dloss, const CrossEntropyOptions& options, const Stream& stream) {
+void cross_entropy_backward_into(const Tensor& dlogits_out, const Tensor& logits,
+                                 const Tensor& targets, const Tensor& dloss,
+                                 const CrossEntropyOptions& options, const Stream& stream) {
   OpCall call("cross_entropy_backward", "logits", logits, stream);
   cross_entropy_backward_impl(call, dlogits_out, logits, targets, dloss, options);
 }
@@ -315,33 +336,38 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
   return dlogits;
 }
 
-void cross_entropy_with_grad_into(const Tensor& loss_out, const Tensor& dlogits_out, const Tensor& logits,
-                                  const Tensor& targets, float grad_scale, const CrossEntropyOptions& options,
-                                  const Stream& stream) {
+void cross_entropy_with_grad_into(const Tensor& loss_out, const Tensor& dlogits_out,
+                                  const Tensor& logits, const Tensor& targets, float grad_scale,
+                                  const CrossEntropyOptions& options, const Stream& stream) {
   OpCall call("cross_entropy_with_grad", "logits", logits, stream);
-  cross_entropy_with_grad_impl(call, loss_out, dlogits_out, logits, targets, grad_scale, Tensor(), options);
+  cross_entropy_with_grad_impl(call, loss_out, dlogits_out, logits, targets, grad_scale, Tensor(),
+                               options);
 }
 
-CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, float grad_scale,
-                                             const CrossEntropyOptions& options, const Stream& stream) {
+CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor& targets,
+                                             float grad_scale, const CrossEntropyOptions& options,
+                                             const Stream& stream) {
   OpCall call("cross_entropy_with_grad", "logits", logits, stream);
   require_row_input(call, "logits", logits);
   CrossEntropyWithGrad r{call.empty(leading_shape(logits), loss_dtype(logits.dtype())),
                          empty_like_rows(call, logits)};
-  cross_entropy_with_grad_impl(call, r.loss, r.dlogits, logits, targets, grad_scale, Tensor(), options);
+  cross_entropy_with_grad_impl(call, r.loss, r.dlogits, logits, targets, grad_scale, Tensor(),
+                               options);
   return r;
 }
 
-void cross_entropy_with_grad_into(const Tensor& loss_out, const Tensor& dlogits_out, const Tensor& logits,
-                                  const Tensor& targets, const Tensor& dloss, const CrossEntropyOptions& options,
-                                  const Stream& stream) {
+void cross_entropy_with_grad_into(const Tensor& loss_out, const Tensor& dlogits_out,
+                                  const Tensor& logits, const Tensor& targets, const Tensor& dloss,
+                                  const CrossEntropyOptions& options, const Stream& stream) {
   OpCall call("cross_entropy_with_grad", "logits", logits, stream);
   require_defined(call, "dloss", dloss);
   cross_entropy_with_grad_impl(call, loss_out, dlogits_out, logits, targets, 1.0f, dloss, options);
 }
 
-CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, const Tensor& dloss,
-                                             const CrossEntropyOptions& options, const Stream& stream) {
+CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor& targets,
+                                             const Tensor& dloss,
+                                             const CrossEntropyOptions& options,
+                                             const Stream& stream) {
   OpCall call("cross_entropy_with_grad", "logits", logits, stream);
   require_row_input(call, "logits", logits);
   require_defined(call, "dloss", dloss);
@@ -356,12 +382,14 @@ void scale_unless_one(const Tensor& x, const Tensor& scale, const Stream& stream
   require_row_input(call, "x", x);
   require_defined(call, "scale", scale);
   if (scale.dtype() != DType::f32 || scale.numel() != 1) {
-    fail(ErrorCode::InvalidArgument, cat(call.op, ": scale is ", scale.str(), "; expected one f32 element"));
+    fail(ErrorCode::InvalidArgument,
+         cat(call.op, ": scale is ", scale.str(), "; expected one f32 element"));
   }
   require_device(call, "scale", scale);
   require_no_overlap(call, "x", x, {{"scale", &scale}});
   auto p = row_problem<norm::ScaleRows>(x);
-  p.x = rows_out(call, "x", x, x.shape(), x.dtype());  // scaled in place: a dense last axis, one row stride
+  p.x = rows_out(call, "x", x, x.shape(),
+                 x.dtype());  // scaled in place: a dense last axis, one row stride
   p.scale = static_cast<const float*>(scale.data());
   if (p.rows == 0) return;
   run_backend(call, p, RUDNN_BACKENDS(norm, scale_unless_one));
@@ -371,9 +399,9 @@ void scale_unless_one(const Tensor& x, const Tensor& scale, const Stream& stream
 
 namespace {
 
-void norm_backward_impl(OpCall& call, norm::NormKind kind, const Tensor& dx_out, const Tensor& dgamma_out,
-                        const Tensor& dbeta_out, const Tensor& dy, const Tensor& x, const Tensor& gamma,
-                        const Tensor& beta, float eps) {
+void norm_backward_impl(OpCall& call, norm::NormKind kind, const Tensor& dx_out,
+                        const Tensor& dgamma_out, const Tensor& dbeta_out, const Tensor& dy,
+                        const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) {
   require_row_input(call, "x", x);
   require_like(call, "dy", dy, "x", x);
   require_eps(call, eps);
@@ -384,23 +412,29 @@ void norm_backward_impl(OpCall& call, norm::NormKind kind, const Tensor& dx_out,
   check_param(call, "beta", beta, p.cols, x.dtype());  // only its shape and dtype matter here
   p.dx = rows_out(call, "dx_out", dx_out, x.shape(), x.dtype());
   // beta is not read, but an output written over it would still change the caller's input.
-  require_no_overlap(call, "dx_out", dx_out, {{"x", &x}, {"dy", &dy}, {"gamma", &gamma}, {"beta", &beta}});
-  auto param_grad = [&](const char* name, const Tensor& out, const Tensor& param, const char* param_name) {
+  require_no_overlap(call, "dx_out", dx_out,
+                     {{"x", &x}, {"dy", &dy}, {"gamma", &gamma}, {"beta", &beta}});
+  auto param_grad = [&](const char* name, const Tensor& out, const Tensor& param,
+                        const char* param_name) {
     if (param.defined() != out.defined()) {
-      fail(ErrorCode::InvalidArgument, cat(call.op, ": ", name, " must be given exactly when ", param_name, " is"));
+      fail(ErrorCode::InvalidArgument,
+           cat(call.op, ": ", name, " must be given exactly when ", param_name, " is"));
     }
     if (!param.defined()) return ParamOut{};
     void* data = dense_out(call, name, out, param.shape(), param.dtype());
-    require_no_overlap(call, name, out,
-                       {{"x", &x}, {"dy", &dy}, {"gamma", &gamma}, {"beta", &beta}, {"dx_out", &dx_out}});
+    require_no_overlap(
+        call, name, out,
+        {{"x", &x}, {"dy", &dy}, {"gamma", &gamma}, {"beta", &beta}, {"dx_out", &dx_out}});
     return ParamOut{data, param.dtype() == DType::f32};
   };
   p.dgamma = param_grad("dgamma_out", dgamma_out, gamma, "gamma");
   p.dbeta = param_grad("dbeta_out", dbeta_out, beta, "beta");
-  if (p.dgamma.data && p.dbeta.data) require_no_overlap(call, "dbeta_out", dbeta_out, {{"dgamma_out", &dgamma_out}});
+  if (p.dgamma.data && p.dbeta.data)
+    require_no_overlap(call, "dbeta_out", dbeta_out, {{"dgamma_out", &dgamma_out}});
   p.x = rows_in(call, x);
   p.dy = rows_in(call, dy);
-  run_backend(call, p, RUDNN_BACKENDS(norm, norm_backward));  // also with 0 rows: the gradients are zero
+  run_backend(call, p,
+              RUDNN_BACKENDS(norm, norm_backward));  // also with 0 rows: the gradients are zero
 }
 
 Tensor param_grad_like(const OpCall& call, const Tensor& param) {
@@ -409,28 +443,32 @@ Tensor param_grad_like(const OpCall& call, const Tensor& param) {
 
 }  // namespace
 
-void layer_norm_backward_into(const Tensor& dx_out, const Tensor& dgamma_out, const Tensor& dbeta_out,
-                              const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+void layer_norm_backward_into(const Tensor& dx_out, const Tensor& dgamma_out,
+                              const Tensor& dbeta_out, const Tensor& dy, const Tensor& x,
+                              const Tensor& gamma, const Tensor& beta, float eps,
                               const Stream& stream) {
   OpCall call("layer_norm_backward", "x", x, stream);
-  norm_backward_impl(call, norm::NormKind::layer, dx_out, dgamma_out, dbeta_out, dy, x, gamma, beta, eps);
+  norm_backward_impl(call, norm::NormKind::layer, dx_out, dgamma_out, dbeta_out, dy, x, gamma, beta,
+                     eps);
 }
 
-LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                   float eps, const Stream& stream) {
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& beta, float eps, const Stream& stream) {
   OpCall call("layer_norm_backward", "x", x, stream);
   require_row_input(call, "x", x);
   check_param(call, "gamma", gamma, x.shape().back(), x.dtype());
   check_param(call, "beta", beta, x.shape().back(), x.dtype());
-  LayerNormGrads g{empty_like_rows(call, x), param_grad_like(call, gamma), param_grad_like(call, beta)};
+  LayerNormGrads g{empty_like_rows(call, x), param_grad_like(call, gamma),
+                   param_grad_like(call, beta)};
   norm_backward_impl(call, norm::NormKind::layer, g.dx, g.dgamma, g.dbeta, dy, x, gamma, beta, eps);
   return g;
 }
 
-void rms_norm_backward_into(const Tensor& dx_out, const Tensor& dgamma_out, const Tensor& dy, const Tensor& x,
-                            const Tensor& gamma, float eps, const Stream& stream) {
+void rms_norm_backward_into(const Tensor& dx_out, const Tensor& dgamma_out, const Tensor& dy,
+                            const Tensor& x, const Tensor& gamma, float eps, const Stream& stream) {
   OpCall call("rms_norm_backward", "x", x, stream);
-  norm_backward_impl(call, norm::NormKind::rms, dx_out, dgamma_out, Tensor(), dy, x, gamma, Tensor(), eps);
+  norm_backward_impl(call, norm::NormKind::rms, dx_out, dgamma_out, Tensor(), dy, x, gamma,
+                     Tensor(), eps);
 }
 
 RmsNormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, float eps,
@@ -439,7 +477,8 @@ RmsNormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& 
   require_row_input(call, "x", x);
   check_param(call, "gamma", gamma, x.shape().back(), x.dtype());
   RmsNormGrads g{empty_like_rows(call, x), param_grad_like(call, gamma)};
-  norm_backward_impl(call, norm::NormKind::rms, g.dx, g.dgamma, Tensor(), dy, x, gamma, Tensor(), eps);
+  norm_backward_impl(call, norm::NormKind::rms, g.dx, g.dgamma, Tensor(), dy, x, gamma, Tensor(),
+                     eps);
   return g;
 }
 
@@ -459,7 +498,8 @@ void softmax_backward_impl(OpCall& call, const Tensor& dx_out, const Tensor& dy,
 
 }  // namespace
 
-void softmax_backward_into(const Tensor& dx_out, const Tensor& dy, const Tensor& y, const Stream& stream) {
+void softmax_backward_into(const Tensor& dx_out, const Tensor& dy, const Tensor& y,
+                           const Stream& stream) {
   OpCall call("softmax_backward", "y", y, stream);
   softmax_backward_impl(call, dx_out, dy, y);
 }

@@ -35,7 +35,7 @@ struct NormForward {
   int64_t rows = 0, cols = 0;
   DType dtype = DType::f32;
   RowsIn x;
-  RowsIn residual;  // add_rms only
+  RowsIn residual;      // add_rms only
   ParamIn gamma, beta;  // beta: layer only
   RowsOut y;
   RowsOut sum;  // add_rms only: x + residual rounded to dtype
@@ -57,7 +57,7 @@ struct SoftmaxForward {
   int64_t rows = 0, cols = 0;
   DType dtype = DType::f32;
   RowsIn x;
-  RowsOut y;          // softmax: the probabilities
+  RowsOut y;            // softmax: the probabilities
   void* lse = nullptr;  // logsumexp: [rows] dense, in dtype (exactly one of y / lse is set)
 };
 
@@ -77,9 +77,10 @@ struct CrossEntropy {
   DType target_dtype = DType::i64;
   bool has_ignore_index = false;
   int64_t ignore_index = 0;
-  void* loss = nullptr;           // [rows] dense, F32 (F64 for F64 logits); null: backward only
-  RowsOut dlogits;                // data may be null (forward only)
-  const void* dloss = nullptr;    // [rows] dense, loss's dtype; null: every row's gradient is grad_scale
+  void* loss = nullptr;  // [rows] dense, F32 (F64 for F64 logits); null: backward only
+  RowsOut dlogits;       // data may be null (forward only)
+  const void* dloss =
+      nullptr;  // [rows] dense, loss's dtype; null: every row's gradient is grad_scale
   float grad_scale = 1.0f;
 };
 

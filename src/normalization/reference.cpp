@@ -9,43 +9,89 @@ namespace rudnn::norm::reference {
 
 namespace {
 
-template <class T> double to_double(T v) { return static_cast<double>(static_cast<float>(v)); }
-template <> double to_double<float>(float v) { return v; }
+template <class T>
+double to_double(T v) {
+  return static_cast<double>(static_cast<float>(v));
+}
+template <>
+double to_double<float>(float v) {
+  return v;
+}
 
 // The value stored as T: FP32 first (what every device computes in), then T.
-template <class T> T from_double(double v) { return T(static_cast<float>(v)); }
-template <> float from_double<float>(double v) { return static_cast<float>(v); }
+template <class T>
+T from_double(double v) {
+  return T(static_cast<float>(v));
+}
+template <>
+float from_double<float>(double v) {
+  return static_cast<float>(v);
+}
 
-template <> double to_double<double>(double v) { return v; }
-template <> double from_double<double>(double v) { return v; }
+template <>
+double to_double<double>(double v) {
+  return v;
+}
+template <>
+double from_double<double>(double v) {
+  return v;
+}
 
 // a + b as the GPU forms it: in FP32, stored as T (in float64 for F64 rows).
-template <class T> T add_stored(T a, T b) { return from_double<T>(static_cast<float>(to_double(a)) + static_cast<float>(to_double(b))); }
-template <> double add_stored<double>(double a, double b) { return a + b; }
+template <class T>
+T add_stored(T a, T b) {
+  return from_double<T>(static_cast<float>(to_double(a)) + static_cast<float>(to_double(b)));
+}
+template <>
+double add_stored<double>(double a, double b) {
+  return a + b;
+}
 
 // x * s as the GPU forms it: in FP32, stored as T (in float64 for F64 rows).
-template <class T> T scale_stored(T x, float s) { return from_double<T>(static_cast<float>(to_double(x)) * s); }
-template <> double scale_stored<double>(double x, float s) { return x * s; }
+template <class T>
+T scale_stored(T x, float s) {
+  return from_double<T>(static_cast<float>(to_double(x)) * s);
+}
+template <>
+double scale_stored<double>(double x, float s) {
+  return x * s;
+}
 
 // Calls f(T{}) with T the host type of a floating dtype.
 template <class F>
 void with_float_type(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::f32: f(float{}); break;
-    case DType::f16: f(half{}); break;
-    case DType::bf16: f(bfloat16{}); break;
-    case DType::f64: f(double{}); break;  // the CPU only: the reference of gradcheck-style tests
-    default: break;  // validated away
+    case DType::f32:
+      f(float{});
+      break;
+    case DType::f16:
+      f(half{});
+      break;
+    case DType::bf16:
+      f(bfloat16{});
+      break;
+    case DType::f64:
+      f(double{});
+      break;  // the CPU only: the reference of gradcheck-style tests
+    default:
+      break;  // validated away
   }
 }
 
-template <class T> const T* row_in(const RowsIn& r, int64_t row) { return static_cast<const T*>(r.data) + row * r.stride; }
-template <class T> T* row_out(const RowsOut& r, int64_t row) { return static_cast<T*>(r.data) + row * r.stride; }
+template <class T>
+const T* row_in(const RowsIn& r, int64_t row) {
+  return static_cast<const T*>(r.data) + row * r.stride;
+}
+template <class T>
+T* row_out(const RowsOut& r, int64_t row) {
+  return static_cast<T*>(r.data) + row * r.stride;
+}
 
 template <class T>
 double param(const ParamIn& p, int64_t i, double absent) {
   if (p.data == nullptr) return absent;
-  return p.is_f32 ? static_cast<const float*>(p.data)[i] : to_double(static_cast<const T*>(p.data)[i]);
+  return p.is_f32 ? static_cast<const float*>(p.data)[i]
+                  : to_double(static_cast<const T*>(p.data)[i]);
 }
 
 template <class T>
@@ -101,7 +147,8 @@ void norm_forward_typed(const NormForward& p) {
       for (int64_t c = 0; c < n; ++c) mean += to_double(h[c]);
       mean *= inv_n;
     }
-    for (int64_t c = 0; c < n; ++c) square_sum += (to_double(h[c]) - mean) * (to_double(h[c]) - mean);
+    for (int64_t c = 0; c < n; ++c)
+      square_sum += (to_double(h[c]) - mean) * (to_double(h[c]) - mean);
     const double rstd = 1.0 / std::sqrt(square_sum * inv_n + p.eps);
     T* y = row_out<T>(p.y, r);
     for (int64_t c = 0; c < n; ++c) {
@@ -157,8 +204,10 @@ void norm_backward_typed(const NormBackward& p) {
       dx[c] = from_double<T>(rstd * (centred - xhat(c) * mean_gdy_xhat));
     }
   }
-  for (int64_t c = 0; c < static_cast<int64_t>(dgamma.size()); ++c) store_param<T>(p.dgamma, c, dgamma[c]);
-  for (int64_t c = 0; c < static_cast<int64_t>(dbeta.size()); ++c) store_param<T>(p.dbeta, c, dbeta[c]);
+  for (int64_t c = 0; c < static_cast<int64_t>(dgamma.size()); ++c)
+    store_param<T>(p.dgamma, c, dgamma[c]);
+  for (int64_t c = 0; c < static_cast<int64_t>(dbeta.size()); ++c)
+    store_param<T>(p.dbeta, c, dbeta[c]);
 }
 
 template <class T>
@@ -189,18 +238,25 @@ void softmax_backward_typed(const SoftmaxBackward& p) {
     double dot = 0.0;
     for (int64_t c = 0; c < p.cols; ++c) dot += to_double(dy[c]) * to_double(y[c]);
     T* dx = row_out<T>(p.dx, r);
-    for (int64_t c = 0; c < p.cols; ++c) dx[c] = from_double<T>(to_double(y[c]) * (to_double(dy[c]) - dot));
+    for (int64_t c = 0; c < p.cols; ++c)
+      dx[c] = from_double<T>(to_double(y[c]) * (to_double(dy[c]) - dot));
   }
 }
 
 int64_t load_target(const void* targets, DType dtype, int64_t r, bool& in_range) {
   in_range = true;
   switch (dtype) {
-    case DType::i32: return static_cast<const int32_t*>(targets)[r];
-    case DType::i64: return static_cast<const int64_t*>(targets)[r];
-    case DType::u32: return static_cast<const uint32_t*>(targets)[r];
-    case DType::u8: return static_cast<const uint8_t*>(targets)[r];
-    default: in_range = false; return 0;
+    case DType::i32:
+      return static_cast<const int32_t*>(targets)[r];
+    case DType::i64:
+      return static_cast<const int64_t*>(targets)[r];
+    case DType::u32:
+      return static_cast<const uint32_t*>(targets)[r];
+    case DType::u8:
+      return static_cast<const uint8_t*>(targets)[r];
+    default:
+      in_range = false;
+      return 0;
   }
 }
 
@@ -232,13 +288,15 @@ void cross_entropy_typed(const CrossEntropy& p) {
     T* dx = p.dlogits.data ? row_out<T>(p.dlogits, r) : nullptr;
     if (p.has_ignore_index && raw == p.ignore_index) {
       store_loss<T>(p, r, 0.0);
-      if (dx) for (int64_t c = 0; c < n; ++c) dx[c] = from_double<T>(0.0);
+      if (dx)
+        for (int64_t c = 0; c < n; ++c) dx[c] = from_double<T>(0.0);
       continue;
     }
     const int64_t t = raw < 0 ? raw + n : raw;
     if (!known || t < 0 || t >= n) {  // never used as an index
       store_loss<T>(p, r, kNaN);
-      if (dx) for (int64_t c = 0; c < n; ++c) dx[c] = from_double<T>(kNaN);
+      if (dx)
+        for (int64_t c = 0; c < n; ++c) dx[c] = from_double<T>(kNaN);
       continue;
     }
     const double lse = row_logsumexp(x, n);
@@ -247,7 +305,8 @@ void cross_entropy_typed(const CrossEntropy& p) {
       const double scale = upstream_gradient<T>(p, r);
       const double m = row_max(x, n);
       double s = 0.0;
-      if (std::isfinite(m)) for (int64_t c = 0; c < n; ++c) s += std::exp(to_double(x[c]) - m);
+      if (std::isfinite(m))
+        for (int64_t c = 0; c < n; ++c) s += std::exp(to_double(x[c]) - m);
       for (int64_t c = 0; c < n; ++c) {
         const double prob = std::isfinite(m) ? std::exp(to_double(x[c]) - m) / s : kNaN;
         dx[c] = from_double<T>(scale * (prob - (c == t ? 1.0 : 0.0)));

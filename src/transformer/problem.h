@@ -30,16 +30,16 @@ struct Rope {
   DType dtype = DType::f32;  // x and y (F32, F16, BF16; F64 on the CPU)
   BshdIn x;
   BshdOut y;
-  int64_t dims = 0;          // even, 2 <= dims <= D
-  bool traditional = false;  // pairs (2j, 2j+1); else (j, j + dims/2)
-  bool inverse = false;      // backward: rotate by -angle
+  int64_t dims = 0;              // even, 2 <= dims <= D
+  bool traditional = false;      // pairs (2j, 2j+1); else (j, j + dims/2)
+  bool inverse = false;          // backward: rotate by -angle
   const float* freqs = nullptr;  // [dims / 2] dense, or null: base
   double base = 10000.0;
   double scale = 1.0;
   PositionSource source = PositionSource::offset;
   int64_t offset = 0;
-  const void* positions = nullptr;      // offsets or positions, dense
-  DType position_dtype = DType::i64;    // i32 or i64
+  const void* positions = nullptr;    // offsets or positions, dense
+  DType position_dtype = DType::i64;  // i32 or i64
 };
 
 enum class GluKind : uint8_t { swiglu, geglu_erf, geglu_tanh };

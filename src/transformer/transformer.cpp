@@ -6,8 +6,8 @@
 #include "rudnn/normalization.h"
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <numbers>
 #include <vector>
 
@@ -58,7 +58,8 @@ std::optional<Tensor> as_bmtd(const Tensor& t) {
   for (int64_t a = 1; a <= r - 3; ++a) {
     if (n[a] == 0) m = 0;
   }
-  return t.as_strided({n[0], m, n[r - 2], n[r - 1]}, {s[0], m_stride, s[r - 2], s[r - 1]}, t.offset());
+  return t.as_strided({n[0], m, n[r - 2], n[r - 1]}, {s[0], m_stride, s[r - 2], s[r - 1]},
+                      t.offset());
 }
 
 void require_rope_input(const OpCall& call, const char* name, const Tensor& t) {
@@ -73,12 +74,14 @@ void require_rope_input(const OpCall& call, const char* name, const Tensor& t) {
 void rope_options(OpCall& call, const Tensor& x, const RopeOptions& o, transformer::Rope& p) {
   const int64_t b = x.shape()[0], t = x.shape()[x.dim() - 2], d = x.shape().back();
   if (o.dims < 2 || o.dims % 2 != 0 || o.dims > d) {
-    fail(ErrorCode::InvalidArgument, cat(call.op, ": dims is ", o.dims, "; expected an even number in [2, D] with D = ", d));
+    fail(ErrorCode::InvalidArgument,
+         cat(call.op, ": dims is ", o.dims, "; expected an even number in [2, D] with D = ", d));
   }
   const bool has_base = o.base.has_value(), has_freqs = o.freqs.defined();
   if (has_base == has_freqs) {
-    fail(ErrorCode::InvalidArgument, cat(call.op, ": base and freqs are ", has_base ? "both" : "neither",
-                                         " given; expected exactly one of them"));
+    fail(ErrorCode::InvalidArgument,
+         cat(call.op, ": base and freqs are ", has_base ? "both" : "neither",
+             " given; expected exactly one of them"));
   }
   if (has_base) {
     common::require_finite_positive(call, "base", *o.base);
@@ -89,12 +92,15 @@ void rope_options(OpCall& call, const Tensor& x, const RopeOptions& o, transform
   }
   common::require_finite(call, "scale", o.scale);
   p.scale = o.scale;
-  if (o.offset < 0) fail(ErrorCode::InvalidArgument, cat(call.op, ": offset is ", o.offset, "; expected >= 0"));
+  if (o.offset < 0)
+    fail(ErrorCode::InvalidArgument, cat(call.op, ": offset is ", o.offset, "; expected >= 0"));
   const int given = (o.offset != 0) + o.offsets.defined() + o.positions.defined();
   if (given > 1) {
-    fail(ErrorCode::InvalidArgument, cat(call.op, ": ", o.positions.defined() ? "positions" : "offsets",
-                                         " given together with ", o.offsets.defined() && o.positions.defined() ? "offsets" : "a non-zero offset",
-                                         "; expected one of offset, offsets and positions"));
+    fail(
+        ErrorCode::InvalidArgument,
+        cat(call.op, ": ", o.positions.defined() ? "positions" : "offsets", " given together with ",
+            o.offsets.defined() && o.positions.defined() ? "offsets" : "a non-zero offset",
+            "; expected one of offset, offsets and positions"));
   }
   p.dims = o.dims;
   p.traditional = o.traditional;
@@ -113,8 +119,9 @@ void rope_options(OpCall& call, const Tensor& x, const RopeOptions& o, transform
     } else if (o.positions.shape() == Shape{b, t}) {
       p.source = transformer::PositionSource::positions_bt;
     } else {
-      fail(ErrorCode::ShapeMismatch, cat(call.op, ": positions has shape ", shape_str(o.positions.shape()),
-                                         ", expected [T] = [", t, "] or [B, T] = [", b, ", ", t, "]"));
+      fail(ErrorCode::ShapeMismatch,
+           cat(call.op, ": positions has shape ", shape_str(o.positions.shape()),
+               ", expected [T] = [", t, "] or [B, T] = [", b, ", ", t, "]"));
     }
     p.position_dtype = o.positions.dtype();
   }
@@ -125,8 +132,9 @@ void rope_options(OpCall& call, const Tensor& x, const RopeOptions& o, transform
 common::BshdOut rope_out(const OpCall& call, const char* name, const Tensor& out) {
   const std::optional<Tensor> out4 = as_bmtd(out);
   if (!out4) {
-    fail(ErrorCode::InvalidArgument, cat(call.op, ": ", name, " has strides ", shape_str(out.strides()),
-                                         "; an output needs its axes between B and T to collapse to one stride"));
+    fail(ErrorCode::InvalidArgument,
+         cat(call.op, ": ", name, " has strides ", shape_str(out.strides()),
+             "; an output needs its axes between B and T to collapse to one stride"));
   }
   return common::bshd_out(call, name, *out4, common::Axes4::bhsd);
 }
@@ -142,8 +150,11 @@ void rope_impl(OpCall& call, const Tensor& out, const Tensor& x, const RopeOptio
   rope_options(call, x, o, p);
   common::require_out(call, out_name, out, x.shape(), x.dtype());
   const Tensor none;
-  require_no_overlap(call, out_name, out, {{x_name, in_place ? &none : &x}, {"freqs", &o.freqs}, {"offsets", &o.offsets},
-                                           {"positions", &o.positions}});
+  require_no_overlap(call, out_name, out,
+                     {{x_name, in_place ? &none : &x},
+                      {"freqs", &o.freqs},
+                      {"offsets", &o.offsets},
+                      {"positions", &o.positions}});
   p.y = rope_out(call, out_name, out);
   if (x.numel() == 0) return;
   std::optional<Tensor> x4 = as_bmtd(x);
@@ -157,7 +168,8 @@ void rope_impl(OpCall& call, const Tensor& out, const Tensor& x, const RopeOptio
 
 }  // namespace
 
-void rope_into(const Tensor& out, const Tensor& x, const RopeOptions& options, const Stream& stream) {
+void rope_into(const Tensor& out, const Tensor& x, const RopeOptions& options,
+               const Stream& stream) {
   OpCall call("rope", "x", x, stream);
   rope_impl(call, out, x, options, false, "x", "out");
 }
@@ -170,7 +182,8 @@ Tensor rope(const Tensor& x, const RopeOptions& options, const Stream& stream) {
   return y;
 }
 
-void rope_backward_into(const Tensor& dx_out, const Tensor& dy, const RopeOptions& options, const Stream& stream) {
+void rope_backward_into(const Tensor& dx_out, const Tensor& dy, const RopeOptions& options,
+                        const Stream& stream) {
   OpCall call("rope_backward", "dy", dy, stream);
   rope_impl(call, dx_out, dy, options, true, "dy", "dx_out");
 }
@@ -194,8 +207,8 @@ void check_rope_norm(const OpCall& call, const Tensor& x, const std::optional<Ro
   const Tensor& w = norm->weight;
   if (!w.defined()) return;
   if (w.dtype() != DType::f32 && w.dtype() != x.dtype()) {
-    fail(ErrorCode::DTypeMismatch, cat(call.op, ": weight has dtype ", dtype_name(w.dtype()), "; expected f32 or x's dtype ",
-                                       dtype_name(x.dtype())));
+    fail(ErrorCode::DTypeMismatch, cat(call.op, ": weight has dtype ", dtype_name(w.dtype()),
+                                       "; expected f32 or x's dtype ", dtype_name(x.dtype())));
   }
   common::require_shape(call, "weight", w, {x.shape().back()}, "[D]");
   require_device(call, "weight", w);
@@ -203,8 +216,9 @@ void check_rope_norm(const OpCall& call, const Tensor& x, const std::optional<Ro
 
 void check_rope_rotation(const OpCall& call, const RopeOptions& o) {
   if (o.offsets.defined() || o.positions.defined()) {
-    fail(ErrorCode::InvalidArgument, cat(call.op, ": rotation has ", o.offsets.defined() ? "offsets" : "positions",
-                                         "; expected a scalar offset (positions offset .. offset + L)"));
+    fail(ErrorCode::InvalidArgument,
+         cat(call.op, ": rotation has ", o.offsets.defined() ? "offsets" : "positions",
+             "; expected a scalar offset (positions offset .. offset + L)"));
   }
 }
 
@@ -221,7 +235,8 @@ void norm_rope_run(OpCall& call, const Tensor& dest, const char* dest_name, cons
   // into a new tensor) takes the norm and is rotated in place, with no temporary.
   // Otherwise (a cache slice of several heads, say) the norm goes into a temporary.
   const auto rows = detail::row_layout(dest);
-  if (rows && rows->row_stride == rows->cols && reinterpret_cast<uintptr_t>(dest.data()) % 16 == 0) {
+  if (rows && rows->row_stride == rows->cols &&
+      reinterpret_cast<uintptr_t>(dest.data()) % 16 == 0) {
     rms_norm_into(dest, x, norm->weight, norm->eps, call.stream);
     rope_impl(call, dest, dest, o, false, "x", dest_name, true);
     return;
@@ -232,8 +247,8 @@ void norm_rope_run(OpCall& call, const Tensor& dest, const char* dest_name, cons
 
 }  // namespace
 
-Tensor norm_rope(const Tensor& x, const std::optional<RopeNorm>& norm, const RopeOptions& rotation, const Tensor& cache,
-                 const Stream& stream) {
+Tensor norm_rope(const Tensor& x, const std::optional<RopeNorm>& norm, const RopeOptions& rotation,
+                 const Tensor& cache, const Stream& stream) {
   OpCall call("norm_rope", "x", x, stream);
   require_rope_input(call, "x", x);
   check_rope_rotation(call, rotation);
@@ -248,31 +263,36 @@ Tensor norm_rope(const Tensor& x, const std::optional<RopeNorm>& norm, const Rop
     return y;
   }
   if (x.dim() != 4) {
-    fail(ErrorCode::ShapeMismatch, cat(call.op, ": x has shape ", shape_str(x.shape()), "; with a cache x must be [B, H, L, D]"));
+    fail(ErrorCode::ShapeMismatch, cat(call.op, ": x has shape ", shape_str(x.shape()),
+                                       "; with a cache x must be [B, H, L, D]"));
   }
   if (cache.dtype() != x.dtype()) {
-    fail(ErrorCode::DTypeMismatch, cat(call.op, ": cache has dtype ", dtype_name(cache.dtype()), ", x has ",
-                                       dtype_name(x.dtype()), "; they must match"));
+    fail(ErrorCode::DTypeMismatch, cat(call.op, ": cache has dtype ", dtype_name(cache.dtype()),
+                                       ", x has ", dtype_name(x.dtype()), "; they must match"));
   }
   const Shape& n = x.shape();
-  if (cache.dim() != 4 || cache.shape()[0] != n[0] || cache.shape()[1] != n[1] || cache.shape()[3] != n[3]) {
-    fail(ErrorCode::ShapeMismatch, cat(call.op, ": cache has shape ", shape_str(cache.shape()), ", expected [B, H, C, D] = [",
-                                       n[0], ", ", n[1], ", C, ", n[3], "]"));
+  if (cache.dim() != 4 || cache.shape()[0] != n[0] || cache.shape()[1] != n[1] ||
+      cache.shape()[3] != n[3]) {
+    fail(ErrorCode::ShapeMismatch,
+         cat(call.op, ": cache has shape ", shape_str(cache.shape()), ", expected [B, H, C, D] = [",
+             n[0], ", ", n[1], ", C, ", n[3], "]"));
   }
   if (cache.shape()[2] < rotation.offset + n[2]) {
-    fail(ErrorCode::ShapeMismatch, cat(call.op, ": cache holds C = ", cache.shape()[2], " positions; offset + L = ",
-                                       rotation.offset + n[2], " are needed"));
+    fail(ErrorCode::ShapeMismatch,
+         cat(call.op, ": cache holds C = ", cache.shape()[2],
+             " positions; offset + L = ", rotation.offset + n[2], " are needed"));
   }
   require_device(call, "cache", cache);
   const Tensor* weight = norm ? &norm->weight : nullptr;
   const Tensor none;
   require_no_overlap(call, "cache", cache, {{"x", &x}, {"weight", weight ? weight : &none}});
-  norm_rope_run(call, cache.slice(2, rotation.offset, rotation.offset + n[2]), "cache", x, norm, rotation);
+  norm_rope_run(call, cache.slice(2, rotation.offset, rotation.offset + n[2]), "cache", x, norm,
+                rotation);
   return cache;
 }
 
-void norm_rope_into(const Tensor& out, const Tensor& x, const std::optional<RopeNorm>& norm, const RopeOptions& rotation,
-                    const Stream& stream) {
+void norm_rope_into(const Tensor& out, const Tensor& x, const std::optional<RopeNorm>& norm,
+                    const RopeOptions& rotation, const Stream& stream) {
   OpCall call("norm_rope", "x", x, stream);
   require_rope_input(call, "x", x);
   check_rope_rotation(call, rotation);
@@ -302,7 +322,8 @@ void require_freq_basics(const char* op, int64_t dims, float base) {
 }
 
 void require_factor(const char* op, const char* name, float v) {
-  if (!(std::isfinite(v) && v > 0.0f)) fail(ErrorCode::InvalidArgument, cat(op, ": ", name, " must be finite and > 0, got ", v));
+  if (!(std::isfinite(v) && v > 0.0f))
+    fail(ErrorCode::InvalidArgument, cat(op, ": ", name, " must be finite and > 0, got ", v));
 }
 
 Tensor freqs_tensor(const std::vector<double>& inv_freq, Device device, const Stream& stream) {
@@ -314,24 +335,28 @@ Tensor freqs_tensor(const std::vector<double>& inv_freq, Device device, const St
 
 std::vector<double> base_inv_freq(int64_t dims, double base) {
   std::vector<double> w(static_cast<size_t>(dims / 2));
-  for (int64_t j = 0; j < dims / 2; ++j) w[j] = std::pow(base, -2.0 * static_cast<double>(j) / static_cast<double>(dims));
+  for (int64_t j = 0; j < dims / 2; ++j)
+    w[j] = std::pow(base, -2.0 * static_cast<double>(j) / static_cast<double>(dims));
   return w;
 }
 
 }  // namespace
 
-Tensor rope_llama3_freqs(int64_t dims, float base, const Llama3RopeScaling& s, Device device, const Stream& stream) {
+Tensor rope_llama3_freqs(int64_t dims, float base, const Llama3RopeScaling& s, Device device,
+                         const Stream& stream) {
   const char* op = "rope_llama3_freqs";
   require_freq_basics(op, dims, base);
   require_factor(op, "factor", s.factor);
   require_factor(op, "low_freq_factor", s.low_freq_factor);
   require_factor(op, "high_freq_factor", s.high_freq_factor);
   if (!(s.high_freq_factor > s.low_freq_factor)) {
-    fail(ErrorCode::InvalidArgument, cat(op, ": high_freq_factor (", s.high_freq_factor, ") must exceed low_freq_factor (",
-                                         s.low_freq_factor, ")"));
+    fail(ErrorCode::InvalidArgument,
+         cat(op, ": high_freq_factor (", s.high_freq_factor, ") must exceed low_freq_factor (",
+             s.low_freq_factor, ")"));
   }
   if (s.original_max_position < 1) {
-    fail(ErrorCode::InvalidArgument, cat(op, ": original_max_position is ", s.original_max_position, "; expected >= 1"));
+    fail(ErrorCode::InvalidArgument,
+         cat(op, ": original_max_position is ", s.original_max_position, "; expected >= 1"));
   }
   const double l = static_cast<double>(s.original_max_position);
   const double lo = s.low_freq_factor, hi = s.high_freq_factor, factor = s.factor;
@@ -350,22 +375,28 @@ Tensor rope_llama3_freqs(int64_t dims, float base, const Llama3RopeScaling& s, D
   return freqs_tensor(w, device, stream);
 }
 
-YarnFreqs rope_yarn_freqs(int64_t dims, float base, const YarnRopeScaling& s, Device device, const Stream& stream) {
+YarnFreqs rope_yarn_freqs(int64_t dims, float base, const YarnRopeScaling& s, Device device,
+                          const Stream& stream) {
   const char* op = "rope_yarn_freqs";
   require_freq_basics(op, dims, base);
   require_factor(op, "factor", s.factor);
   require_factor(op, "beta_fast", s.beta_fast);
   require_factor(op, "beta_slow", s.beta_slow);
   if (!(s.beta_fast > s.beta_slow)) {
-    fail(ErrorCode::InvalidArgument, cat(op, ": beta_fast (", s.beta_fast, ") must exceed beta_slow (", s.beta_slow, ")"));
+    fail(ErrorCode::InvalidArgument,
+         cat(op, ": beta_fast (", s.beta_fast, ") must exceed beta_slow (", s.beta_slow, ")"));
   }
   if (s.original_max_position < 1) {
-    fail(ErrorCode::InvalidArgument, cat(op, ": original_max_position is ", s.original_max_position, "; expected >= 1"));
+    fail(ErrorCode::InvalidArgument,
+         cat(op, ": original_max_position is ", s.original_max_position, "; expected >= 1"));
   }
   for (float v : {s.mscale, s.mscale_all_dim, s.attention_factor}) {
-    if (!std::isfinite(v)) fail(ErrorCode::InvalidArgument, cat(op, ": mscale, mscale_all_dim and attention_factor must be finite"));
+    if (!std::isfinite(v))
+      fail(ErrorCode::InvalidArgument,
+           cat(op, ": mscale, mscale_all_dim and attention_factor must be finite"));
   }
-  const double d = static_cast<double>(dims), b = base, l = static_cast<double>(s.original_max_position);
+  const double d = static_cast<double>(dims), b = base,
+               l = static_cast<double>(s.original_max_position);
   const auto correction_dim = [&](double rotations) {
     return d * std::log(l / (rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(b));
   };
@@ -383,7 +414,9 @@ YarnFreqs rope_yarn_freqs(int64_t dims, float base, const YarnRopeScaling& s, De
     const double extrapolation = 1.0 - ramp;
     w[j] = w[j] / s.factor * (1.0 - extrapolation) + w[j] * extrapolation;
   }
-  const auto m = [](double scale, double k) { return scale <= 1.0 ? 1.0 : 0.1 * k * std::log(scale) + 1.0; };
+  const auto m = [](double scale, double k) {
+    return scale <= 1.0 ? 1.0 : 0.1 * k * std::log(scale) + 1.0;
+  };
   double attention = 0;
   if (s.attention_factor > 0) {
     attention = s.attention_factor;
@@ -403,11 +436,14 @@ namespace {
 
 using transformer::GluKind;
 
-GluKind geglu_kind(GeluApproximate a) { return a == GeluApproximate::tanh ? GluKind::geglu_tanh : GluKind::geglu_erf; }
+GluKind geglu_kind(GeluApproximate a) {
+  return a == GeluApproximate::tanh ? GluKind::geglu_tanh : GluKind::geglu_erf;
+}
 
 void require_glu_input(const OpCall& call, const char* name, const Tensor& t) {
   common::require_float(call, name, t);
-  if (t.dim() == 0) fail(ErrorCode::ShapeMismatch, cat(call.op, ": ", name, " is 0-d; expected at least one axis"));
+  if (t.dim() == 0)
+    fail(ErrorCode::ShapeMismatch, cat(call.op, ": ", name, " is 0-d; expected at least one axis"));
 }
 
 // The one-tensor form's x [..., 2I]: its gate and up halves.
@@ -419,8 +455,9 @@ Halves split_halves(const OpCall& call, const Tensor& x) {
   require_glu_input(call, "x", x);
   const int64_t two_i = x.shape().back();
   if (two_i % 2 != 0) {
-    fail(ErrorCode::InvalidArgument, cat(call.op, ": x has shape ", shape_str(x.shape()),
-                                         "; its last axis holds gate and up halves and must be even"));
+    fail(ErrorCode::InvalidArgument,
+         cat(call.op, ": x has shape ", shape_str(x.shape()),
+             "; its last axis holds gate and up halves and must be even"));
   }
   Halves h;
   h.gate = x.slice(-1, 0, two_i / 2);
@@ -430,11 +467,13 @@ Halves split_halves(const OpCall& call, const Tensor& x) {
 }
 
 // A second operand of `ref`'s dtype with the given shape (dy of the one-tensor form).
-void require_dtype_of(const OpCall& call, const char* name, const Tensor& t, const char* ref_name, const Tensor& ref) {
+void require_dtype_of(const OpCall& call, const char* name, const Tensor& t, const char* ref_name,
+                      const Tensor& ref) {
   require_defined(call, name, t);
   if (t.dtype() != ref.dtype()) {
-    fail(ErrorCode::DTypeMismatch, cat(call.op, ": ", name, " has dtype ", dtype_name(t.dtype()), ", ", ref_name, " has ",
-                                       dtype_name(ref.dtype()), "; they must match"));
+    fail(ErrorCode::DTypeMismatch,
+         cat(call.op, ": ", name, " has dtype ", dtype_name(t.dtype()), ", ", ref_name, " has ",
+             dtype_name(ref.dtype()), "; they must match"));
   }
   require_device(call, name, t);
 }
@@ -450,8 +489,8 @@ Problem glu_shape(const Tensor& gate) {
 
 // Forward over validated gate/up (x: the one-tensor input, else undefined; its halves are
 // gate and up).
-void glu_forward_impl(OpCall& call, GluKind kind, const Tensor& out, const Tensor& gate, const Tensor& up,
-                      const Tensor& x) {
+void glu_forward_impl(OpCall& call, GluKind kind, const Tensor& out, const Tensor& gate,
+                      const Tensor& up, const Tensor& x) {
   auto p = glu_shape<transformer::GluForward>(gate);
   p.kind = kind;
   p.y = common::rows_out(call, "out", out, gate.shape(), gate.dtype());
@@ -491,8 +530,9 @@ Tensor glu_one_new(OpCall& call, GluKind kind, const Tensor& x) {
   return y;
 }
 
-void glu_backward_run(OpCall& call, GluKind kind, const Tensor& dy, const Tensor& gate, const Tensor& up,
-                      const Tensor& dgate, const Tensor& dup, const char* dgate_name, const char* dup_name) {
+void glu_backward_run(OpCall& call, GluKind kind, const Tensor& dy, const Tensor& gate,
+                      const Tensor& up, const Tensor& dgate, const Tensor& dup,
+                      const char* dgate_name, const char* dup_name) {
   auto p = glu_shape<transformer::GluBackward>(gate);
   p.kind = kind;
   p.dgate = common::rows_out(call, dgate_name, dgate, gate.shape(), gate.dtype());
@@ -504,26 +544,29 @@ void glu_backward_run(OpCall& call, GluKind kind, const Tensor& dy, const Tensor
   run_backend(call, p, RUDNN_BACKENDS(transformer, glu_backward));
 }
 
-void glu_backward_two(OpCall& call, GluKind kind, const Tensor& dgate_out, const Tensor& dup_out, const Tensor& dy,
-                      const Tensor& gate, const Tensor& up) {
+void glu_backward_two(OpCall& call, GluKind kind, const Tensor& dgate_out, const Tensor& dup_out,
+                      const Tensor& dy, const Tensor& gate, const Tensor& up) {
   require_glu_input(call, "gate", gate);
   common::require_like(call, "up", up, "gate", gate);
   common::require_like(call, "dy", dy, "gate", gate);
   common::require_out(call, "dgate_out", dgate_out, gate.shape(), gate.dtype());
   common::require_out(call, "dup_out", dup_out, gate.shape(), gate.dtype());
-  require_no_overlap(call, "dgate_out", dgate_out, {{"dy", &dy}, {"gate", &gate}, {"up", &up}, {"dup_out", &dup_out}});
+  require_no_overlap(call, "dgate_out", dgate_out,
+                     {{"dy", &dy}, {"gate", &gate}, {"up", &up}, {"dup_out", &dup_out}});
   require_no_overlap(call, "dup_out", dup_out, {{"dy", &dy}, {"gate", &gate}, {"up", &up}});
   glu_backward_run(call, kind, dy, gate, up, dgate_out, dup_out, "dgate_out", "dup_out");
 }
 
-void glu_backward_one(OpCall& call, GluKind kind, const Tensor& dx_out, const Tensor& dy, const Tensor& x) {
+void glu_backward_one(OpCall& call, GluKind kind, const Tensor& dx_out, const Tensor& dy,
+                      const Tensor& x) {
   const Halves h = split_halves(call, x);
   require_dtype_of(call, "dy", dy, "x", x);
   common::require_shape(call, "dy", dy, h.half_shape, "x.shape[:-1] + [I]");
   common::require_out(call, "dx_out", dx_out, x.shape(), x.dtype());
   require_no_overlap(call, "dx_out", dx_out, {{"dy", &dy}, {"x", &x}});
   const int64_t i = h.half_shape.back();
-  glu_backward_run(call, kind, dy, h.gate, h.up, dx_out.slice(-1, 0, i), dx_out.slice(-1, i, 2 * i), "dx_out", "dx_out");
+  glu_backward_run(call, kind, dy, h.gate, h.up, dx_out.slice(-1, 0, i), dx_out.slice(-1, i, 2 * i),
+                   "dx_out", "dx_out");
 }
 
 }  // namespace
@@ -545,7 +588,8 @@ void swiglu_into(const Tensor& out, const Tensor& x, const Stream& stream) {
   glu_one(call, GluKind::swiglu, out, x);
 }
 
-Tensor geglu(const Tensor& gate, const Tensor& up, GeluApproximate approximate, const Stream& stream) {
+Tensor geglu(const Tensor& gate, const Tensor& up, GeluApproximate approximate,
+             const Stream& stream) {
   OpCall call("geglu", "gate", gate, stream);
   return glu_two_new(call, geglu_kind(approximate), gate, up);
 }
@@ -553,19 +597,21 @@ Tensor geglu(const Tensor& x, GeluApproximate approximate, const Stream& stream)
   OpCall call("geglu", "x", x, stream);
   return glu_one_new(call, geglu_kind(approximate), x);
 }
-void geglu_into(const Tensor& out, const Tensor& gate, const Tensor& up, GeluApproximate approximate,
-                const Stream& stream) {
+void geglu_into(const Tensor& out, const Tensor& gate, const Tensor& up,
+                GeluApproximate approximate, const Stream& stream) {
   OpCall call("geglu", "gate", gate, stream);
   glu_two(call, geglu_kind(approximate), out, gate, up);
 }
-void geglu_into(const Tensor& out, const Tensor& x, GeluApproximate approximate, const Stream& stream) {
+void geglu_into(const Tensor& out, const Tensor& x, GeluApproximate approximate,
+                const Stream& stream) {
   OpCall call("geglu", "x", x, stream);
   glu_one(call, geglu_kind(approximate), out, x);
 }
 
 namespace {
 
-GluGrads glu_backward_two_new(OpCall& call, GluKind kind, const Tensor& dy, const Tensor& gate, const Tensor& up) {
+GluGrads glu_backward_two_new(OpCall& call, GluKind kind, const Tensor& dy, const Tensor& gate,
+                              const Tensor& up) {
   require_glu_input(call, "gate", gate);
   GluGrads g{call.empty(gate.shape(), gate.dtype()), call.empty(gate.shape(), gate.dtype())};
   glu_backward_two(call, kind, g.dgate, g.dup, dy, gate, up);
@@ -581,7 +627,8 @@ Tensor glu_backward_one_new(OpCall& call, GluKind kind, const Tensor& dy, const 
 
 }  // namespace
 
-GluGrads swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up, const Stream& stream) {
+GluGrads swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up,
+                         const Stream& stream) {
   OpCall call("swiglu_backward", "gate", gate, stream);
   return glu_backward_two_new(call, GluKind::swiglu, dy, gate, up);
 }
@@ -589,32 +636,35 @@ Tensor swiglu_backward(const Tensor& dy, const Tensor& x, const Stream& stream) 
   OpCall call("swiglu_backward", "x", x, stream);
   return glu_backward_one_new(call, GluKind::swiglu, dy, x);
 }
-void swiglu_backward_into(const Tensor& dgate_out, const Tensor& dup_out, const Tensor& dy, const Tensor& gate,
-                          const Tensor& up, const Stream& stream) {
+void swiglu_backward_into(const Tensor& dgate_out, const Tensor& dup_out, const Tensor& dy,
+                          const Tensor& gate, const Tensor& up, const Stream& stream) {
   OpCall call("swiglu_backward", "gate", gate, stream);
   glu_backward_two(call, GluKind::swiglu, dgate_out, dup_out, dy, gate, up);
 }
-void swiglu_backward_into(const Tensor& dx_out, const Tensor& dy, const Tensor& x, const Stream& stream) {
+void swiglu_backward_into(const Tensor& dx_out, const Tensor& dy, const Tensor& x,
+                          const Stream& stream) {
   OpCall call("swiglu_backward", "x", x, stream);
   glu_backward_one(call, GluKind::swiglu, dx_out, dy, x);
 }
 
-GluGrads geglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up, GeluApproximate approximate,
-                        const Stream& stream) {
+GluGrads geglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up,
+                        GeluApproximate approximate, const Stream& stream) {
   OpCall call("geglu_backward", "gate", gate, stream);
   return glu_backward_two_new(call, geglu_kind(approximate), dy, gate, up);
 }
-Tensor geglu_backward(const Tensor& dy, const Tensor& x, GeluApproximate approximate, const Stream& stream) {
+Tensor geglu_backward(const Tensor& dy, const Tensor& x, GeluApproximate approximate,
+                      const Stream& stream) {
   OpCall call("geglu_backward", "x", x, stream);
   return glu_backward_one_new(call, geglu_kind(approximate), dy, x);
 }
-void geglu_backward_into(const Tensor& dgate_out, const Tensor& dup_out, const Tensor& dy, const Tensor& gate,
-                         const Tensor& up, GeluApproximate approximate, const Stream& stream) {
+void geglu_backward_into(const Tensor& dgate_out, const Tensor& dup_out, const Tensor& dy,
+                         const Tensor& gate, const Tensor& up, GeluApproximate approximate,
+                         const Stream& stream) {
   OpCall call("geglu_backward", "gate", gate, stream);
   glu_backward_two(call, geglu_kind(approximate), dgate_out, dup_out, dy, gate, up);
 }
-void geglu_backward_into(const Tensor& dx_out, const Tensor& dy, const Tensor& x, GeluApproximate approximate,
-                         const Stream& stream) {
+void geglu_backward_into(const Tensor& dx_out, const Tensor& dy, const Tensor& x,
+                         GeluApproximate approximate, const Stream& stream) {
   OpCall call("geglu_backward", "x", x, stream);
   glu_backward_one(call, geglu_kind(approximate), dx_out, dy, x);
 }

@@ -12,6 +12,7 @@ int main() {
     std::printf("consumer: rms_norm gave %f, expected %f\n", y[0], expected);
     return 1;
   }
-  std::printf("consumer: ruDNN %s works (CUDA devices: %d)\n", rudnn::version(), rudnn::cuda_device_count());
+  std::printf("consumer: ruDNN %s works (CUDA devices: %d)\n", rudnn::version(),
+              rudnn::cuda_device_count());
   return 0;
 }

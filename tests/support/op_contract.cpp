@@ -32,11 +32,12 @@ Args upload(const OpRow& row, const Args& host, Device device) {
   Args a;
   for (const Tensor& t : host.inputs) a.inputs.push_back(t.defined() ? t.to(device) : Tensor());
   for (const Tensor& t : host.outputs) {
-    a.outputs.push_back(!t.defined()  ? Tensor()
+    a.outputs.push_back(!t.defined()   ? Tensor()
                         : row.in_place ? t.to(device)
                                        : poisoned(t.shape(), t.dtype(), device));
   }
-  if (device.is_cuda()) current_stream(device).synchronize();  // the uploads, before other streams use them
+  if (device.is_cuda())
+    current_stream(device).synchronize();  // the uploads, before other streams use them
   return a;
 }
 
@@ -47,13 +48,15 @@ std::vector<Tensor> reference(const OpRow& row, const Args& host) {
   return a.outputs;
 }
 
-::testing::AssertionResult outputs_match(const std::vector<Tensor>& got, const std::vector<Tensor>& expected) {
+::testing::AssertionResult outputs_match(const std::vector<Tensor>& got,
+                                         const std::vector<Tensor>& expected) {
   if (got.size() != expected.size()) {
     return ::testing::AssertionFailure() << got.size() << " outputs, expected " << expected.size();
   }
   for (size_t j = 0; j < got.size(); ++j) {
     if (!expected[j].defined()) continue;
-    if (!got[j].defined()) return ::testing::AssertionFailure() << "output " << j << " is undefined";
+    if (!got[j].defined())
+      return ::testing::AssertionFailure() << "output " << j << " is undefined";
     const auto close = all_close(got[j], expected[j]);
     if (!close) return ::testing::AssertionFailure() << "output " << j << ": " << close.message();
   }
@@ -68,7 +71,8 @@ std::vector<Tensor> reference(const OpRow& row, const Args& host) {
   } catch (const Error& e) {
     const std::string message = e.what();
     if (message.rfind(op + ": ", 0) != 0) {
-      return ::testing::AssertionFailure() << "message does not start with \"" << op << ": \": " << message;
+      return ::testing::AssertionFailure()
+             << "message does not start with \"" << op << ": \": " << message;
     }
     if (message.find(fragment) == std::string::npos) {
       return ::testing::AssertionFailure() << "message lacks \"" << fragment << "\": " << message;
@@ -82,9 +86,9 @@ std::vector<Tensor> reference(const OpRow& row, const Args& host) {
 
 // A call of the op with exactly one argument broken.
 struct BadCall {
-  std::string what;       // "gamma undefined", "out has dtype i32"
+  std::string what;  // "gamma undefined", "out has dtype i32"
   Args args;
-  bool functional_too;    // the broken argument is one the functional form takes too
+  bool functional_too;  // the broken argument is one the functional form takes too
 };
 
 // An argument the op must refuse, for each operand in turn: undefined (unless optional), a
@@ -99,10 +103,11 @@ std::vector<BadCall> bad_calls(const OpRow& row, const Args& valid, Device devic
       calls.push_back(std::move(call));
     };
     if (!operand.optional) add("undefined", Tensor(), true);
-    add(std::string("of dtype ") + dtype_name(operand.rejected_dtype), Tensor::zeros(t.shape(), operand.rejected_dtype, device),
-        true);
+    add(std::string("of dtype ") + dtype_name(operand.rejected_dtype),
+        Tensor::zeros(t.shape(), operand.rejected_dtype, device), true);
     if (operand.rejected_shape) {
-      add("of shape " + shape_str(*operand.rejected_shape), Tensor::zeros(*operand.rejected_shape, t.dtype(), device), true);
+      add("of shape " + shape_str(*operand.rejected_shape),
+          Tensor::zeros(*operand.rejected_shape, t.dtype(), device), true);
     }
     if (device.is_cuda()) {
       // The functional form of a one-input op runs wherever that input is: no mismatch then.
@@ -112,10 +117,14 @@ std::vector<BadCall> bad_calls(const OpRow& row, const Args& valid, Device devic
     }
   };
   for (size_t i = 0; i < row.inputs.size() && i < valid.inputs.size(); ++i) {
-    breakages(row.inputs[i], valid.inputs[i], [i](Args& a, const Tensor& bad) { a.inputs[i] = bad; }, true);
+    breakages(
+        row.inputs[i], valid.inputs[i], [i](Args& a, const Tensor& bad) { a.inputs[i] = bad; },
+        true);
   }
   for (size_t j = 0; j < row.outputs.size() && j < valid.outputs.size(); ++j) {
-    breakages(row.outputs[j], valid.outputs[j], [j](Args& a, const Tensor& bad) { a.outputs[j] = bad; }, false);
+    breakages(
+        row.outputs[j], valid.outputs[j], [j](Args& a, const Tensor& bad) { a.outputs[j] = bad; },
+        false);
   }
   return calls;
 }
@@ -126,8 +135,8 @@ std::pair<Tensor, Tensor> sharing_memory(const Tensor& values, const Tensor& lik
   const size_t bytes = std::max(nbytes(values), nbytes(like));
   const Tensor buffer = Tensor::zeros({static_cast<int64_t>(bytes)}, DType::u8, device);
   auto view = [&](const Tensor& t) {
-    return Tensor::from_blob(buffer.data(), bytes, t.shape(), contiguous_strides(t.shape()), 0, t.dtype(), device,
-                             [buffer] {});
+    return Tensor::from_blob(buffer.data(), bytes, t.shape(), contiguous_strides(t.shape()), 0,
+                             t.dtype(), device, [buffer] {});
   };
   const Tensor first = view(values);
   first.copy_from(values);
@@ -139,7 +148,8 @@ bool skip_without_device(const ContractCase& c) { return c.device.is_cuda() && !
 
 }  // namespace
 
-std::vector<ContractCase> contract_cases(const std::vector<OpRow>& rows, bool gpu_only, std::vector<DType> dtypes) {
+std::vector<ContractCase> contract_cases(const std::vector<OpRow>& rows, bool gpu_only,
+                                         std::vector<DType> dtypes) {
   std::vector<ContractCase> cases;
   for (const OpRow& row : rows) {
     for (Device device : {Device::cpu(), Device::cuda(0)}) {
@@ -171,7 +181,8 @@ void check_error_names_the_op(const ContractCase& c) {
     SCOPED_TRACE(bad.what);
     EXPECT_TRUE(fails_naming(row.name, [&] { row.into(bad.args, Stream()); })) << "_into form";
     if (bad.functional_too && row.functional) {
-      EXPECT_TRUE(fails_naming(row.name, [&] { row.functional(bad.args, Stream()); })) << "functional form";
+      EXPECT_TRUE(fails_naming(row.name, [&] { row.functional(bad.args, Stream()); }))
+          << "functional form";
     }
   }
 }
@@ -187,7 +198,8 @@ void check_outputs_untouched_after_error(const ContractCase& c) {
   for (const BadCall& bad : bad_calls(row, valid, c.device)) {
     SCOPED_TRACE(bad.what);
     ASSERT_TRUE(fails_naming(row.name, [&] { row.into(bad.args, Stream()); }));
-    if (c.device.is_cuda()) current_stream(c.device).synchronize();  // anything queued would land now
+    if (c.device.is_cuda())
+      current_stream(c.device).synchronize();  // anything queued would land now
     for (size_t j = 0; j < valid.outputs.size(); ++j) {
       // The outputs the bad call was given (a replaced one was never the op's to write).
       const Tensor& given = bad.args.outputs[j];
@@ -211,15 +223,19 @@ void check_overlapping_outputs_rejected(const ContractCase& c) {
       if (!valid.inputs[i].defined()) continue;
       SCOPED_TRACE(row.outputs[j].name + " aliasing input " + row.inputs[i].name);
       Args a = valid;
-      std::tie(a.inputs[i], a.outputs[j]) = sharing_memory(valid.inputs[i], valid.outputs[j], c.device);
-      EXPECT_TRUE(fails_naming(row.name, [&] { row.into(a, Stream()); }, "overlap"));
+      std::tie(a.inputs[i], a.outputs[j]) =
+          sharing_memory(valid.inputs[i], valid.outputs[j], c.device);
+      EXPECT_TRUE(fails_naming(
+          row.name, [&] { row.into(a, Stream()); }, "overlap"));
       ++pairs;
     }
     for (size_t k = j + 1; k < valid.outputs.size(); ++k) {
       SCOPED_TRACE(row.outputs[k].name + " aliasing output " + row.outputs[j].name);
       Args a = valid;
-      std::tie(a.outputs[j], a.outputs[k]) = sharing_memory(valid.outputs[j], valid.outputs[k], c.device);
-      EXPECT_TRUE(fails_naming(row.name, [&] { row.into(a, Stream()); }, "overlap"));
+      std::tie(a.outputs[j], a.outputs[k]) =
+          sharing_memory(valid.outputs[j], valid.outputs[k], c.device);
+      EXPECT_TRUE(fails_naming(
+          row.name, [&] { row.into(a, Stream()); }, "overlap"));
       ++pairs;
     }
   }
@@ -263,11 +279,13 @@ void check_inputs_unchanged(const ContractCase& c) {
   const OpRow& row = *c.row;
   const Args a = upload(row, row.make(rng, c.dtype, kRows, kCols), c.device);
   std::vector<std::vector<unsigned char>> before;
-  for (const Tensor& t : a.inputs) before.push_back(t.defined() ? bytes_of(t) : std::vector<unsigned char>());
+  for (const Tensor& t : a.inputs)
+    before.push_back(t.defined() ? bytes_of(t) : std::vector<unsigned char>());
   if (row.functional) row.functional(a, Stream());
   row.into(a, Stream());
   for (size_t i = 0; i < a.inputs.size(); ++i) {
-    if (a.inputs[i].defined()) EXPECT_EQ(bytes_of(a.inputs[i]), before[i]) << row.inputs[i].name << " was modified";
+    if (a.inputs[i].defined())
+      EXPECT_EQ(bytes_of(a.inputs[i]), before[i]) << row.inputs[i].name << " was modified";
   }
 }
 
@@ -276,15 +294,18 @@ void check_inputs_unchanged(const ContractCase& c) {
 #if RUDNN_TEST_CUDA
 namespace {
 
-void expect_cuda(cudaError_t e, const char* what) { EXPECT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
+void expect_cuda(cudaError_t e, const char* what) {
+  EXPECT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e);
+}
 
 // Queues a host-side pause on `stream`: work queued after it starts 50 ms later, so work that
 // ignores the stream's order runs first and reads stale inputs.
 void queue_delay(const Stream& stream) {
-  expect_cuda(cudaLaunchHostFunc(
-                  reinterpret_cast<cudaStream_t>(stream.handle()),
-                  [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }, nullptr),
-              "cudaLaunchHostFunc");
+  expect_cuda(
+      cudaLaunchHostFunc(
+          reinterpret_cast<cudaStream_t>(stream.handle()),
+          [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }, nullptr),
+      "cudaLaunchHostFunc");
 }
 
 }  // namespace
@@ -294,12 +315,14 @@ namespace {
 
 // Copies the values of `source` (device tensors) into the inputs of `target` on `stream`, and
 // into the outputs of an in-place op (they are its inputs too).
-void rewrite_inputs(const OpRow& row, const Args& target, const Args& source, const Stream& stream) {
+void rewrite_inputs(const OpRow& row, const Args& target, const Args& source,
+                    const Stream& stream) {
   for (size_t i = 0; i < target.inputs.size(); ++i) {
     if (target.inputs[i].defined()) target.inputs[i].copy_from(source.inputs[i], stream);
   }
   if (row.in_place) {
-    for (size_t j = 0; j < target.outputs.size(); ++j) target.outputs[j].copy_from(source.outputs[j], stream);
+    for (size_t j = 0; j < target.outputs.size(); ++j)
+      target.outputs[j].copy_from(source.outputs[j], stream);
   }
 }
 
@@ -310,12 +333,14 @@ void check_runs_on_the_given_stream(const ContractCase& c) {
   RUDNN_SEEDED_RNG(rng);
   SCOPED_TRACE(describe(c));
   const OpRow& row = *c.row;
-  const Args first = row.make(rng, c.dtype, kRows, kCols), second = row.make(rng, c.dtype, kRows, kCols);
+  const Args first = row.make(rng, c.dtype, kRows, kCols),
+             second = row.make(rng, c.dtype, kRows, kCols);
   const Args a = upload(row, first, c.device);
   if (c.device.is_cpu()) {  // the host stream runs the op inline
     row.into(a, Stream::cpu());
     EXPECT_TRUE(outputs_match(a.outputs, reference(row, first)));
-    if (row.functional) EXPECT_TRUE(outputs_match(row.functional(a, Stream::cpu()), reference(row, first)));
+    if (row.functional)
+      EXPECT_TRUE(outputs_match(row.functional(a, Stream::cpu()), reference(row, first)));
     return;
   }
 #if RUDNN_TEST_CUDA
@@ -333,7 +358,8 @@ void check_runs_on_the_given_stream(const ContractCase& c) {
   if (row.functional) {
     EXPECT_TRUE(outputs_match(functional, expected)) << "functional form";
     for (const Tensor& t : functional) {
-      if (t.defined()) EXPECT_EQ(t.allocation_stream(), stream) << "a result allocated on another stream";
+      if (t.defined())
+        EXPECT_EQ(t.allocation_stream(), stream) << "a result allocated on another stream";
     }
   }
 #endif
@@ -350,7 +376,8 @@ void check_cuda_graph_capture(const ContractCase& c) {
   // A warp tile, a block tile, and a row long enough for the loop and cluster kernels.
   for (int64_t cols : {int64_t{200}, int64_t{8192}, int64_t{40000}}) {
     SCOPED_TRACE("H = " + std::to_string(cols));
-    const Args first = row.make(rng, c.dtype, kRows, cols), second = row.make(rng, c.dtype, kRows, cols);
+    const Args first = row.make(rng, c.dtype, kRows, cols),
+               second = row.make(rng, c.dtype, kRows, cols);
     const Args a = upload(row, first, c.device), staged_first = upload(row, first, c.device),
                staged_second = upload(row, second, c.device);
     const Stream stream = Stream::create(c.device);
@@ -358,7 +385,8 @@ void check_cuda_graph_capture(const ContractCase& c) {
     // Puts the outputs back to NaN bytes (in place: to their values of `from`). The NaN
     // sources live through the test: a copy queued on `stream` may still be reading them.
     std::vector<Tensor> nan_outputs;
-    for (const Tensor& out : a.outputs) nan_outputs.push_back(poisoned(out.shape(), out.dtype(), c.device));
+    for (const Tensor& out : a.outputs)
+      nan_outputs.push_back(poisoned(out.shape(), out.dtype(), c.device));
     auto reset_outputs = [&](const Args& from) {
       for (size_t j = 0; j < a.outputs.size(); ++j) {
         a.outputs[j].copy_from(row.in_place ? from.outputs[j] : nan_outputs[j], stream);
@@ -425,7 +453,8 @@ Tensor tile_rows(const Tensor& block, int64_t rows, Device device) {
 // The first `rows` rows of every row-shaped tensor of `host` (leading dimension `period`).
 Args first_rows(const Args& host, int64_t period, int64_t rows) {
   auto cut = [&](const Tensor& t) {
-    return t.defined() && t.dim() > 0 && t.shape()[0] == period ? t.slice(0, 0, rows).contiguous() : t;
+    return t.defined() && t.dim() > 0 && t.shape()[0] == period ? t.slice(0, 0, rows).contiguous()
+                                                                : t;
   };
   Args a;
   for (const Tensor& t : host.inputs) a.inputs.push_back(cut(t));
@@ -444,38 +473,48 @@ void check_tensors_beyond_two_to_the_31_elements(const ContractCase& c) {
 #if RUDNN_TEST_CUDA
   RUDNN_SEEDED_RNG(rng);
   SCOPED_TRACE(describe(c));
-  constexpr int64_t kPeriod = 64;  // the input repeats every kPeriod rows: the reference needs only those
+  constexpr int64_t kPeriod =
+      64;  // the input repeats every kPeriod rows: the reference needs only those
   const int64_t cols = row.big_cols, rows = (int64_t{1} << 31) / cols + 1;
   const Args host = row.make(rng, c.dtype, kPeriod, cols);
-  auto row_shaped = [&](const Tensor& t) { return t.defined() && t.dim() > 0 && t.shape()[0] == kPeriod; };
+  auto row_shaped = [&](const Tensor& t) {
+    return t.defined() && t.dim() > 0 && t.shape()[0] == kPeriod;
+  };
 
   size_t need = size_t{1} << 30;  // scratch and headroom
   for (const auto* list : {&host.inputs, &host.outputs}) {
-    for (const Tensor& t : *list) need += row_shaped(t) ? nbytes(t) / kPeriod * rows : t.defined() ? nbytes(t) : 0;
+    for (const Tensor& t : *list)
+      need += row_shaped(t) ? nbytes(t) / kPeriod * rows : t.defined() ? nbytes(t) : 0;
   }
   size_t free_bytes = 0, total_bytes = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
   if (need > free_bytes) {
-    GTEST_SKIP() << "needs " << (need >> 20) << " MiB of device memory, " << (free_bytes >> 20) << " MiB free";
+    GTEST_SKIP() << "needs " << (need >> 20) << " MiB of device memory, " << (free_bytes >> 20)
+                 << " MiB free";
   }
 
-  PoisonScope no_poison(false);  // a NaN fill of every byte would double the time; nothing here reads before writing
+  PoisonScope no_poison(
+      false);  // a NaN fill of every byte would double the time; nothing here reads before writing
   const Device device = c.device;
   Args a;
   try {
     for (const Tensor& t : host.inputs) {
-      a.inputs.push_back(row_shaped(t) ? tile_rows(t, rows, device) : t.defined() ? t.to(device) : Tensor());
+      a.inputs.push_back(row_shaped(t) ? tile_rows(t, rows, device)
+                         : t.defined() ? t.to(device)
+                                       : Tensor());
     }
     for (const Tensor& t : host.outputs) {
       Shape shape = t.shape();
       if (row_shaped(t)) shape[0] = rows;
-      a.outputs.push_back(row.in_place ? tile_rows(t, rows, device) : Tensor::empty(shape, t.dtype(), device));
+      a.outputs.push_back(row.in_place ? tile_rows(t, rows, device)
+                                       : Tensor::empty(shape, t.dtype(), device));
     }
     current_stream(device).synchronize();
     row.into(a, Stream());
     current_stream(device).synchronize();
   } catch (const Error& e) {
-    if (e.code() == ErrorCode::OutOfMemory) GTEST_SKIP() << "device memory ran out (other tests running?): " << e.what();
+    if (e.code() == ErrorCode::OutOfMemory)
+      GTEST_SKIP() << "device memory ran out (other tests running?): " << e.what();
     throw;
   }
   int64_t largest = 0;
@@ -485,20 +524,24 @@ void check_tensors_beyond_two_to_the_31_elements(const ContractCase& c) {
 
   const std::vector<Tensor> expected = reference(row, host);
   // Outputs that sum over rows: whole periods of the block, then its first rows % kPeriod rows.
-  const std::vector<Tensor> expected_rest = reference(row, first_rows(host, kPeriod, rows % kPeriod));
+  const std::vector<Tensor> expected_rest =
+      reference(row, first_rows(host, kPeriod, rows % kPeriod));
   const int64_t crossing = (int64_t{1} << 31) / cols;  // the first row at or past element 2^31
   for (size_t j = 0; j < a.outputs.size(); ++j) {
     SCOPED_TRACE(row.outputs[j].name);
     if (row_shaped(host.outputs[j])) {
       for (int64_t r : {int64_t{0}, int64_t{1}, rows / 2, crossing - 1, crossing, rows - 1}) {
-        EXPECT_TRUE(all_close(a.outputs[j].slice(0, r, r + 1), expected[j].slice(0, r % kPeriod, r % kPeriod + 1)))
+        EXPECT_TRUE(all_close(a.outputs[j].slice(0, r, r + 1),
+                              expected[j].slice(0, r % kPeriod, r % kPeriod + 1)))
             << "row " << r;
       }
     } else {
       const auto full = to_doubles(expected[j]), rest = to_doubles(expected_rest[j]);
       std::vector<double> sum(full.size());
-      for (size_t k = 0; k < sum.size(); ++k) sum[k] = full[k] * static_cast<double>(rows / kPeriod) + rest[k];
-      EXPECT_TRUE(all_close(a.outputs[j], host_tensor(sum, expected[j].shape(), expected[j].dtype())));
+      for (size_t k = 0; k < sum.size(); ++k)
+        sum[k] = full[k] * static_cast<double>(rows / kPeriod) + rest[k];
+      EXPECT_TRUE(
+          all_close(a.outputs[j], host_tensor(sum, expected[j].shape(), expected[j].dtype())));
     }
   }
 #endif

@@ -50,10 +50,11 @@ namespace rudnn::test::contract {
 
 // One tensor argument, as the op's error messages name it.
 struct Operand {
-  std::string name;                          // "x", "gamma", "targets", "dgamma_out"
-  DType rejected_dtype = DType::i32;         // a dtype the op refuses here
-  std::optional<Shape> rejected_shape = Shape{};  // a shape it refuses (default 0-d); none: any shape is valid
-  bool optional = false;                     // an undefined tensor is valid ("none": gamma, beta)
+  std::string name;                   // "x", "gamma", "targets", "dgamma_out"
+  DType rejected_dtype = DType::i32;  // a dtype the op refuses here
+  std::optional<Shape> rejected_shape =
+      Shape{};            // a shape it refuses (default 0-d); none: any shape is valid
+  bool optional = false;  // an undefined tensor is valid ("none": gamma, beta)
 };
 
 // The tensors of one call. Outputs are what the _into form writes, with the result's shape
@@ -74,9 +75,9 @@ struct OpRow {
   std::function<std::vector<Tensor>(const Args&, const Stream&)> functional;
   // The _into form, writing args.outputs.
   std::function<void(const Args&, const Stream&)> into;
-  bool in_place = false;   // outputs hold the input values the op updates
-  bool takes_big = true;   // takes inputs of more than 2^31 elements
-  int64_t big_cols = 8192; // row length of that case (rows: enough to pass 2^31 elements)
+  bool in_place = false;    // outputs hold the input values the op updates
+  bool takes_big = true;    // takes inputs of more than 2^31 elements
+  int64_t big_cols = 8192;  // row length of that case (rows: enough to pass 2^31 elements)
 
   const std::string& test_label() const { return label.empty() ? name : label; }
 };
@@ -91,7 +92,8 @@ struct ContractCase {
 // Every row on the CPU and on CUDA device 0 (skipped there without a GPU), for each dtype;
 // gpu_only: the CUDA cases only.
 std::vector<ContractCase> contract_cases(const std::vector<OpRow>& rows, bool gpu_only,
-                                         std::vector<DType> dtypes = {DType::f32, DType::f16, DType::bf16});
+                                         std::vector<DType> dtypes = {DType::f32, DType::f16,
+                                                                      DType::bf16});
 std::string contract_case_name(const ::testing::TestParamInfo<ContractCase>& info);
 // "rms_norm on cuda:0, bf16" in GoogleTest's messages.
 void PrintTo(const ContractCase& c, std::ostream* os);
@@ -111,26 +113,34 @@ void check_tensors_beyond_two_to_the_31_elements(const ContractCase& c);
 // Instantiates the contract checks over `rows_function()` (a function returning a
 // `const std::vector<OpRow>&` that lives for the program): suite `Suite` for the checks that
 // run on every device, `Suite##Gpu` for the CUDA-only ones.
-#define RUDNN_OP_CONTRACT_SUITE(Suite, rows_function)                                                          \
-  class Suite : public ::testing::TestWithParam<::rudnn::test::contract::ContractCase> {};                  \
-  TEST_P(Suite, ErrorNamesTheOp) { ::rudnn::test::contract::check_error_names_the_op(GetParam()); }         \
-  TEST_P(Suite, OutputsUntouchedAfterError) {                                                               \
-    ::rudnn::test::contract::check_outputs_untouched_after_error(GetParam());                              \
-  }                                                                                                         \
-  TEST_P(Suite, OverlappingOutputsRejected) {                                                               \
-    ::rudnn::test::contract::check_overlapping_outputs_rejected(GetParam());                               \
-  }                                                                                                         \
-  TEST_P(Suite, ZeroRows) { ::rudnn::test::contract::check_zero_rows(GetParam()); }                        \
-  TEST_P(Suite, InputsUnchanged) { ::rudnn::test::contract::check_inputs_unchanged(GetParam()); }          \
-  TEST_P(Suite, RunsOnTheGivenStream) { ::rudnn::test::contract::check_runs_on_the_given_stream(GetParam()); } \
-  INSTANTIATE_TEST_SUITE_P(Ops, Suite,                                                                      \
-                           ::testing::ValuesIn(::rudnn::test::contract::contract_cases(rows_function(), false)), \
-                           ::rudnn::test::contract::contract_case_name);                                   \
-  class Suite##Gpu : public ::testing::TestWithParam<::rudnn::test::contract::ContractCase> {};             \
-  TEST_P(Suite##Gpu, CapturesIntoACudaGraph) { ::rudnn::test::contract::check_cuda_graph_capture(GetParam()); } \
-  TEST_P(Suite##Gpu, TensorsBeyondTwoToThe31Elements) {                                                     \
-    ::rudnn::test::contract::check_tensors_beyond_two_to_the_31_elements(GetParam());                      \
-  }                                                                                                         \
-  INSTANTIATE_TEST_SUITE_P(Ops, Suite##Gpu,                                                                 \
-                           ::testing::ValuesIn(::rudnn::test::contract::contract_cases(rows_function(), true)), \
-                           ::rudnn::test::contract::contract_case_name)
+#define RUDNN_OP_CONTRACT_SUITE(Suite, rows_function)                                             \
+  class Suite : public ::testing::TestWithParam<::rudnn::test::contract::ContractCase> {};        \
+  TEST_P(Suite, ErrorNamesTheOp) {                                                                \
+    ::rudnn::test::contract::check_error_names_the_op(GetParam());                                \
+  }                                                                                               \
+  TEST_P(Suite, OutputsUntouchedAfterError) {                                                     \
+    ::rudnn::test::contract::check_outputs_untouched_after_error(GetParam());                     \
+  }                                                                                               \
+  TEST_P(Suite, OverlappingOutputsRejected) {                                                     \
+    ::rudnn::test::contract::check_overlapping_outputs_rejected(GetParam());                      \
+  }                                                                                               \
+  TEST_P(Suite, ZeroRows) { ::rudnn::test::contract::check_zero_rows(GetParam()); }               \
+  TEST_P(Suite, InputsUnchanged) { ::rudnn::test::contract::check_inputs_unchanged(GetParam()); } \
+  TEST_P(Suite, RunsOnTheGivenStream) {                                                           \
+    ::rudnn::test::contract::check_runs_on_the_given_stream(GetParam());                          \
+  }                                                                                               \
+  INSTANTIATE_TEST_SUITE_P(                                                                       \
+      Ops, Suite,                                                                                 \
+      ::testing::ValuesIn(::rudnn::test::contract::contract_cases(rows_function(), false)),       \
+      ::rudnn::test::contract::contract_case_name);                                               \
+  class Suite##Gpu : public ::testing::TestWithParam<::rudnn::test::contract::ContractCase> {};   \
+  TEST_P(Suite##Gpu, CapturesIntoACudaGraph) {                                                    \
+    ::rudnn::test::contract::check_cuda_graph_capture(GetParam());                                \
+  }                                                                                               \
+  TEST_P(Suite##Gpu, TensorsBeyondTwoToThe31Elements) {                                           \
+    ::rudnn::test::contract::check_tensors_beyond_two_to_the_31_elements(GetParam());             \
+  }                                                                                               \
+  INSTANTIATE_TEST_SUITE_P(                                                                       \
+      Ops, Suite##Gpu,                                                                            \
+      ::testing::ValuesIn(::rudnn::test::contract::contract_cases(rows_function(), true)),        \
+      ::rudnn::test::contract::contract_case_name)

@@ -32,21 +32,36 @@ Tensor from_doubles(const std::vector<double>& values, const Shape& shape) {
 
 Rng::Rng() : seed_(pick_seed()), engine_(seed_) {}
 
-float Rng::normal(float mean, float stddev) { return std::normal_distribution<float>(mean, stddev)(engine_); }
-float Rng::uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(engine_); }
-int64_t Rng::integer(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(engine_); }
+float Rng::normal(float mean, float stddev) {
+  return std::normal_distribution<float>(mean, stddev)(engine_);
+}
+float Rng::uniform(float lo, float hi) {
+  return std::uniform_real_distribution<float>(lo, hi)(engine_);
+}
+int64_t Rng::integer(int64_t lo, int64_t hi) {
+  return std::uniform_int_distribution<int64_t>(lo, hi)(engine_);
+}
 
 Tensor host_tensor(const std::vector<double>& values, const Shape& shape, DType dtype) {
   switch (dtype) {
-    case DType::f32: return from_doubles<float>(values, shape);
-    case DType::f16: return from_doubles<half>(values, shape);
-    case DType::bf16: return from_doubles<bfloat16>(values, shape);
-    case DType::f64: return from_doubles<double>(values, shape);
-    case DType::i32: return from_doubles<int32_t>(values, shape);
-    case DType::i64: return from_doubles<int64_t>(values, shape);
-    case DType::u32: return from_doubles<uint32_t>(values, shape);
-    case DType::u8: return from_doubles<uint8_t>(values, shape);
-    case DType::boolean: break;
+    case DType::f32:
+      return from_doubles<float>(values, shape);
+    case DType::f16:
+      return from_doubles<half>(values, shape);
+    case DType::bf16:
+      return from_doubles<bfloat16>(values, shape);
+    case DType::f64:
+      return from_doubles<double>(values, shape);
+    case DType::i32:
+      return from_doubles<int32_t>(values, shape);
+    case DType::i64:
+      return from_doubles<int64_t>(values, shape);
+    case DType::u32:
+      return from_doubles<uint32_t>(values, shape);
+    case DType::u8:
+      return from_doubles<uint8_t>(values, shape);
+    case DType::boolean:
+      break;
   }
   throw Error(ErrorCode::Unsupported, "host_tensor: unsupported dtype");
 }
@@ -71,15 +86,33 @@ std::vector<double> to_doubles(const Tensor& t) {
   const void* p = h.data();
   for (size_t i = 0; i < out.size(); ++i) {
     switch (h.dtype()) {
-      case DType::f32: out[i] = static_cast<const float*>(p)[i]; break;
-      case DType::f16: out[i] = static_cast<float>(static_cast<const half*>(p)[i]); break;
-      case DType::bf16: out[i] = static_cast<float>(static_cast<const bfloat16*>(p)[i]); break;
-      case DType::f64: out[i] = static_cast<const double*>(p)[i]; break;
-      case DType::i32: out[i] = static_cast<const int32_t*>(p)[i]; break;
-      case DType::i64: out[i] = static_cast<double>(static_cast<const int64_t*>(p)[i]); break;
-      case DType::u32: out[i] = static_cast<const uint32_t*>(p)[i]; break;
-      case DType::u8: out[i] = static_cast<const uint8_t*>(p)[i]; break;
-      case DType::boolean: out[i] = static_cast<const uint8_t*>(p)[i] != 0; break;
+      case DType::f32:
+        out[i] = static_cast<const float*>(p)[i];
+        break;
+      case DType::f16:
+        out[i] = static_cast<float>(static_cast<const half*>(p)[i]);
+        break;
+      case DType::bf16:
+        out[i] = static_cast<float>(static_cast<const bfloat16*>(p)[i]);
+        break;
+      case DType::f64:
+        out[i] = static_cast<const double*>(p)[i];
+        break;
+      case DType::i32:
+        out[i] = static_cast<const int32_t*>(p)[i];
+        break;
+      case DType::i64:
+        out[i] = static_cast<double>(static_cast<const int64_t*>(p)[i]);
+        break;
+      case DType::u32:
+        out[i] = static_cast<const uint32_t*>(p)[i];
+        break;
+      case DType::u8:
+        out[i] = static_cast<const uint8_t*>(p)[i];
+        break;
+      case DType::boolean:
+        out[i] = static_cast<const uint8_t*>(p)[i] != 0;
+        break;
     }
   }
   return out;
@@ -93,17 +126,22 @@ std::vector<unsigned char> bytes_of(const Tensor& t) {
 
 double tolerance(DType dtype) {
   switch (dtype) {
-    case DType::f32: return 1e-5;
-    case DType::f16: return 2e-3;
-    case DType::bf16: return 1e-2;
-    default: return 0.0;
+    case DType::f32:
+      return 1e-5;
+    case DType::f16:
+      return 2e-3;
+    case DType::bf16:
+      return 1e-2;
+    default:
+      return 0.0;
   }
 }
 
-::testing::AssertionResult all_close(const Tensor& got, const Tensor& expected, double tol, double floor) {
+::testing::AssertionResult all_close(const Tensor& got, const Tensor& expected, double tol,
+                                     double floor) {
   if (got.shape() != expected.shape()) {
-    return ::testing::AssertionFailure() << "shape " << shape_str(got.shape()) << " vs expected "
-                                         << shape_str(expected.shape());
+    return ::testing::AssertionFailure()
+           << "shape " << shape_str(got.shape()) << " vs expected " << shape_str(expected.shape());
   }
   if (got.dtype() != expected.dtype()) {
     return ::testing::AssertionFailure() << "dtype " << dtype_name(got.dtype()) << " vs expected "
@@ -115,9 +153,11 @@ double tolerance(DType dtype) {
   for (size_t i = 0; i < g.size(); ++i) {
     const bool gf = std::isfinite(g[i]), ef = std::isfinite(e[i]);
     if (!ef || !gf) {
-      const bool same = (std::isnan(e[i]) && std::isnan(g[i])) || (std::isinf(e[i]) && g[i] == e[i]);
+      const bool same =
+          (std::isnan(e[i]) && std::isnan(g[i])) || (std::isinf(e[i]) && g[i] == e[i]);
       if (!same) {
-        return ::testing::AssertionFailure() << "element " << i << " is " << g[i] << ", expected " << e[i];
+        return ::testing::AssertionFailure()
+               << "element " << i << " is " << g[i] << ", expected " << e[i];
       }
       continue;
     }
@@ -132,9 +172,9 @@ double tolerance(DType dtype) {
   const double denominator = std::max(std::sqrt(ref2), floor);
   const double err = denominator > 0.0 ? std::sqrt(diff2) / denominator : std::sqrt(diff2);
   if (!(err <= tol)) {
-    return ::testing::AssertionFailure() << "relative L2 error " << err << " > " << tol << " (worst element "
-                                         << worst_at << ": " << g[worst_at] << " vs " << e[worst_at] << ", of "
-                                         << g.size() << ")";
+    return ::testing::AssertionFailure()
+           << "relative L2 error " << err << " > " << tol << " (worst element " << worst_at << ": "
+           << g[worst_at] << " vs " << e[worst_at] << ", of " << g.size() << ")";
   }
   return ::testing::AssertionSuccess() << "relative L2 error " << err;
 }
@@ -149,7 +189,9 @@ double tolerance(DType dtype) {
   }
   const auto x = bytes_of(a), y = bytes_of(b);
   for (size_t i = 0; i < x.size(); ++i) {
-    if (x[i] != y[i]) return ::testing::AssertionFailure() << "byte " << i << " differs (element " << i / a.itemsize() << ")";
+    if (x[i] != y[i])
+      return ::testing::AssertionFailure()
+             << "byte " << i << " differs (element " << i / a.itemsize() << ")";
   }
   return ::testing::AssertionSuccess();
 }
@@ -160,12 +202,14 @@ double tolerance(DType dtype) {
     fn();
   } catch (const Error& e) {
     if (e.code() != code) {
-      return ::testing::AssertionFailure() << "error code " << error_code_name(e.code()) << ", expected "
-                                           << error_code_name(code) << " (message: " << e.what() << ")";
+      return ::testing::AssertionFailure()
+             << "error code " << error_code_name(e.code()) << ", expected " << error_code_name(code)
+             << " (message: " << e.what() << ")";
     }
     for (const std::string& f : fragments) {
       if (std::string(e.what()).find(f) == std::string::npos) {
-        return ::testing::AssertionFailure() << "message \"" << e.what() << "\" lacks \"" << f << "\"";
+        return ::testing::AssertionFailure()
+               << "message \"" << e.what() << "\" lacks \"" << f << "\"";
       }
     }
     return ::testing::AssertionSuccess() << e.what();
@@ -177,7 +221,8 @@ double tolerance(DType dtype) {
 
 Tensor poisoned(const Shape& shape, DType dtype, Device device) {
   const Tensor host = Tensor::empty(shape, dtype);
-  if (host.numel() > 0) std::memset(host.data(), 0xff, static_cast<size_t>(host.numel()) * host.itemsize());
+  if (host.numel() > 0)
+    std::memset(host.data(), 0xff, static_cast<size_t>(host.numel()) * host.itemsize());
   if (device.is_cpu()) return host;
   const Tensor t = host.to(device);
   // A copy from pageable memory may still be landing when to() returns; tests go on to use

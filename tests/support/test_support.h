@@ -30,19 +30,20 @@ class Rng {
 };
 
 // Declares `rng` and attaches its seed to every failure in the enclosing scope.
-#define RUDNN_SEEDED_RNG(rng)                                                                         \
-  ::rudnn::test::Rng rng;                                                                              \
-  SCOPED_TRACE(::testing::Message() << "random seed " << rng.seed() << " (replay: RUDNN_TEST_SEED=" \
-                                    << rng.seed() << ")")
+#define RUDNN_SEEDED_RNG(rng)                                       \
+  ::rudnn::test::Rng rng;                                           \
+  SCOPED_TRACE(::testing::Message() << "random seed " << rng.seed() \
+                                    << " (replay: RUDNN_TEST_SEED=" << rng.seed() << ")")
 
 // Skips the current test, reported as skipped, when no CUDA device is usable.
-#define RUDNN_REQUIRE_CUDA()                                                      \
-  do {                                                                             \
+#define RUDNN_REQUIRE_CUDA()                                                            \
+  do {                                                                                  \
     if (!::rudnn::cuda_available()) GTEST_SKIP() << "no CUDA device: GPU test skipped"; \
   } while (0)
 
 // Host tensor of N(mean, stddev) values, rounded to `dtype` (a floating dtype).
-Tensor random_tensor(Rng& rng, const Shape& shape, DType dtype, float mean = 0.0f, float stddev = 1.0f);
+Tensor random_tensor(Rng& rng, const Shape& shape, DType dtype, float mean = 0.0f,
+                     float stddev = 1.0f);
 // Host tensor of integers uniform in [lo, hi] in an integer dtype.
 Tensor random_integers(Rng& rng, const Shape& shape, DType dtype, int64_t lo, int64_t hi);
 // Host tensor from doubles, rounded to `dtype`.
@@ -61,8 +62,10 @@ double tolerance(DType dtype);
 // finite ones (absolute when ‖expected‖ = 0).
 // `floor` bounds the denominator from below: for results that are a near-total cancellation
 // of larger terms (a backward pass at H = 1 or 2), pass the norm of those terms.
-::testing::AssertionResult all_close(const Tensor& got, const Tensor& expected, double tol, double floor = 0.0);
-::testing::AssertionResult all_close(const Tensor& got, const Tensor& expected);  // tolerance(dtype)
+::testing::AssertionResult all_close(const Tensor& got, const Tensor& expected, double tol,
+                                     double floor = 0.0);
+::testing::AssertionResult all_close(const Tensor& got,
+                                     const Tensor& expected);  // tolerance(dtype)
 ::testing::AssertionResult bit_equal(const Tensor& a, const Tensor& b);
 
 // fn throws rudnn::Error with `code` and a message containing every fragment.

@@ -49,7 +49,8 @@ unsigned grid_for(int64_t count, int threads) {
 }
 
 template <class Element>
-void launch_copy(void* dst, const void* src, int64_t count, const StridedLayout& layout, cudaStream_t stream) {
+void launch_copy(void* dst, const void* src, int64_t count, const StridedLayout& layout,
+                 cudaStream_t stream) {
   strided_copy_kernel<Element><<<grid_for(count, 256), 256, 0, stream>>>(
       static_cast<Element*>(dst), static_cast<const Element*>(src), count, layout);
 }
@@ -57,15 +58,16 @@ void launch_copy(void* dst, const void* src, int64_t count, const StridedLayout&
 template <class Element>
 void launch_fill(void* dst, int64_t count, uint64_t pattern, cudaStream_t stream) {
   fill_kernel<Element><<<grid_for(count, 256), 256, 0, stream>>>(static_cast<Element*>(dst), count,
-                                                                  static_cast<Element>(pattern));
+                                                                 static_cast<Element>(pattern));
 }
 
 }  // namespace
 
-void strided_copy(void* dst, const int64_t* dst_strides, const void* src, const int64_t* src_strides,
-                  const int64_t* shape, int dims, size_t element_size, Device device, cuda_stream_t stream) {
-  check(dims <= kMaxDims, ErrorCode::Unsupported, "strided copy: ", dims, " dimensions after collapsing (at most ",
-        kMaxDims, ")");
+void strided_copy(void* dst, const int64_t* dst_strides, const void* src,
+                  const int64_t* src_strides, const int64_t* shape, int dims, size_t element_size,
+                  Device device, cuda_stream_t stream) {
+  check(dims <= kMaxDims, ErrorCode::Unsupported, "strided copy: ", dims,
+        " dimensions after collapsing (at most ", kMaxDims, ")");
   StridedLayout layout{};
   layout.dims = dims;
   int64_t count = 1;
@@ -79,11 +81,20 @@ void strided_copy(void* dst, const int64_t* dst_strides, const void* src, const 
   DeviceGuard guard(device.index);
   cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
   switch (element_size) {
-    case 1: launch_copy<uint8_t>(dst, src, count, layout, s); break;
-    case 2: launch_copy<uint16_t>(dst, src, count, layout, s); break;
-    case 4: launch_copy<uint32_t>(dst, src, count, layout, s); break;
-    case 8: launch_copy<uint64_t>(dst, src, count, layout, s); break;
-    default: fail(ErrorCode::Unsupported, cat("strided copy: element size ", element_size));
+    case 1:
+      launch_copy<uint8_t>(dst, src, count, layout, s);
+      break;
+    case 2:
+      launch_copy<uint16_t>(dst, src, count, layout, s);
+      break;
+    case 4:
+      launch_copy<uint32_t>(dst, src, count, layout, s);
+      break;
+    case 8:
+      launch_copy<uint64_t>(dst, src, count, layout, s);
+      break;
+    default:
+      fail(ErrorCode::Unsupported, cat("strided copy: element size ", element_size));
   }
   check_launch("strided_copy_kernel");
 }
@@ -94,11 +105,20 @@ void fill_pattern(void* dst, int64_t count, size_t element_size, uint64_t patter
   DeviceGuard guard(device.index);
   cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
   switch (element_size) {
-    case 1: launch_fill<uint8_t>(dst, count, pattern, s); break;
-    case 2: launch_fill<uint16_t>(dst, count, pattern, s); break;
-    case 4: launch_fill<uint32_t>(dst, count, pattern, s); break;
-    case 8: launch_fill<uint64_t>(dst, count, pattern, s); break;
-    default: fail(ErrorCode::Unsupported, cat("fill: element size ", element_size));
+    case 1:
+      launch_fill<uint8_t>(dst, count, pattern, s);
+      break;
+    case 2:
+      launch_fill<uint16_t>(dst, count, pattern, s);
+      break;
+    case 4:
+      launch_fill<uint32_t>(dst, count, pattern, s);
+      break;
+    case 8:
+      launch_fill<uint64_t>(dst, count, pattern, s);
+      break;
+    default:
+      fail(ErrorCode::Unsupported, cat("fill: element size ", element_size));
   }
   check_launch("fill_kernel");
 }

@@ -39,11 +39,20 @@ struct Target {
 __device__ __forceinline__ Target read_target(const CrossEntropy& p, int64_t row) {
   int64_t raw = 0;
   switch (p.target_dtype) {
-    case DType::i32: raw = static_cast<const int32_t*>(p.targets)[row]; break;
-    case DType::i64: raw = static_cast<const int64_t*>(p.targets)[row]; break;
-    case DType::u32: raw = static_cast<const uint32_t*>(p.targets)[row]; break;
-    case DType::u8: raw = static_cast<const uint8_t*>(p.targets)[row]; break;
-    default: return {TargetKind::invalid, 0};
+    case DType::i32:
+      raw = static_cast<const int32_t*>(p.targets)[row];
+      break;
+    case DType::i64:
+      raw = static_cast<const int64_t*>(p.targets)[row];
+      break;
+    case DType::u32:
+      raw = static_cast<const uint32_t*>(p.targets)[row];
+      break;
+    case DType::u8:
+      raw = static_cast<const uint8_t*>(p.targets)[row];
+      break;
+    default:
+      return {TargetKind::invalid, 0};
   }
   if (p.has_ignore_index && raw == p.ignore_index) return {TargetKind::ignored, 0};
   const int64_t t = raw < 0 ? raw + p.cols : raw;
@@ -53,8 +62,8 @@ __device__ __forceinline__ Target read_target(const CrossEntropy& p, int64_t row
 
 // Rows without a valid target: loss 0 and gradient 0 (ignored) or NaN and NaN (invalid).
 template <class T, int W, class ForEachColumn>
-__device__ __forceinline__ void write_constant_row(const CrossEntropy& p, int64_t row, float value, bool leader,
-                                                   ForEachColumn for_each_column) {
+__device__ __forceinline__ void write_constant_row(const CrossEntropy& p, int64_t row, float value,
+                                                   bool leader, ForEachColumn for_each_column) {
   if (leader && p.loss) static_cast<float*>(p.loss)[row] = value;
   if (p.dlogits.data == nullptr) return;
   T* dx = static_cast<T*>(p.dlogits.data) + row * p.dlogits.stride;
@@ -64,9 +73,9 @@ __device__ __forceinline__ void write_constant_row(const CrossEntropy& p, int64_
   for_each_column([&](int64_t c) { rudnn::cuda::store_pack<T, W>(dx + c, out); });
 }
 
-
 template <class T, class Tile, bool kGrad>
-__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) cross_entropy_tile(CrossEntropy p) {
+__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm)
+    cross_entropy_tile(CrossEntropy p) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
   __shared__ float scratch[32];
   const RowThread<Tile> t;
@@ -80,7 +89,8 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) cr
   for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
     const Target target = read_target(p, row);  // uniform over the row's threads
     if (target.kind != TargetKind::valid) {
-      write_constant_row<T, W>(p, row, target.kind == TargetKind::ignored ? 0.0f : kNaN, t.lane == 0, own_columns);
+      write_constant_row<T, W>(p, row, target.kind == TargetKind::ignored ? 0.0f : kNaN,
+                               t.lane == 0, own_columns);
       continue;
     }
     const T* x = static_cast<const T*>(p.logits.data) + row * p.logits.stride;
@@ -104,7 +114,9 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) cr
         }
     }
     s = group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch);
-    if (t.lane == 0 && p.loss) static_cast<float*>(p.loss)[row] = rudnn::cuda::log_sum_exp({m, s}) - to_float(x[target.index]);
+    if (t.lane == 0 && p.loss)
+      static_cast<float*>(p.loss)[row] =
+          rudnn::cuda::log_sum_exp({m, s}) - to_float(x[target.index]);
     if constexpr (kGrad) {
       const float scale = p.dloss ? static_cast<const float*>(p.dloss)[row] : p.grad_scale;
       const float inv = 1.0f / s;
@@ -133,23 +145,25 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_loop(CrossEntropy p) {
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const Target target = read_target(p, row);
     if (target.kind != TargetKind::valid) {
-      write_constant_row<T, W>(p, row, target.kind == TargetKind::ignored ? 0.0f : kNaN, threadIdx.x == 0,
-                               own_columns);
+      write_constant_row<T, W>(p, row, target.kind == TargetKind::ignored ? 0.0f : kNaN,
+                               threadIdx.x == 0, own_columns);
       continue;
     }
     const T* x = static_cast<const T*>(p.logits.data) + row * p.logits.stride;
     SoftmaxState state{MaxOp::identity(), 0.0f};
-    for_each_pack<W, kThreads>(x, p.cols, [&](int64_t, const auto& pack) { rudnn::cuda::fold(state, pack); });
+    for_each_pack<W, kThreads>(x, p.cols,
+                               [&](int64_t, const auto& pack) { rudnn::cuda::fold(state, pack); });
     state = group_reduce<kThreads>(state, rudnn::cuda::SoftmaxMerge{}, scratch);
     const bool finite = isfinite(state.max);
     if (threadIdx.x == 0 && p.loss) {
-      static_cast<float*>(p.loss)[row] = rudnn::cuda::log_sum_exp(state) - to_float(x[target.index]);
+      static_cast<float*>(p.loss)[row] =
+          rudnn::cuda::log_sum_exp(state) - to_float(x[target.index]);
     }
     if constexpr (kGrad) {
       const float scale = p.dloss ? static_cast<const float*>(p.dloss)[row] : p.grad_scale;
       const float inv = 1.0f / state.sum;
       T* dx = static_cast<T*>(p.dlogits.data) + row * p.dlogits.stride;
-      for_each_vector<W, kThreads>(x, p.cols, [&](int64_t c, const float (&v)[W]) {
+      for_each_vector<W, kThreads>(x, p.cols, [&](int64_t c, const float(&v)[W]) {
         float out[W];
 #pragma unroll
         for (int j = 0; j < W; ++j) {
@@ -204,7 +218,8 @@ constexpr int kClusterVecs = 8;     // packs per thread
 constexpr int kMaxClusterSize = 8;  // the portable limit
 
 template <class T, int kThreads>
-__global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_cluster(CrossEntropy p, int64_t chunk_packs) {
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
+    cross_entropy_grad_cluster(CrossEntropy p, int64_t chunk_packs) {
 #if __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   constexpr int W = 16 / sizeof(T), V = kClusterVecs;
@@ -224,11 +239,14 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_
   constexpr int kStride = kThreads * W;
   const int64_t packs = p.cols / W;
   const int64_t first_pack = rank * chunk_packs + threadIdx.x;
-  const int64_t own_packs = (rank + 1) * chunk_packs < packs ? (rank + 1) * chunk_packs - first_pack : packs - first_pack;
-  const int own = static_cast<int>(own_packs < 0 ? 0 : (own_packs > V * kThreads ? V * kThreads : own_packs));
+  const int64_t own_packs =
+      (rank + 1) * chunk_packs < packs ? (rank + 1) * chunk_packs - first_pack : packs - first_pack;
+  const int own =
+      static_cast<int>(own_packs < 0 ? 0 : (own_packs > V * kThreads ? V * kThreads : own_packs));
   const int64_t first_col = first_pack * W;
   auto owned = [&](int i) { return i * kThreads < own; };
-  const Packed negative_infinity = rudnn::cuda::filled_pack<T, W>(-__builtin_huge_valf());  // past the row
+  const Packed negative_infinity =
+      rudnn::cuda::filled_pack<T, W>(-__builtin_huge_valf());  // past the row
   auto own_columns = [&](auto&& f) {
 #pragma unroll
     for (int i = 0; i < V; ++i)
@@ -250,11 +268,12 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_
   for (int64_t row = blockIdx.x / blocks; row < p.rows; row += clusters) {
     const Target target = read_target(p, row);
     if (target.kind != TargetKind::valid) {
-      write_constant_row<T, W>(p, row, target.kind == TargetKind::ignored ? 0.0f : kNaN, rank == 0 && threadIdx.x == 0,
-                               own_columns);
+      write_constant_row<T, W>(p, row, target.kind == TargetKind::ignored ? 0.0f : kNaN,
+                               rank == 0 && threadIdx.x == 0, own_columns);
       continue;
     }
-    const float scale = p.dloss ? static_cast<const float*>(p.dloss)[row] : p.grad_scale;  // loaded early, used last
+    const float scale = p.dloss ? static_cast<const float*>(p.dloss)[row]
+                                : p.grad_scale;  // loaded early, used last
     const T* x = static_cast<const T*>(p.logits.data) + row * p.logits.stride;
     const T* x_own = x + first_col;
     Packed v[V];
@@ -279,7 +298,8 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_
 #pragma unroll
         for (int j = 0; j < W; ++j) s += rudnn::cuda::exp_shifted(to_float(v[i].v[j]), m_log2e);
     }
-    const SoftmaxState state = group_reduce<kThreads>(SoftmaxState{m, s}, rudnn::cuda::SoftmaxMerge{}, scratch);
+    const SoftmaxState state =
+        group_reduce<kThreads>(SoftmaxState{m, s}, rudnn::cuda::SoftmaxMerge{}, scratch);
 
     SoftmaxState merged = state;
     if (blocks > 1) {  // (st.async needs a cluster of two or more)
@@ -289,16 +309,20 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_
       }
       const int set = static_cast<int>(exchanges & 1);
       if (threadIdx.x == 0) {
-        rudnn::cuda::mbarrier_arrive_expect_bytes(&exchanged[set], static_cast<uint32_t>(blocks * sizeof(float2)));
+        rudnn::cuda::mbarrier_arrive_expect_bytes(&exchanged[set],
+                                                  static_cast<uint32_t>(blocks * sizeof(float2)));
       }
       if (static_cast<int>(threadIdx.x) < blocks) {  // thread r sends to block r
-        rudnn::cuda::store_to_peer(rudnn::cuda::peer_shared_address(&states[set][rank], threadIdx.x),
-                                   make_float2(state.max, state.sum),
-                                   rudnn::cuda::peer_shared_address(&exchanged[set], threadIdx.x));
+        rudnn::cuda::store_to_peer(
+            rudnn::cuda::peer_shared_address(&states[set][rank], threadIdx.x),
+            make_float2(state.max, state.sum),
+            rudnn::cuda::peer_shared_address(&exchanged[set], threadIdx.x));
       }
       rudnn::cuda::mbarrier_wait(&exchanged[set], (exchanges >> 1) & 1);
       merged = SoftmaxState{MaxOp::identity(), 0.0f};
-      for (int r = 0; r < blocks; ++r) merged = rudnn::cuda::SoftmaxMerge{}(merged, SoftmaxState{states[set][r].x, states[set][r].y});
+      for (int r = 0; r < blocks; ++r)
+        merged =
+            rudnn::cuda::SoftmaxMerge{}(merged, SoftmaxState{states[set][r].x, states[set][r].y});
       ++exchanges;
     }
 
@@ -310,7 +334,9 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) cross_entropy_grad_
         owned(static_cast<int>(target_offset / kStride))) {
       target_pack = static_cast<int>(target_offset / kStride);
       target_lane = static_cast<int>(target_offset % kStride);
-      if (p.loss) static_cast<float*>(p.loss)[row] = lse - to_float(x[target.index]);  // by the one thread that owns the target
+      if (p.loss)
+        static_cast<float*>(p.loss)[row] =
+            lse - to_float(x[target.index]);  // by the one thread that owns the target
     }
     T* dx = static_cast<T*>(p.dlogits.data) + row * p.dlogits.stride + first_col;
     if (isfinite(merged.max)) {
@@ -379,7 +405,8 @@ bool launch_grad_cluster_with(const CrossEntropy& p, const LaunchContext& ctx, i
 // Smallest block and cluster whose registers hold the row: 256 threads in clusters of 2, 4
 // or 8, then 512 threads in clusters of 8.
 template <class T>
-bool launch_grad_cluster(const CrossEntropy& p, const LaunchContext& ctx, const KernelTuning& tuning) {
+bool launch_grad_cluster(const CrossEntropy& p, const LaunchContext& ctx,
+                         const KernelTuning& tuning) {
   constexpr int W = 16 / sizeof(T);
   const int64_t packs = p.cols / W;
   for (int threads : {256, 512}) {
@@ -403,14 +430,18 @@ void launch(const CrossEntropy& p, const LaunchContext& ctx) {
     using Tile = decltype(tile);
     if constexpr (Tile::kLoop && kGrad) {
       const KernelTuning& tuning = kernel_tuning();
-      if (Tile::kWidth > 1 && tuning.cluster_cross_entropy && launch_grad_cluster<T>(p, ctx, tuning)) return;
+      if (Tile::kWidth > 1 && tuning.cluster_cross_entropy &&
+          launch_grad_cluster<T>(p, ctx, tuning))
+        return;
       // One 1024-thread block per SM (about): as many loads in flight as the L2 budget allows.
       cross_entropy_loop<T, Tile::kWidth, kGrad, kGradLoopThreads>
           <<<l2_resident_grid(p, sizeof(T), ctx.device), kGradLoopThreads, 0, ctx.stream>>>(p);
     } else if constexpr (Tile::kLoop) {
-      cross_entropy_loop<T, Tile::kWidth, kGrad, kLoopThreads><<<row_grid(p.rows, 1), kLoopThreads, 0, ctx.stream>>>(p);
+      cross_entropy_loop<T, Tile::kWidth, kGrad, kLoopThreads>
+          <<<row_grid(p.rows, 1), kLoopThreads, 0, ctx.stream>>>(p);
     } else {
-      cross_entropy_tile<T, Tile, kGrad><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, ctx.stream>>>(p);
+      cross_entropy_tile<T, Tile, kGrad>
+          <<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, ctx.stream>>>(p);
     }
   });
   check_launch("cross_entropy");

@@ -26,7 +26,8 @@ using rudnn::cuda::WelfordState;
 
 template <class T, class Tile, NormKind kKind>
 __global__ void __launch_bounds__(Tile::kBlockThreads)
-    norm_backward_tile(NormBackward p, float* __restrict__ dgamma_part, float* __restrict__ dbeta_part) {
+    norm_backward_tile(NormBackward p, float* __restrict__ dgamma_part,
+                       float* __restrict__ dbeta_part) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
   __shared__ float2 scratch2[32];
   __shared__ rudnn::cuda::WelfordState welford_scratch[32];
@@ -73,8 +74,9 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
       }
     } else {
       // Mean and variance in one (Chan) reduction, then the two row sums in another.
-      const WelfordState w = group_reduce<Tile::kThreadsPerRow>(rudnn::cuda::local_welford(flat(x), valid_count(t, cols)),
-                                                                rudnn::cuda::WelfordMerge{}, welford_scratch);
+      const WelfordState w = group_reduce<Tile::kThreadsPerRow>(
+          rudnn::cuda::local_welford(flat(x), valid_count(t, cols)), rudnn::cuda::WelfordMerge{},
+          welford_scratch);
       const float mean = w.mean, rstd = rsqrtf(w.m2 * inv_cols + p.eps);
       // x becomes xhat, dy becomes gamma * dy; the parameter sums take dy * xhat and dy first.
       float2 sums = make_float2(0.0f, 0.0f);  // (sum g*dy, sum g*dy*xhat)
@@ -99,7 +101,8 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int j = 0; j < W; ++j) dy[i][j] = rstd * (dy[i][j] - mean_gdy - x[i][j] * mean_gdy_xhat);
+        for (int j = 0; j < W; ++j)
+          dy[i][j] = rstd * (dy[i][j] - mean_gdy - x[i][j] * mean_gdy_xhat);
     }
     store_row(t, static_cast<T*>(p.dx.data) + row * p.dx.stride, cols, dy);
   }
@@ -116,7 +119,8 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
 }
 
 template <class T, int W, NormKind kKind>
-__global__ void __launch_bounds__(kLoopThreads) norm_backward_loop(NormBackward p, float2* __restrict__ row_stats) {
+__global__ void __launch_bounds__(kLoopThreads)
+    norm_backward_loop(NormBackward p, float2* __restrict__ row_stats) {
   __shared__ float scratch[32];
   __shared__ float2 scratch2[32];
   __shared__ rudnn::cuda::WelfordState welford_scratch[32];
@@ -129,7 +133,7 @@ __global__ void __launch_bounds__(kLoopThreads) norm_backward_loop(NormBackward 
     // Pass 1: mean and rstd.
     WelfordState w{0.0f, 0.0f, 0.0f};
     float ss = 0.0f;
-    for_each_vector<W>(x, p.cols, [&](int64_t, const float (&v)[W]) {
+    for_each_vector<W>(x, p.cols, [&](int64_t, const float(&v)[W]) {
       if constexpr (kKind == NormKind::layer) {
         float m = 0.0f, m2 = 0.0f;
 #pragma unroll
@@ -156,7 +160,7 @@ __global__ void __launch_bounds__(kLoopThreads) norm_backward_loop(NormBackward 
 
     // Pass 2: sum of gamma*dy and of gamma*dy*xhat.
     float2 sums = make_float2(0.0f, 0.0f);
-    for_each_vector2<W>(x, dy, p.cols, [&](int64_t c, const float (&xv)[W], const float (&dyv)[W]) {
+    for_each_vector2<W>(x, dy, p.cols, [&](int64_t c, const float(&xv)[W], const float(&dyv)[W]) {
       float g[W];
       load_param_or<T, W>(p.gamma, c, 1.0f, g);
 #pragma unroll
@@ -172,7 +176,7 @@ __global__ void __launch_bounds__(kLoopThreads) norm_backward_loop(NormBackward 
 
     // Pass 3: dx.
     T* dx = static_cast<T*>(p.dx.data) + row * p.dx.stride;
-    for_each_vector2<W>(x, dy, p.cols, [&](int64_t c, const float (&xv)[W], const float (&dyv)[W]) {
+    for_each_vector2<W>(x, dy, p.cols, [&](int64_t c, const float(&xv)[W], const float(&dyv)[W]) {
       float g[W], out[W];
       load_param_or<T, W>(p.gamma, c, 1.0f, g);
 #pragma unroll
@@ -192,8 +196,8 @@ constexpr int kColumnChunkRows = 64;
 // part[chunk][c] = sum over the chunk's rows of dy * xhat (dgamma) and of dy (dbeta).
 template <class T>
 __global__ void __launch_bounds__(kColumnThreads)
-    param_grad_columns(NormBackward p, const float2* __restrict__ row_stats, float* __restrict__ dgamma_part,
-                       float* __restrict__ dbeta_part) {
+    param_grad_columns(NormBackward p, const float2* __restrict__ row_stats,
+                       float* __restrict__ dgamma_part, float* __restrict__ dbeta_part) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kColumnThreads + threadIdx.x;
   if (c >= p.cols) return;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * kColumnChunkRows;
@@ -237,7 +241,8 @@ __global__ void __launch_bounds__(kReduceColumns* kReduceSlices)
 }
 
 template <class T>
-void launch_reduce(const float* part, int64_t parts, int64_t cols, const ParamOut& out, cudaStream_t stream) {
+void launch_reduce(const float* part, int64_t parts, int64_t cols, const ParamOut& out,
+                   cudaStream_t stream) {
   if (out.data == nullptr) return;
   const dim3 block(kReduceColumns, kReduceSlices);
   const auto grid = static_cast<unsigned>((cols + kReduceColumns - 1) / kReduceColumns);
@@ -282,10 +287,12 @@ void launch(const NormBackward& p, const LaunchContext& ctx) {
     using Tile = decltype(tile);
     if constexpr (Tile::kLoop) {
       Tensor stats;  // (mean, rstd) per row, for the column kernel
-      if (want_params && p.rows > 0) stats = Tensor::empty({p.rows, 2}, DType::f32, ctx.device, ctx.rudnn_stream);
+      if (want_params && p.rows > 0)
+        stats = Tensor::empty({p.rows, 2}, DType::f32, ctx.device, ctx.rudnn_stream);
       auto* row_stats = stats.defined() ? static_cast<float2*>(stats.data()) : nullptr;
       if (p.rows > 0) {
-        norm_backward_loop<T, Tile::kWidth, kKind><<<row_grid(p.rows, 1), kLoopThreads, 0, ctx.stream>>>(p, row_stats);
+        norm_backward_loop<T, Tile::kWidth, kKind>
+            <<<row_grid(p.rows, 1), kLoopThreads, 0, ctx.stream>>>(p, row_stats);
         check_launch("norm_backward_loop");
       }
       if (!want_params) return;
@@ -293,7 +300,8 @@ void launch(const NormBackward& p, const LaunchContext& ctx) {
       if (part.parts > 0) {
         const dim3 grid(static_cast<unsigned>((p.cols + kColumnThreads - 1) / kColumnThreads),
                         static_cast<unsigned>(part.parts));
-        param_grad_columns<T><<<grid, kColumnThreads, 0, ctx.stream>>>(p, row_stats, part.dgamma, part.dbeta);
+        param_grad_columns<T>
+            <<<grid, kColumnThreads, 0, ctx.stream>>>(p, row_stats, part.dgamma, part.dbeta);
         check_launch("param_grad_columns");
       }
       part.reduce<T>(p, ctx.stream);
@@ -305,7 +313,8 @@ void launch(const NormBackward& p, const LaunchContext& ctx) {
       if (blocks > row_blocks) blocks = row_blocks;
       const Partials part(p, blocks * Tile::kRowsPerBlock, ctx.rudnn_stream);
       if (blocks > 0) {
-        kernel<<<static_cast<unsigned>(blocks), Tile::kBlockThreads, 0, ctx.stream>>>(p, part.dgamma, part.dbeta);
+        kernel<<<static_cast<unsigned>(blocks), Tile::kBlockThreads, 0, ctx.stream>>>(
+            p, part.dgamma, part.dbeta);
         check_launch("norm_backward_tile");
       }
       part.reduce<T>(p, ctx.stream);

@@ -1,6 +1,6 @@
 // The forward norms' entry point: picks the dtype's instantiation (norm_forward_<dtype>.cu).
-#include "normalization/cuda/launch.h"
 #include "cuda/launch.cuh"
+#include "normalization/cuda/launch.h"
 
 namespace rudnn::norm::cuda {
 
@@ -13,7 +13,8 @@ void norm_forward_typed(const NormForward& p, cudaStream_t stream);
 
 void norm_forward(const NormForward& p, const Stream& stream) {
   const LaunchContext ctx(stream);
-  with_float_type(p.dtype, [&](auto tag) { norm_forward_typed<typename decltype(tag)::type>(p, ctx.stream); });
+  with_float_type(
+      p.dtype, [&](auto tag) { norm_forward_typed<typename decltype(tag)::type>(p, ctx.stream); });
 }
 
 }  // namespace rudnn::norm::cuda

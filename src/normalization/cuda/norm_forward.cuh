@@ -18,7 +18,8 @@ using rudnn::cuda::WelfordState;
 
 // kForm: how gamma and beta are read (ParamForm).
 template <class T, class Tile, NormKind kKind, ParamForm kForm>
-__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) norm_forward_tile(NormForward p) {
+__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm)
+    norm_forward_tile(NormForward p) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
   __shared__ float scratch[32];
   const RowThread<Tile> t;
@@ -52,7 +53,8 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) no
 #pragma unroll
       for (int i = 0; i < V; ++i)
 #pragma unroll
-        for (int j = 0; j < W; ++j) packed.pack[i].v[j] = from_float<T>(v(i, j) + r(i, j));  // FP32 sum, stored as T
+        for (int j = 0; j < W; ++j)
+          packed.pack[i].v[j] = from_float<T>(v(i, j) + r(i, j));  // FP32 sum, stored as T
       store_row_packed(t, static_cast<T*>(p.sum.data) + row * p.sum.stride, cols, packed);
     }
 
@@ -79,7 +81,8 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) no
 #pragma unroll
       for (int j = 0; j < W; ++j) ss += (v(i, j) - mean) * (v(i, j) - mean);
     }
-    const float rstd = rsqrtf(group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols + p.eps);
+    const float rstd =
+        rsqrtf(group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols + p.eps);
 
     T* y = static_cast<T*>(p.y.data) + row * p.y.stride;
 #pragma unroll
@@ -110,14 +113,15 @@ __global__ void __launch_bounds__(kLoopThreads) norm_forward_loop(NormForward p)
 
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const T* x = static_cast<const T*>(p.x.data) + row * p.x.stride;
-    T* sum_row = kKind == NormKind::add_rms ? static_cast<T*>(p.sum.data) + row * p.sum.stride : nullptr;
+    T* sum_row =
+        kKind == NormKind::add_rms ? static_cast<T*>(p.sum.data) + row * p.sum.stride : nullptr;
 
     // Pass 1: statistics (and, for add_rms, the stored sum). LayerNorm's are of x - K, K the
     // row's first element, as in the tile kernel: exact for constant rows.
     WelfordState w{0.0f, 0.0f, 0.0f};
     float ss = 0.0f;
     const float k = kKind == NormKind::layer ? to_float(x[0]) : 0.0f;
-    auto accumulate = [&](const float (&v)[W]) {
+    auto accumulate = [&](const float(&v)[W]) {
       if constexpr (kKind == NormKind::layer) {
         float d[W], m = 0.0f, m2 = 0.0f;
 #pragma unroll
@@ -136,14 +140,14 @@ __global__ void __launch_bounds__(kLoopThreads) norm_forward_loop(NormForward p)
     };
     if constexpr (kKind == NormKind::add_rms) {
       const T* res = static_cast<const T*>(p.residual.data) + row * p.residual.stride;
-      for_each_vector2<W>(x, res, p.cols, [&](int64_t c, float (&a)[W], const float (&b)[W]) {
+      for_each_vector2<W>(x, res, p.cols, [&](int64_t c, float(&a)[W], const float(&b)[W]) {
 #pragma unroll
         for (int j = 0; j < W; ++j) a[j] = round_to<T>(a[j] + b[j]);
         rudnn::cuda::store_pack<T, W>(sum_row + c, a);
         accumulate(a);
       });
     } else {
-      for_each_vector<W>(x, p.cols, [&](int64_t, const float (&v)[W]) { accumulate(v); });
+      for_each_vector<W>(x, p.cols, [&](int64_t, const float(&v)[W]) { accumulate(v); });
     }
     float mean = 0.0f, var;
     if constexpr (kKind == NormKind::layer) {
@@ -158,7 +162,7 @@ __global__ void __launch_bounds__(kLoopThreads) norm_forward_loop(NormForward p)
     // Pass 2: normalise. add_rms re-reads the sum this same thread stored.
     T* y = static_cast<T*>(p.y.data) + row * p.y.stride;
     const T* source = kKind == NormKind::add_rms ? sum_row : x;
-    for_each_vector<W>(source, p.cols, [&](int64_t c, const float (&v)[W]) {
+    for_each_vector<W>(source, p.cols, [&](int64_t c, const float(&v)[W]) {
       float g[W], b[W], out[W];
       load_param_or<T, W>(p.gamma, c, 1.0f, g);
       if constexpr (kKind == NormKind::layer) load_param_or<T, W>(p.beta, c, 0.0f, b);
@@ -188,21 +192,25 @@ void launch(const NormForward& p, cudaStream_t stream) {
   with_tile<T>(p.cols, a, [&](auto tile) {
     using Tile = decltype(tile);
     if constexpr (Tile::kLoop) {
-      norm_forward_loop<T, Tile::kWidth, kKind><<<row_grid(p.rows, 1), kLoopThreads, 0, stream>>>(p);
+      norm_forward_loop<T, Tile::kWidth, kKind>
+          <<<row_grid(p.rows, 1), kLoopThreads, 0, stream>>>(p);
     } else {
       const unsigned grid = row_grid(p.rows, Tile::kRowsPerBlock);
       switch (form) {
         case ParamForm::storage:
-          norm_forward_tile<T, Tile, kKind, ParamForm::storage><<<grid, Tile::kBlockThreads, 0, stream>>>(p);
+          norm_forward_tile<T, Tile, kKind, ParamForm::storage>
+              <<<grid, Tile::kBlockThreads, 0, stream>>>(p);
           break;
         case ParamForm::f32:
           if constexpr (sizeof(T) == 2) {  // FP32 parameters of FP32 rows are the storage form
-            norm_forward_tile<T, Tile, kKind, ParamForm::f32><<<grid, Tile::kBlockThreads, 0, stream>>>(p);
+            norm_forward_tile<T, Tile, kKind, ParamForm::f32>
+                <<<grid, Tile::kBlockThreads, 0, stream>>>(p);
             break;
           }
           [[fallthrough]];
         case ParamForm::any:
-          norm_forward_tile<T, Tile, kKind, ParamForm::any><<<grid, Tile::kBlockThreads, 0, stream>>>(p);
+          norm_forward_tile<T, Tile, kKind, ParamForm::any>
+              <<<grid, Tile::kBlockThreads, 0, stream>>>(p);
           break;
       }
     }
@@ -216,9 +224,12 @@ void launch(const NormForward& p, cudaStream_t stream) {
 template <class T>
 void norm_forward_typed(const NormForward& p, cudaStream_t stream) {
   switch (p.kind) {
-    case NormKind::layer: return launch<T, NormKind::layer>(p, stream);
-    case NormKind::rms: return launch<T, NormKind::rms>(p, stream);
-    case NormKind::add_rms: return launch<T, NormKind::add_rms>(p, stream);
+    case NormKind::layer:
+      return launch<T, NormKind::layer>(p, stream);
+    case NormKind::rms:
+      return launch<T, NormKind::rms>(p, stream);
+    case NormKind::add_rms:
+      return launch<T, NormKind::add_rms>(p, stream);
   }
 }
 

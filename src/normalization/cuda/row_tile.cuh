@@ -30,14 +30,14 @@
 
 namespace rudnn::norm::cuda {
 
-using rudnn::cuda::from_float;
 using rudnn::cuda::built_for_hopper;
 using rudnn::cuda::device_info;
+using rudnn::cuda::from_float;
 using rudnn::cuda::LaunchContext;
 using rudnn::cuda::PerDevice;
 using rudnn::cuda::resident_blocks;
-using rudnn::cuda::with_float_type;
 using rudnn::cuda::to_float;
+using rudnn::cuda::with_float_type;
 using rudnn::detail::check_cuda;
 using rudnn::detail::check_launch;
 
@@ -93,14 +93,22 @@ inline TileChoice choose_tile(int64_t cols, int width, const Alignment& alignmen
   c.vectorized = alignment.ok && cols % width == 0;
   if (!c.vectorized) return c;  // the scalar loop tile
   const int64_t vectors = cols / width;
-  if (vectors <= 32) c.id = TileId::warp_x1;
-  else if (vectors <= 64) c.id = TileId::warp_x2;
-  else if (vectors <= 128) c.id = TileId::warp_x4;
-  else if (vectors <= 512) c.id = TileId::block128;
-  else if (vectors <= 1024) c.id = TileId::block256;
-  else if (vectors <= 2048) c.id = TileId::block512;
-  else if (vectors <= 4096) c.id = TileId::block1024;
-  else c.id = TileId::loop;
+  if (vectors <= 32)
+    c.id = TileId::warp_x1;
+  else if (vectors <= 64)
+    c.id = TileId::warp_x2;
+  else if (vectors <= 128)
+    c.id = TileId::warp_x4;
+  else if (vectors <= 512)
+    c.id = TileId::block128;
+  else if (vectors <= 1024)
+    c.id = TileId::block256;
+  else if (vectors <= 2048)
+    c.id = TileId::block512;
+  else if (vectors <= 4096)
+    c.id = TileId::block1024;
+  else
+    c.id = TileId::loop;
   if (c.id > largest) c.id = TileId::loop;
   return c;
 }
@@ -114,10 +122,14 @@ void with_tile(int64_t cols, const Alignment& alignment, F&& f) {
   const TileChoice choice = choose_tile(cols, W, alignment, kLargest);
   if (!choice.vectorized) return f(LoopTile<1>{});
   switch (choice.id) {
-    case TileId::warp_x1: return f(RegisterTile<32, 1, W>{});
-    case TileId::warp_x2: return f(RegisterTile<32, 2, W>{});
-    case TileId::warp_x4: return f(RegisterTile<32, 4, W>{});
-    case TileId::block128: return f(RegisterTile<128, 4, W>{});
+    case TileId::warp_x1:
+      return f(RegisterTile<32, 1, W>{});
+    case TileId::warp_x2:
+      return f(RegisterTile<32, 2, W>{});
+    case TileId::warp_x4:
+      return f(RegisterTile<32, 4, W>{});
+    case TileId::block128:
+      return f(RegisterTile<128, 4, W>{});
     case TileId::block256:
       if constexpr (kLargest >= TileId::block256) return f(RegisterTile<256, 4, W>{});
       break;
@@ -127,7 +139,8 @@ void with_tile(int64_t cols, const Alignment& alignment, F&& f) {
     case TileId::block1024:
       if constexpr (kLargest >= TileId::block1024) return f(RegisterTile<1024, 4, W>{});
       break;
-    case TileId::loop: break;
+    case TileId::loop:
+      break;
   }
   return f(LoopTile<W>{});
 }
@@ -150,8 +163,12 @@ struct RowThread {
         slot(static_cast<int>(threadIdx.x) / Tile::kThreadsPerRow) {}
 
   // First row of this thread and the stride to its next one (grid-stride over rows).
-  __device__ int64_t first_row() const { return static_cast<int64_t>(blockIdx.x) * Tile::kRowsPerBlock + slot; }
-  __device__ int64_t row_step() const { return static_cast<int64_t>(gridDim.x) * Tile::kRowsPerBlock; }
+  __device__ int64_t first_row() const {
+    return static_cast<int64_t>(blockIdx.x) * Tile::kRowsPerBlock + slot;
+  }
+  __device__ int64_t row_step() const {
+    return static_cast<int64_t>(gridDim.x) * Tile::kRowsPerBlock;
+  }
   // Column of vector i of this thread (register tiles).
   __device__ int column(int i) const { return (i * Tile::kThreadsPerRow + lane) * Tile::kWidth; }
 };
@@ -194,7 +211,9 @@ __device__ __forceinline__ float (&flat(float (&v)[V][W]))[V * W] {
 template <class Tile, class T>
 struct PackedRow {
   rudnn::cuda::Pack<T, Tile::kWidth> pack[Tile::kVecs];
-  __device__ __forceinline__ float operator()(int i, int j) const { return rudnn::cuda::pack_element(pack[i], j); }
+  __device__ __forceinline__ float operator()(int i, int j) const {
+    return rudnn::cuda::pack_element(pack[i], j);
+  }
 };
 
 // Loads this thread's vectors of a row; vectors past `cols` read as `fill`.
@@ -207,7 +226,8 @@ __device__ __forceinline__ void load_row_packed(const RowThread<Tile>& t, const 
     if (c < cols) {
       r.pack[i] = *reinterpret_cast<const rudnn::cuda::Pack<T, Tile::kWidth>*>(row + c);
     } else {
-      r.pack[i] = rudnn::cuda::filled_pack<T, Tile::kWidth>(fill);  // register tiles are 16-byte packs
+      r.pack[i] =
+          rudnn::cuda::filled_pack<T, Tile::kWidth>(fill);  // register tiles are 16-byte packs
     }
   }
 }
@@ -255,7 +275,8 @@ __device__ __forceinline__ void for_each_pack(const T* __restrict__ row, int64_t
 
 // The same with the values converted to FP32: body(c, v).
 template <int W, int kThreads = kLoopThreads, class T, class Body>
-__device__ __forceinline__ void for_each_vector(const T* __restrict__ row, int64_t cols, Body&& body) {
+__device__ __forceinline__ void for_each_vector(const T* __restrict__ row, int64_t cols,
+                                                Body&& body) {
   for_each_pack<W, kThreads>(row, cols, [&](int64_t c, const rudnn::cuda::Pack<T, W>& pack) {
     float v[W];
 #pragma unroll
@@ -266,8 +287,9 @@ __device__ __forceinline__ void for_each_vector(const T* __restrict__ row, int64
 
 // The same over two rows read side by side (x and residual, x and dy, ...).
 template <int W, class T, class Body>
-__device__ __forceinline__ void for_each_vector2(const T* __restrict__ row_a, const T* __restrict__ row_b,
-                                                 int64_t cols, Body&& body) {
+__device__ __forceinline__ void for_each_vector2(const T* __restrict__ row_a,
+                                                 const T* __restrict__ row_b, int64_t cols,
+                                                 Body&& body) {
   constexpr int U = LoopTile<W>::kUnroll;
   using Packed = rudnn::cuda::Pack<T, W>;
   const int64_t step = static_cast<int64_t>(kLoopThreads) * W;
@@ -300,11 +322,13 @@ __device__ __forceinline__ void for_each_vector2(const T* __restrict__ row_a, co
 
 // One line on stderr per launch of a warp-row or cluster kernel when
 // kernel_tuning().trace is set: the benchmark uses it to show the shapes it timed.
-void trace_launch(const char* kernel, unsigned grid, int block, size_t shared, int64_t resident, int cluster = 1);
+void trace_launch(const char* kernel, unsigned grid, int block, size_t shared, int64_t resident,
+                  int cluster = 1);
 
 // Loads W affine-parameter values at column c, or `absent` when there is no parameter.
 template <class T, int W>
-__device__ __forceinline__ void load_param_or(const ParamIn& p, int64_t c, float absent, float (&out)[W]) {
+__device__ __forceinline__ void load_param_or(const ParamIn& p, int64_t c, float absent,
+                                              float (&out)[W]) {
   if (p.data != nullptr) {
     rudnn::cuda::load_param<T, W>(p.data, p.is_f32, c, out);
   } else {
@@ -336,9 +360,11 @@ ParamForm param_form(std::initializer_list<ParamIn> params) {
 // Loads W parameter values at column c in form kForm; `absent` stands in for a missing
 // parameter (form `any` only).
 template <ParamForm kForm, class T, int W>
-__device__ __forceinline__ void load_param_as(const ParamIn& p, int64_t c, float absent, float (&out)[W]) {
+__device__ __forceinline__ void load_param_as(const ParamIn& p, int64_t c, float absent,
+                                              float (&out)[W]) {
   if constexpr (kForm == ParamForm::storage) {
-    const auto pack = *reinterpret_cast<const rudnn::cuda::Pack<T, W>*>(static_cast<const T*>(p.data) + c);
+    const auto pack =
+        *reinterpret_cast<const rudnn::cuda::Pack<T, W>*>(static_cast<const T*>(p.data) + c);
 #pragma unroll
     for (int j = 0; j < W; ++j) out[j] = rudnn::cuda::pack_element(pack, j);
   } else if constexpr (kForm == ParamForm::f32) {
@@ -349,7 +375,8 @@ __device__ __forceinline__ void load_param_as(const ParamIn& p, int64_t c, float
 }
 
 // Alignment check for a row operand: base pointer and row stride.
-inline void require_rows_aligned(Alignment& a, const void* data, int64_t stride, size_t element_size) {
+inline void require_rows_aligned(Alignment& a, const void* data, int64_t stride,
+                                 size_t element_size) {
   a.pointer(data);
   a.stride(stride, element_size);
 }

@@ -17,7 +17,8 @@ using rudnn::cuda::SumOp;
 using rudnn::cuda::kNaN;
 
 template <class T, class Tile>
-__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) softmax_tile(SoftmaxForward p) {
+__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm)
+    softmax_tile(SoftmaxForward p) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
   __shared__ float scratch[32];
   const RowThread<Tile> t;
@@ -25,7 +26,8 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) so
 
   for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
     float v[V][W];
-    load_row(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, v, -__builtin_huge_valf());
+    load_row(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, v,
+             -__builtin_huge_valf());
     float m = MaxOp::identity();
 #pragma unroll
     for (int i = 0; i < V; ++i)
@@ -63,14 +65,16 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm) so
 // one serves the warp tiles. Prefetching the next row and staging rows through shared memory
 // both lost (bench/RESULTS.md, tuning log).
 template <class T, class Tile>
-__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm * 3 / 2) logsumexp_tile(SoftmaxForward p) {
+__global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm * 3 / 2)
+    logsumexp_tile(SoftmaxForward p) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
   __shared__ float scratch[32];
   const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
   for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
     PackedRow<Tile, T> x;
-    load_row_packed(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, x, -__builtin_huge_valf());
+    load_row_packed(t, static_cast<const T*>(p.x.data) + row * p.x.stride, cols, x,
+                    -__builtin_huge_valf());
     float m = MaxOp::identity();
 #pragma unroll
     for (int i = 0; i < V; ++i) m = MaxOp{}(m, rudnn::cuda::pack_max(x.pack[i]));
@@ -97,10 +101,12 @@ __global__ void __launch_bounds__(kWarpRowThreads, 6) logsumexp_warp(SoftmaxForw
   constexpr int kWarps = kWarpRowThreads / 32;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < p.rows; row += step) {
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < p.rows;
+       row += step) {
     const T* x = static_cast<const T*>(p.x.data) + row * p.x.stride;
     SoftmaxState state{MaxOp::identity(), 0.0f};
-    for_each_pack<W, 32>(x, p.cols, [&](int64_t, const auto& pack) { rudnn::cuda::fold(state, pack); }, lane);
+    for_each_pack<W, 32>(
+        x, p.cols, [&](int64_t, const auto& pack) { rudnn::cuda::fold(state, pack); }, lane);
     state = rudnn::cuda::warp_reduce(state, rudnn::cuda::SoftmaxMerge{});
     if (lane == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp(state));
   }
@@ -115,12 +121,13 @@ __global__ void __launch_bounds__(kLoopThreads) softmax_loop(SoftmaxForward p) {
     for_each_pack<W>(x, p.cols, [&](int64_t, const auto& pack) { rudnn::cuda::fold(state, pack); });
     state = group_reduce<kLoopThreads>(state, rudnn::cuda::SoftmaxMerge{}, scratch);
     if constexpr (kLse) {
-      if (threadIdx.x == 0) static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp(state));
+      if (threadIdx.x == 0)
+        static_cast<T*>(p.lse)[row] = from_float<T>(rudnn::cuda::log_sum_exp(state));
     } else {
       T* y = static_cast<T*>(p.y.data) + row * p.y.stride;
       const bool finite = isfinite(state.max);
       const float inv = 1.0f / state.sum;
-      for_each_vector<W>(x, p.cols, [&](int64_t c, const float (&v)[W]) {
+      for_each_vector<W>(x, p.cols, [&](int64_t c, const float(&v)[W]) {
         float out[W];
 #pragma unroll
         for (int j = 0; j < W; ++j) out[j] = finite ? __expf(v[j] - state.max) * inv : kNaN;
@@ -161,13 +168,13 @@ __global__ void __launch_bounds__(kLoopThreads) softmax_backward_loop(SoftmaxBac
     const T* dy = static_cast<const T*>(p.dy.data) + row * p.dy.stride;
     const T* y = static_cast<const T*>(p.y.data) + row * p.y.stride;
     float dot = 0.0f;
-    for_each_vector2<W>(dy, y, p.cols, [&](int64_t, const float (&a)[W], const float (&b)[W]) {
+    for_each_vector2<W>(dy, y, p.cols, [&](int64_t, const float(&a)[W], const float(&b)[W]) {
 #pragma unroll
       for (int j = 0; j < W; ++j) dot += a[j] * b[j];
     });
     dot = group_reduce<kLoopThreads>(dot, SumOp{}, scratch);
     T* dx = static_cast<T*>(p.dx.data) + row * p.dx.stride;
-    for_each_vector2<W>(dy, y, p.cols, [&](int64_t c, const float (&a)[W], const float (&b)[W]) {
+    for_each_vector2<W>(dy, y, p.cols, [&](int64_t c, const float(&a)[W], const float(&b)[W]) {
       float out[W];
 #pragma unroll
       for (int j = 0; j < W; ++j) out[j] = b[j] * (a[j] - dot);
@@ -195,9 +202,11 @@ void launch_forward(const SoftmaxForward& p, cudaStream_t stream) {
           return;
         }
       }
-      logsumexp_tile<T, Tile><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
+      logsumexp_tile<T, Tile>
+          <<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
     } else {
-      softmax_tile<T, Tile><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
+      softmax_tile<T, Tile>
+          <<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, stream>>>(p);
     }
   });
   check_launch(kLse ? "logsumexp" : "softmax");
@@ -229,9 +238,11 @@ void softmax_backward(const SoftmaxBackward& p, const Stream& stream) {
     with_tile<T, TileId::block512>(p.cols, a, [&](auto tile) {
       using Tile = decltype(tile);
       if constexpr (Tile::kLoop) {
-        softmax_backward_loop<T, Tile::kWidth><<<row_grid(p.rows, 1), kLoopThreads, 0, ctx.stream>>>(p);
+        softmax_backward_loop<T, Tile::kWidth>
+            <<<row_grid(p.rows, 1), kLoopThreads, 0, ctx.stream>>>(p);
       } else {
-        softmax_backward_tile<T, Tile><<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, ctx.stream>>>(p);
+        softmax_backward_tile<T, Tile>
+            <<<row_grid(p.rows, Tile::kRowsPerBlock), Tile::kBlockThreads, 0, ctx.stream>>>(p);
       }
     });
     check_launch("softmax_backward");

@@ -11,10 +11,12 @@ KernelTuning& kernel_tuning() {
   return tuning;
 }
 
-void trace_launch(const char* kernel, unsigned grid, int block, size_t shared, int64_t resident, int cluster) {
+void trace_launch(const char* kernel, unsigned grid, int block, size_t shared, int64_t resident,
+                  int cluster) {
   if (!kernel_tuning().trace) return;
-  std::fprintf(stderr, "rudnn trace: %s grid %u block %d cluster %d dynamic shared %zu B, resident %lld\n", kernel,
-               grid, block, cluster, shared, static_cast<long long>(resident));
+  std::fprintf(stderr,
+               "rudnn trace: %s grid %u block %d cluster %d dynamic shared %zu B, resident %lld\n",
+               kernel, grid, block, cluster, shared, static_cast<long long>(resident));
 }
 
 }  // namespace rudnn::norm::cuda

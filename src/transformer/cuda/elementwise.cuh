@@ -42,7 +42,9 @@ struct Alignment {
   int64_t elements = 1;
   size_t size = 1;
   bool ok = true;
-  void pointer(const void* p) { ok = ok && reinterpret_cast<uintptr_t>(p) % (elements * size) == 0; }
+  void pointer(const void* p) {
+    ok = ok && reinterpret_cast<uintptr_t>(p) % (elements * size) == 0;
+  }
   void stride(int64_t s, int64_t extent) { ok = ok && (extent <= 1 || s % elements == 0); }
   void count(int64_t n) { ok = ok && n % elements == 0; }
 };

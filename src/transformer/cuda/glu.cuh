@@ -104,9 +104,12 @@ __global__ void __launch_bounds__(256) glu_backward_kernel(const GluBackward p) 
 template <class F>
 void with_glu_kind(GluKind kind, F&& f) {
   switch (kind) {
-    case GluKind::swiglu: return f(std::integral_constant<GluKind, GluKind::swiglu>{});
-    case GluKind::geglu_erf: return f(std::integral_constant<GluKind, GluKind::geglu_erf>{});
-    case GluKind::geglu_tanh: return f(std::integral_constant<GluKind, GluKind::geglu_tanh>{});
+    case GluKind::swiglu:
+      return f(std::integral_constant<GluKind, GluKind::swiglu>{});
+    case GluKind::geglu_erf:
+      return f(std::integral_constant<GluKind, GluKind::geglu_erf>{});
+    case GluKind::geglu_tanh:
+      return f(std::integral_constant<GluKind, GluKind::geglu_tanh>{});
   }
 }
 

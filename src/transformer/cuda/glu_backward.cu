@@ -9,11 +9,12 @@ void glu_backward(const GluBackward& p, const Stream& stream) {
     using T = typename decltype(tag)::type;
     constexpr int W = 16 / sizeof(T);
     Alignment a{W, sizeof(T)};
-    for (const auto& [data, stride] : {std::pair{static_cast<const void*>(p.dy.data), p.dy.stride},
-                                       std::pair{static_cast<const void*>(p.gate.data), p.gate.stride},
-                                       std::pair{static_cast<const void*>(p.up.data), p.up.stride},
-                                       std::pair{static_cast<const void*>(p.dgate.data), p.dgate.stride},
-                                       std::pair{static_cast<const void*>(p.dup.data), p.dup.stride}}) {
+    for (const auto& [data, stride] :
+         {std::pair{static_cast<const void*>(p.dy.data), p.dy.stride},
+          std::pair{static_cast<const void*>(p.gate.data), p.gate.stride},
+          std::pair{static_cast<const void*>(p.up.data), p.up.stride},
+          std::pair{static_cast<const void*>(p.dgate.data), p.dgate.stride},
+          std::pair{static_cast<const void*>(p.dup.data), p.dup.stride}}) {
       a.pointer(data);
       a.stride(stride, p.rows);
     }

@@ -9,9 +9,10 @@ void glu_forward(const GluForward& p, const Stream& stream) {
     using T = typename decltype(tag)::type;
     constexpr int W = 16 / sizeof(T);
     Alignment a{W, sizeof(T)};
-    for (const auto& [data, stride] : {std::pair{static_cast<const void*>(p.gate.data), p.gate.stride},
-                                       std::pair{static_cast<const void*>(p.up.data), p.up.stride},
-                                       std::pair{static_cast<const void*>(p.y.data), p.y.stride}}) {
+    for (const auto& [data, stride] :
+         {std::pair{static_cast<const void*>(p.gate.data), p.gate.stride},
+          std::pair{static_cast<const void*>(p.up.data), p.up.stride},
+          std::pair{static_cast<const void*>(p.y.data), p.y.stride}}) {
       a.pointer(data);
       a.stride(stride, p.rows);
     }

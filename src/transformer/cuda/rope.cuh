@@ -17,22 +17,27 @@ namespace rudnn::transformer::cuda {
 // The rows of x (and y) are [B, M, T] with D elements each; a unit is P pairs of the first
 // dims features, or W elements of the copied rest.
 struct RopeGrid {
-  int64_t rot_units = 0;   // (dims / 2) / P
-  int64_t units = 0;       // rot_units + (D - dims) / W
+  int64_t rot_units = 0;  // (dims / 2) / P
+  int64_t units = 0;      // rot_units + (D - dims) / W
   int64_t heads_per_chunk = 1;
 };
 
 __device__ __forceinline__ int64_t load_position(const void* p, DType dtype, int64_t i) {
-  return dtype == DType::i32 ? static_cast<int64_t>(static_cast<const int32_t*>(p)[i]) : static_cast<const int64_t*>(p)[i];
+  return dtype == DType::i32 ? static_cast<int64_t>(static_cast<const int32_t*>(p)[i])
+                             : static_cast<const int64_t*>(p)[i];
 }
 
 __device__ __forceinline__ double token_position(const Rope& p, int64_t b, int64_t t) {
   switch (p.source) {
-    case PositionSource::offsets: return static_cast<double>(load_position(p.positions, p.position_dtype, b) + t);
-    case PositionSource::positions_t: return static_cast<double>(load_position(p.positions, p.position_dtype, t));
+    case PositionSource::offsets:
+      return static_cast<double>(load_position(p.positions, p.position_dtype, b) + t);
+    case PositionSource::positions_t:
+      return static_cast<double>(load_position(p.positions, p.position_dtype, t));
     case PositionSource::positions_bt:
-      return static_cast<double>(load_position(p.positions, p.position_dtype, b * p.x.shape.seq + t));
-    default: return static_cast<double>(p.offset + t);
+      return static_cast<double>(
+          load_position(p.positions, p.position_dtype, b * p.x.shape.seq + t));
+    default:
+      return static_cast<double>(p.offset + t);
   }
 }
 
@@ -47,7 +52,8 @@ __global__ void __launch_bounds__(256) rope_kernel(const Rope p, const RopeGrid 
   const int64_t rows = p.x.shape.batch * p.x.shape.seq;
   const int64_t seq = p.x.shape.seq;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * g.heads_per_chunk;
-  const int64_t m1 = m0 + g.heads_per_chunk < p.x.shape.heads ? m0 + g.heads_per_chunk : p.x.shape.heads;
+  const int64_t m1 =
+      m0 + g.heads_per_chunk < p.x.shape.heads ? m0 + g.heads_per_chunk : p.x.shape.heads;
   const int64_t row_step = static_cast<int64_t>(gridDim.x) * blockDim.y;
   const double log2_base = log2(p.base);
   const T* const xs = static_cast<const T*>(p.x.data);
@@ -60,10 +66,12 @@ __global__ void __launch_bounds__(256) rope_kernel(const Rope p, const RopeGrid 
       for (int k = 0; k < P; ++k) {
         const int64_t j = u * P + k;
         w[k] = p.freqs ? p.scale / static_cast<double>(p.freqs[j])
-                       : p.scale * exp2(-static_cast<double>(2 * j) / static_cast<double>(p.dims) * log2_base);
+                       : p.scale * exp2(-static_cast<double>(2 * j) / static_cast<double>(p.dims) *
+                                        log2_base);
       }
       const int64_t first = kTrad ? u * 2 * P : u * P;  // the unit's first element (a's)
-      for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; r < rows; r += row_step) {
+      for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; r < rows;
+           r += row_step) {
         const int64_t b = r / seq, t = r - b * seq;
         const double pos = token_position(p, b, t);
         float c[P], s[P];
@@ -110,7 +118,8 @@ __global__ void __launch_bounds__(256) rope_kernel(const Rope p, const RopeGrid 
       }
     } else {
       const int64_t first = p.dims + (u - g.rot_units) * W;
-      for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; r < rows; r += row_step) {
+      for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; r < rows;
+           r += row_step) {
         const int64_t b = r / seq, t = r - b * seq;
         const T* x = xs + b * p.x.batch_stride + t * p.x.seq_stride + first;
         T* y = ys + b * p.y.batch_stride + t * p.y.seq_stride + first;
@@ -134,9 +143,10 @@ void launch_rope(const Rope& p, const LaunchContext& ctx) {
   Alignment a{Wv, sizeof(T)};
   a.pointer(p.x.data);
   a.pointer(p.y.data);
-  for (const auto& [s, n] : {std::pair{p.x.batch_stride, p.x.shape.batch}, std::pair{p.x.seq_stride, p.x.shape.seq},
-                             std::pair{p.x.head_stride, p.x.shape.heads}, std::pair{p.y.batch_stride, p.y.shape.batch},
-                             std::pair{p.y.seq_stride, p.y.shape.seq}, std::pair{p.y.head_stride, p.y.shape.heads}}) {
+  for (const auto& [s, n] :
+       {std::pair{p.x.batch_stride, p.x.shape.batch}, std::pair{p.x.seq_stride, p.x.shape.seq},
+        std::pair{p.x.head_stride, p.x.shape.heads}, std::pair{p.y.batch_stride, p.y.shape.batch},
+        std::pair{p.y.seq_stride, p.y.shape.seq}, std::pair{p.y.head_stride, p.y.shape.heads}}) {
     a.stride(s, n);
   }
   a.count(p.x.shape.dim);

@@ -68,9 +68,11 @@ struct DTypeCase {
   DType dtype;
 };
 const DTypeCase kDTypeCases[] = {
-    {{kDLFloat, 32, 1}, DType::f32}, {{kDLFloat, 16, 1}, DType::f16}, {{kDLBfloat, 16, 1}, DType::bf16},
-    {{kDLFloat, 64, 1}, DType::f64}, {{kDLInt, 32, 1}, DType::i32},   {{kDLInt, 64, 1}, DType::i64},
-    {{kDLUInt, 32, 1}, DType::u32},  {{kDLUInt, 8, 1}, DType::u8},    {{kDLBoolCode, 8, 1}, DType::boolean},
+    {{kDLFloat, 32, 1}, DType::f32},       {{kDLFloat, 16, 1}, DType::f16},
+    {{kDLBfloat, 16, 1}, DType::bf16},     {{kDLFloat, 64, 1}, DType::f64},
+    {{kDLInt, 32, 1}, DType::i32},         {{kDLInt, 64, 1}, DType::i64},
+    {{kDLUInt, 32, 1}, DType::u32},        {{kDLUInt, 8, 1}, DType::u8},
+    {{kDLBoolCode, 8, 1}, DType::boolean},
 };
 
 // ---- Export --------------------------------------------------------------------------------
@@ -96,7 +98,9 @@ TEST(ToDlpack, ContiguousCpuTensorOfEveryDType) {
     EXPECT_EQ(std::vector<int64_t>(d.strides, d.strides + 3), (std::vector<int64_t>{12, 4, 1}));
     EXPECT_EQ(d.data, t.data());  // no copy
     EXPECT_EQ(d.byte_offset, 0u);
-    EXPECT_EQ(std::memcmp(static_cast<const char*>(d.data) + d.byte_offset, bytes.data(), bytes.size()), 0);
+    EXPECT_EQ(
+        std::memcmp(static_cast<const char*>(d.data) + d.byte_offset, bytes.data(), bytes.size()),
+        0);
     m->deleter(m);
   }
 }
@@ -122,8 +126,9 @@ TEST(ToDlpack, StridedViewsExportTheirLayout) {
     EXPECT_EQ(std::vector<int64_t>(d.shape, d.shape + 2), c.shape);
     EXPECT_EQ(std::vector<int64_t>(d.strides, d.strides + 2), c.strides);
     // The view's offset is carried by the data pointer (byte_offset 0).
-    EXPECT_EQ(static_cast<const char*>(d.data) + d.byte_offset,
-              static_cast<const char*>(base.data()) + c.first * static_cast<int64_t>(sizeof(float)));
+    EXPECT_EQ(
+        static_cast<const char*>(d.data) + d.byte_offset,
+        static_cast<const char*>(base.data()) + c.first * static_cast<int64_t>(sizeof(float)));
     m->deleter(m);
   }
 }
@@ -145,8 +150,8 @@ TEST(ToDlpack, TheExportKeepsStorageAliveAndReleasesItOnce) {
   int releases = 0;
   DLManagedTensor* m = nullptr;
   {
-    const Tensor t = Tensor::from_blob(buffer.data(), buffer.size() * sizeof(float), {4, 8}, {8, 1}, 0, DType::f32,
-                                       Device::cpu(), [&releases] { ++releases; });
+    const Tensor t = Tensor::from_blob(buffer.data(), buffer.size() * sizeof(float), {4, 8}, {8, 1},
+                                       0, DType::f32, Device::cpu(), [&releases] { ++releases; });
     m = to_dlpack(t.slice(1, 2, 6));
   }
   EXPECT_EQ(releases, 0);  // the Tensor handles are gone; the export holds the storage
@@ -198,7 +203,8 @@ TEST(FromDlpack, ExplicitStridesByteOffsetAndViewsKeepItAlive) {
   for (auto& v : values) v = static_cast<int32_t>(rng.integer(-100000, 100000));
   std::vector<unsigned char> bytes(values.size() * 4);
   std::memcpy(bytes.data(), values.data(), bytes.size());
-  DLManagedTensor* m = produce(bytes, {3, 4}, {1, 5}, {kDLInt, 32, 1}, &deletes, {kDLCPU, 0}, 6 * sizeof(int32_t));
+  DLManagedTensor* m =
+      produce(bytes, {3, 4}, {1, 5}, {kDLInt, 32, 1}, &deletes, {kDLCPU, 0}, 6 * sizeof(int32_t));
   const auto* base = static_cast<const unsigned char*>(m->dl_tensor.data);
   Tensor t = from_dlpack(m);
   EXPECT_EQ(t.strides(), (Shape{1, 5}));
@@ -209,7 +215,8 @@ TEST(FromDlpack, ExplicitStridesByteOffsetAndViewsKeepItAlive) {
     for (int c = 0; c < 4; ++c) ASSERT_EQ(got[r * 4 + c], values[6 + r + 5 * c]) << r << "," << c;
   // The view's extent bounds the storage: no view may reach past element 6 + 2 + 15.
   EXPECT_EQ(t.storage_bytes(), (2 + 15 + 1) * sizeof(int32_t));
-  EXPECT_TRUE(throws_error([&] { t.as_strided({19}, {1}, 0); }, ErrorCode::InvalidArgument, {"past its storage"}));
+  EXPECT_TRUE(throws_error([&] { t.as_strided({19}, {1}, 0); }, ErrorCode::InvalidArgument,
+                           {"past its storage"}));
   // A view outlives the imported handle; the deleter waits for it.
   Tensor view = t.slice(1, 1, 3);
   t = Tensor();
@@ -227,7 +234,8 @@ TEST(FromDlpack, CudaHostMemoryIsTheCpu) {
   int deletes = 0;
   const auto bytes = random_bytes(rng, 8 * 4);
   {
-    const Tensor t = from_dlpack(produce(bytes, {8}, {1}, {kDLFloat, 32, 1}, &deletes, {kDLCUDAHost, 0}));
+    const Tensor t =
+        from_dlpack(produce(bytes, {8}, {1}, {kDLFloat, 32, 1}, &deletes, {kDLCUDAHost, 0}));
     EXPECT_EQ(t.device(), Device::cpu());
     EXPECT_EQ(bytes_of(t), bytes);
   }
@@ -274,23 +282,26 @@ TEST(FromDlpack, RejectionsRunTheDeleterOnce) {
   {
     int deletes = 0;
     SCOPED_TRACE("complex64");
-    expect_rejected(produce(bytes, {4}, {}, {kDLComplex, 64, 1}, &deletes), deletes, ErrorCode::Unsupported,
-                    {"from_dlpack", "code 5"});
+    expect_rejected(produce(bytes, {4}, {}, {kDLComplex, 64, 1}, &deletes), deletes,
+                    ErrorCode::Unsupported, {"from_dlpack", "code 5"});
   }
   {
     int deletes = 0;
     SCOPED_TRACE("2 lanes");
-    expect_rejected(produce(bytes, {4}, {}, {kDLFloat, 32, 2}, &deletes), deletes, ErrorCode::Unsupported, {"lanes"});
+    expect_rejected(produce(bytes, {4}, {}, {kDLFloat, 32, 2}, &deletes), deletes,
+                    ErrorCode::Unsupported, {"lanes"});
   }
   {
     int deletes = 0;
     SCOPED_TRACE("float8");
-    expect_rejected(produce(bytes, {4}, {}, {kDLFloat, 8, 1}, &deletes), deletes, ErrorCode::Unsupported, {"8 bits"});
+    expect_rejected(produce(bytes, {4}, {}, {kDLFloat, 8, 1}, &deletes), deletes,
+                    ErrorCode::Unsupported, {"8 bits"});
   }
   {
     int deletes = 0;
     SCOPED_TRACE("int16");
-    expect_rejected(produce(bytes, {4}, {}, {kDLInt, 16, 1}, &deletes), deletes, ErrorCode::Unsupported, {});
+    expect_rejected(produce(bytes, {4}, {}, {kDLInt, 16, 1}, &deletes), deletes,
+                    ErrorCode::Unsupported, {});
   }
   {
     int deletes = 0;
@@ -307,25 +318,26 @@ TEST(FromDlpack, RejectionsRunTheDeleterOnce) {
   {
     int deletes = 0;
     SCOPED_TRACE("negative stride");
-    expect_rejected(produce(bytes, {2, 2}, {-2, 1}, {kDLFloat, 32, 1}, &deletes), deletes, ErrorCode::Unsupported,
-                    {"negative strides"});
+    expect_rejected(produce(bytes, {2, 2}, {-2, 1}, {kDLFloat, 32, 1}, &deletes), deletes,
+                    ErrorCode::Unsupported, {"negative strides"});
   }
   {
     int deletes = 0;
     SCOPED_TRACE("negative dimension");
-    expect_rejected(produce(bytes, {2, -1}, {}, {kDLFloat, 32, 1}, &deletes), deletes, ErrorCode::InvalidArgument,
-                    {"negative"});
+    expect_rejected(produce(bytes, {2, -1}, {}, {kDLFloat, 32, 1}, &deletes), deletes,
+                    ErrorCode::InvalidArgument, {"negative"});
   }
 }
 
 TEST(FromDlpackCpuOnly, CudaMemoryWithoutAGpuIsUnsupported) {
-  if (cuda_available()) GTEST_SKIP() << "a CUDA device is present: this checks the no-GPU behaviour";
+  if (cuda_available())
+    GTEST_SKIP() << "a CUDA device is present: this checks the no-GPU behaviour";
   const std::vector<unsigned char> bytes(16);
   for (const DLDeviceType type : {kDLCUDA, kDLCUDAManaged}) {
     int deletes = 0;
     SCOPED_TRACE(static_cast<int>(type));
-    expect_rejected(produce(bytes, {4}, {}, {kDLFloat, 32, 1}, &deletes, {type, 0}), deletes, ErrorCode::Unsupported,
-                    {"cuda:0"});
+    expect_rejected(produce(bytes, {4}, {}, {kDLFloat, 32, 1}, &deletes, {type, 0}), deletes,
+                    ErrorCode::Unsupported, {"cuda:0"});
   }
 }
 
@@ -378,7 +390,8 @@ TEST(DlpackGpu, CudaTensorsExportAsKDLCUDAAndImportBack) {
     EXPECT_EQ(m->dl_tensor.device.device_type, kDLCUDA);
     EXPECT_EQ(m->dl_tensor.device.device_id, index);
     EXPECT_EQ(m->dl_tensor.data, view.data());
-    EXPECT_EQ(std::vector<int64_t>(m->dl_tensor.strides, m->dl_tensor.strides + 2), (std::vector<int64_t>{7, 2}));
+    EXPECT_EQ(std::vector<int64_t>(m->dl_tensor.strides, m->dl_tensor.strides + 2),
+              (std::vector<int64_t>{7, 2}));
     const Tensor back = from_dlpack(m);
     EXPECT_EQ(back.device(), gpu);
     EXPECT_EQ(back.data(), view.data());
@@ -391,8 +404,9 @@ TEST(DlpackGpu, ImportOfAMissingDeviceRunsTheDeleter) {
   int deletes = 0;
   const std::vector<unsigned char> bytes(16);
   // The pointer is never dereferenced: the import fails on the device index first.
-  expect_rejected(produce(bytes, {4}, {}, {kDLFloat, 32, 1}, &deletes, {kDLCUDA, cuda_device_count()}), deletes,
-                  ErrorCode::InvalidArgument, {"does not exist"});
+  expect_rejected(
+      produce(bytes, {4}, {}, {kDLFloat, 32, 1}, &deletes, {kDLCUDA, cuda_device_count()}), deletes,
+      ErrorCode::InvalidArgument, {"does not exist"});
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ namespace {
 
 using test::Rng;
 
-constexpr DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::f64, DType::i32,
+constexpr DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::f64,    DType::i32,
                                 DType::i64, DType::u32, DType::u8,   DType::boolean};
 
 // ---- Independent references ------------------------------------------------------------------
@@ -42,7 +42,8 @@ double reference_decode(uint16_t bits, const Format& f) {
   const int fraction = bits & ((1 << f.fraction_bits) - 1);
   double magnitude;
   if (exponent == (1 << f.exponent_bits) - 1) {
-    magnitude = fraction ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+    magnitude = fraction ? std::numeric_limits<double>::quiet_NaN()
+                         : std::numeric_limits<double>::infinity();
   } else if (exponent == 0) {  // subnormal: fraction * 2^(1 - bias - fraction_bits)
     magnitude = std::ldexp(fraction, 1 - f.bias - f.fraction_bits);
   } else {
@@ -76,7 +77,8 @@ float f32(uint32_t bits) { return detail::bits_float(bits); }
 // Same value (NaN matches NaN) and same sign bit, so that -0 and +0 differ.
 ::testing::AssertionResult same_value(double got, double expected) {
   if (std::isnan(got) && std::isnan(expected)) return ::testing::AssertionSuccess();
-  if (got == expected && std::signbit(got) == std::signbit(expected)) return ::testing::AssertionSuccess();
+  if (got == expected && std::signbit(got) == std::signbit(expected))
+    return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << got << " vs expected " << expected;
 }
 
@@ -95,10 +97,10 @@ TEST(DType, SizeNameAndCategoryOfEveryDType) {
     bool floating, integral;
   };
   const Expected table[] = {
-      {DType::f32, 4, "f32", true, false},  {DType::f16, 2, "f16", true, false},
-      {DType::bf16, 2, "bf16", true, false}, {DType::f64, 8, "f64", true, false},
-      {DType::i32, 4, "i32", false, true},  {DType::i64, 8, "i64", false, true},
-      {DType::u32, 4, "u32", false, true},  {DType::u8, 1, "u8", false, true},
+      {DType::f32, 4, "f32", true, false},       {DType::f16, 2, "f16", true, false},
+      {DType::bf16, 2, "bf16", true, false},     {DType::f64, 8, "f64", true, false},
+      {DType::i32, 4, "i32", false, true},       {DType::i64, 8, "i64", false, true},
+      {DType::u32, 4, "u32", false, true},       {DType::u8, 1, "u8", false, true},
       {DType::boolean, 1, "bool", false, false},
   };
   ASSERT_EQ(std::size(table), std::size(kAllDTypes));
@@ -139,7 +141,8 @@ TEST(Half, DecodeOfEveryBitPatternMatchesReference) {
   for (uint32_t b = 0; b <= 0xffff; ++b) {
     const double expected = reference_decode(static_cast<uint16_t>(b), kHalf);
     nans += std::isnan(expected);
-    ASSERT_TRUE(same_value(from_half(static_cast<uint16_t>(b)), expected)) << "half bits 0x" << std::hex << b;
+    ASSERT_TRUE(same_value(from_half(static_cast<uint16_t>(b)), expected))
+        << "half bits 0x" << std::hex << b;
     if (std::isnan(expected)) {
       ASSERT_EQ(std::signbit(from_half(static_cast<uint16_t>(b))), b >= 0x8000);
     }
@@ -153,7 +156,8 @@ TEST(Half, EveryBitPatternRoundTripsThroughFloat) {
     const uint16_t back = to_half(from_half(h));
     if (std::isnan(reference_decode(h, kHalf))) {
       // NaN stays NaN (the payload may be quietened) and keeps its sign.
-      ASSERT_TRUE((back & 0x7c00u) == 0x7c00u && (back & 0x03ffu) != 0) << std::hex << b << " -> " << back;
+      ASSERT_TRUE((back & 0x7c00u) == 0x7c00u && (back & 0x03ffu) != 0)
+          << std::hex << b << " -> " << back;
       ASSERT_EQ(back & 0x8000u, h & 0x8000u) << std::hex << b;
     } else {
       ASSERT_EQ(back, h) << "half bits 0x" << std::hex << b;
@@ -166,7 +170,8 @@ TEST(BFloat16, DecodeOfEveryBitPatternMatchesReference) {
   for (uint32_t b = 0; b <= 0xffff; ++b) {
     const double expected = reference_decode(static_cast<uint16_t>(b), kBf16);
     nans += std::isnan(expected);
-    ASSERT_TRUE(same_value(from_bf16(static_cast<uint16_t>(b)), expected)) << "bf16 bits 0x" << std::hex << b;
+    ASSERT_TRUE(same_value(from_bf16(static_cast<uint16_t>(b)), expected))
+        << "bf16 bits 0x" << std::hex << b;
     // bfloat16 is the top half of a float, bit for bit.
     ASSERT_EQ(detail::float_bits(from_bf16(static_cast<uint16_t>(b))), b << 16);
   }
@@ -178,7 +183,8 @@ TEST(BFloat16, EveryBitPatternRoundTripsThroughFloat) {
     const auto h = static_cast<uint16_t>(b);
     const uint16_t back = to_bf16(from_bf16(h));
     if (std::isnan(reference_decode(h, kBf16))) {
-      ASSERT_TRUE((back & 0x7f80u) == 0x7f80u && (back & 0x007fu) != 0) << std::hex << b << " -> " << back;
+      ASSERT_TRUE((back & 0x7f80u) == 0x7f80u && (back & 0x007fu) != 0)
+          << std::hex << b << " -> " << back;
       ASSERT_EQ(back & 0x8000u, h & 0x8000u) << std::hex << b;
     } else {
       ASSERT_EQ(back, h) << "bf16 bits 0x" << std::hex << b;
@@ -199,13 +205,16 @@ void check_all_ties(uint16_t last_lo, Encode encode, Decode decode, const char* 
     const double a = decode(static_cast<uint16_t>(lo)), b = decode(static_cast<uint16_t>(lo + 1));
     const double mid_d = (a + b) / 2;
     const float mid = static_cast<float>(mid_d);
-    ASSERT_EQ(static_cast<double>(mid), mid_d) << "midpoint not exact in float at 0x" << std::hex << lo;
+    ASSERT_EQ(static_cast<double>(mid), mid_d)
+        << "midpoint not exact in float at 0x" << std::hex << lo;
     const uint16_t even = (lo % 2 == 0) ? static_cast<uint16_t>(lo) : static_cast<uint16_t>(lo + 1);
     for (const uint16_t sign : {uint16_t{0}, uint16_t{0x8000}}) {
       const float s = sign ? -1.0f : 1.0f;
       ASSERT_EQ(encode(s * mid), even | sign) << "tie above 0x" << std::hex << lo;
-      ASSERT_EQ(encode(s * std::nextafter(mid, 0.0f)), lo | sign) << "just below tie above 0x" << std::hex << lo;
-      ASSERT_EQ(encode(s * std::nextafter(mid, INFINITY)), (lo + 1) | sign) << "just above tie above 0x" << std::hex << lo;
+      ASSERT_EQ(encode(s * std::nextafter(mid, 0.0f)), lo | sign)
+          << "just below tie above 0x" << std::hex << lo;
+      ASSERT_EQ(encode(s * std::nextafter(mid, INFINITY)), (lo + 1) | sign)
+          << "just above tie above 0x" << std::hex << lo;
     }
     ++checked;
   }
@@ -221,7 +230,8 @@ TEST(Half, TiesRoundToEven) {
   EXPECT_EQ(to_half(2051.0f), to_half(2052.0f));
   EXPECT_EQ(to_half(-2049.0f), 0x8000 | to_half(2048.0f));
   // Every tie between finite halves, subnormal and normal (0x7bff is the largest finite).
-  check_all_ties(0x7bfe, to_half, [](uint16_t b) { return reference_decode(b, kHalf); }, "half");
+  check_all_ties(
+      0x7bfe, to_half, [](uint16_t b) { return reference_decode(b, kHalf); }, "half");
 }
 
 TEST(BFloat16, TiesRoundToEven) {
@@ -229,9 +239,11 @@ TEST(BFloat16, TiesRoundToEven) {
   EXPECT_EQ(to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);
   EXPECT_EQ(to_bf16(257.0f), 0x4380);  // 256 and 258 are neighbours; 256 has the even mantissa
   EXPECT_EQ(to_bf16(259.0f), 0x4382);
-  check_all_ties(0x7f7e, to_bf16, [](uint16_t b) { return reference_decode(b, kBf16); }, "bfloat16");
+  check_all_ties(
+      0x7f7e, to_bf16, [](uint16_t b) { return reference_decode(b, kBf16); }, "bfloat16");
   // The tie between the largest finite (odd mantissa 0x7f) and infinity rounds to infinity.
-  const float max_tie = static_cast<float>((reference_decode(0x7f7f, kBf16) + std::ldexp(1.0, 128)) / 2);
+  const float max_tie =
+      static_cast<float>((reference_decode(0x7f7f, kBf16) + std::ldexp(1.0, 128)) / 2);
   EXPECT_EQ(to_bf16(max_tie), 0x7f80);
   EXPECT_EQ(to_bf16(std::nextafter(max_tie, 0.0f)), 0x7f7f);
 }
@@ -269,7 +281,7 @@ TEST(Half, Subnormals) {
   EXPECT_EQ(to_half(std::nextafter(0x1p-25f, 1.0f)), 0x0001);
   EXPECT_EQ(to_half(0x1p-26f), 0x0000);
   EXPECT_EQ(to_half(std::numeric_limits<float>::denorm_min()), 0x0000);
-  EXPECT_EQ(to_half(-0x1p-26f), 0x8000);  // underflow keeps the sign: -0
+  EXPECT_EQ(to_half(-0x1p-26f), 0x8000);     // underflow keeps the sign: -0
   EXPECT_EQ(to_half(3 * 0x1p-25f), 0x0002);  // tie between 1 and 2 units: 2 is even
   // Largest subnormal 1023 * 2^-24, smallest normal 2^-14, and the tie between them.
   EXPECT_EQ(to_half(1023 * 0x1p-24f), 0x03ff);
@@ -317,7 +329,8 @@ TEST(BFloat16, SignedZeroInfinityAndNaN) {
   EXPECT_TRUE(std::isnan(from_bf16(to_bf16(NAN))));
   // Truncating 0x7f800001 to its top half would give infinity; it must stay NaN.
   EXPECT_TRUE(std::isnan(from_bf16(to_bf16(f32(0x7f800001u)))));
-  EXPECT_TRUE(std::isnan(from_bf16(to_bf16(f32(0x7fffffffu)))));  // rounding must not carry into the sign
+  EXPECT_TRUE(
+      std::isnan(from_bf16(to_bf16(f32(0x7fffffffu)))));  // rounding must not carry into the sign
   const uint16_t negative_nan = to_bf16(f32(0xff800001u));
   EXPECT_TRUE(std::isnan(from_bf16(negative_nan)));
   EXPECT_EQ(negative_nan & 0x8000, 0x8000);
@@ -328,7 +341,8 @@ TEST(BFloat16, SignedZeroInfinityAndNaN) {
 // Checks float -> 16-bit against reference_round. `encode`/`decode` are the conversions
 // under test; the decode is itself validated exhaustively above.
 template <class Encode, class Decode>
-void check_against_reference(const std::vector<float>& inputs, const Format& format, Encode encode, Decode decode) {
+void check_against_reference(const std::vector<float>& inputs, const Format& format, Encode encode,
+                             Decode decode) {
   for (const float x : inputs) {
     const double expected = reference_round(x, format);
     const uint16_t bits = encode(x);
@@ -354,7 +368,8 @@ TEST(Half, RandomFloatsMatchDoublePrecisionReference) {
     inputs.push_back(rng.uniform(0.0f, 0x1p-14f) * (rng.integer(0, 1) ? 1.0f : -1.0f));
   }
   int subnormal_results = 0;
-  for (const float x : inputs) subnormal_results += std::fabs(x) < 0x1p-14f && std::fabs(x) >= 0x1p-25f;
+  for (const float x : inputs)
+    subnormal_results += std::fabs(x) < 0x1p-14f && std::fabs(x) >= 0x1p-25f;
   EXPECT_GT(subnormal_results, kEach / 2);  // the subnormal range really is exercised
   check_against_reference(inputs, kHalf, to_half, from_half);
 }
@@ -369,7 +384,8 @@ TEST(BFloat16, RandomFloatsMatchDoublePrecisionReference) {
     const auto sign = static_cast<uint32_t>(rng.integer(0, 1)) << 31;
     inputs.push_back(f32(sign | static_cast<uint32_t>(rng.integer(1, (1 << 23) - 1))));
     // Near the top of the range, where rounding can overflow.
-    inputs.push_back(f32(sign | (254u << 23) | static_cast<uint32_t>(rng.integer(0, (1 << 23) - 1))));
+    inputs.push_back(
+        f32(sign | (254u << 23) | static_cast<uint32_t>(rng.integer(0, (1 << 23) - 1))));
   }
   check_against_reference(inputs, kBf16, to_bf16, from_bf16);
 }

@@ -21,13 +21,13 @@ using test::PoisonScope;
 using test::throws_error;
 using test::to_doubles;
 
-
 // Every element of a floating-point tensor is NaN.
 ::testing::AssertionResult all_nan(const Tensor& t) {
   const std::vector<double> v = to_doubles(t);
   if (v.empty()) return ::testing::AssertionFailure() << "no elements";
   for (size_t i = 0; i < v.size(); ++i) {
-    if (!std::isnan(v[i])) return ::testing::AssertionFailure() << "element " << i << " is " << v[i];
+    if (!std::isnan(v[i]))
+      return ::testing::AssertionFailure() << "element " << i << " is " << v[i];
   }
   return ::testing::AssertionSuccess();
 }
@@ -64,30 +64,37 @@ TEST(Stream, StreamGuardOnTheCpuAndOnTheDefaultStream) {
   }
   EXPECT_TRUE(current_stream(Device::cpu()) == Stream::cpu());
   // The default Stream names no device, so there is nothing to make current.
-  EXPECT_TRUE(throws_error([] { StreamGuard guard{Stream()}; }, ErrorCode::InvalidArgument, {"default Stream"}));
+  EXPECT_TRUE(throws_error([] { StreamGuard guard{Stream()}; }, ErrorCode::InvalidArgument,
+                           {"default Stream"}));
 }
 
 TEST(Stream, ResolveStream) {
   EXPECT_TRUE(resolve_stream(Stream(), Device::cpu(), "op") == Stream::cpu());
   EXPECT_TRUE(resolve_stream(Stream::cpu(), Device::cpu(), "op") == Stream::cpu());
   // A stream of another device is rejected, naming the op and both devices.
-  EXPECT_TRUE(throws_error([] { resolve_stream(Stream::cpu(), Device::cuda(0), "my_op"); }, ErrorCode::DeviceMismatch,
-                           {"my_op", "cpu", "cuda:0"}));
+  EXPECT_TRUE(throws_error([] { resolve_stream(Stream::cpu(), Device::cuda(0), "my_op"); },
+                           ErrorCode::DeviceMismatch, {"my_op", "cpu", "cuda:0"}));
   // Factories resolve their stream argument the same way.
   EXPECT_NO_THROW(Tensor::empty({2}, DType::f32, Device::cpu(), Stream::cpu()));
 }
 
 TEST(Stream, BorrowOfACpuDeviceIsInvalidArgument) {
-  EXPECT_TRUE(throws_error([] { Stream::borrow(Device::cpu(), nullptr); }, ErrorCode::InvalidArgument,
+  EXPECT_TRUE(throws_error([] { Stream::borrow(Device::cpu(), nullptr); },
+                           ErrorCode::InvalidArgument,
                            {"Stream::borrow", "cpu", "not a CUDA device"}));
 }
 
 TEST(StreamCpuOnly, CudaStreamsWithoutAGpuAreUnsupported) {
-  if (cuda_available()) GTEST_SKIP() << "a CUDA device is present: this checks the no-GPU behaviour";
-  EXPECT_TRUE(throws_error([] { Stream::create(Device::cuda(0)); }, ErrorCode::Unsupported, {"Stream::create"}));
-  EXPECT_TRUE(throws_error([] { Stream::borrow(Device::cuda(0), nullptr); }, ErrorCode::Unsupported, {"Stream::borrow"}));
-  EXPECT_TRUE(throws_error([] { current_stream(Device::cuda(0)); }, ErrorCode::Unsupported, {"current_stream"}));
-  EXPECT_TRUE(throws_error([] { resolve_stream(Stream(), Device::cuda(0), "op"); }, ErrorCode::Unsupported, {}));
+  if (cuda_available())
+    GTEST_SKIP() << "a CUDA device is present: this checks the no-GPU behaviour";
+  EXPECT_TRUE(throws_error([] { Stream::create(Device::cuda(0)); }, ErrorCode::Unsupported,
+                           {"Stream::create"}));
+  EXPECT_TRUE(throws_error([] { Stream::borrow(Device::cuda(0), nullptr); }, ErrorCode::Unsupported,
+                           {"Stream::borrow"}));
+  EXPECT_TRUE(throws_error([] { current_stream(Device::cuda(0)); }, ErrorCode::Unsupported,
+                           {"current_stream"}));
+  EXPECT_TRUE(throws_error([] { resolve_stream(Stream(), Device::cuda(0), "op"); },
+                           ErrorCode::Unsupported, {}));
 }
 
 // ---- Allocator on the host ---------------------------------------------------------------------
@@ -129,14 +136,13 @@ TEST(Allocator, HostPeakAndResetPeak) {
   EXPECT_EQ(allocator_stats(cpu).peak_bytes_in_use, base);
   {
     const Tensor big = Tensor::empty({1 << 20}, DType::u8);
-    {
-      const Tensor bigger = Tensor::empty({1 << 21}, DType::u8);
-    }
+    { const Tensor bigger = Tensor::empty({1 << 21}, DType::u8); }
     const AllocatorStats s = allocator_stats(cpu);
     EXPECT_EQ(s.bytes_in_use, base + (1 << 20));
     EXPECT_EQ(s.peak_bytes_in_use, base + (1 << 20) + (1 << 21));  // both were alive at once
     reset_peak_memory_stats(cpu);
-    EXPECT_EQ(allocator_stats(cpu).peak_bytes_in_use, base + (1 << 20));  // the peak restarts at what is in use
+    EXPECT_EQ(allocator_stats(cpu).peak_bytes_in_use,
+              base + (1 << 20));  // the peak restarts at what is in use
   }
   EXPECT_EQ(allocator_stats(cpu).bytes_in_use, base);
   EXPECT_EQ(allocator_stats(cpu).peak_bytes_in_use, base + (1 << 20));
@@ -172,14 +178,20 @@ TEST(Allocator, PoisonedHostAllocationsReadAsNaN) {
   for (const uint8_t v : Tensor::empty({9}, DType::u8).to_vector<uint8_t>()) EXPECT_EQ(v, 0xff);
   // Wrapped memory is the caller's and is never poisoned.
   float x = 1.5f;
-  EXPECT_EQ(Tensor::from_blob(&x, sizeof x, {1}, {1}, 0, DType::f32, Device::cpu()).to_vector<float>()[0], 1.5f);
+  EXPECT_EQ(
+      Tensor::from_blob(&x, sizeof x, {1}, {1}, 0, DType::f32, Device::cpu()).to_vector<float>()[0],
+      1.5f);
 }
 
 TEST(AllocatorCpuOnly, DeviceStatisticsWithoutAGpuAreUnsupported) {
-  if (cuda_available()) GTEST_SKIP() << "a CUDA device is present: this checks the no-GPU behaviour";
-  EXPECT_TRUE(throws_error([] { allocator_stats(Device::cuda(0)); }, ErrorCode::Unsupported, {"allocator_stats"}));
-  EXPECT_TRUE(throws_error([] { reset_peak_memory_stats(Device::cuda(0)); }, ErrorCode::Unsupported, {}));
-  EXPECT_TRUE(throws_error([] { release_cached_memory(Device::cuda(0)); }, ErrorCode::Unsupported, {}));
+  if (cuda_available())
+    GTEST_SKIP() << "a CUDA device is present: this checks the no-GPU behaviour";
+  EXPECT_TRUE(throws_error([] { allocator_stats(Device::cuda(0)); }, ErrorCode::Unsupported,
+                           {"allocator_stats"}));
+  EXPECT_TRUE(
+      throws_error([] { reset_peak_memory_stats(Device::cuda(0)); }, ErrorCode::Unsupported, {}));
+  EXPECT_TRUE(
+      throws_error([] { release_cached_memory(Device::cuda(0)); }, ErrorCode::Unsupported, {}));
 }
 
 // ---- CUDA streams ---------------------------------------------------------------------------
@@ -208,8 +220,10 @@ TEST(StreamGpu, CreateAndBorrow) {
   EXPECT_TRUE(resolve_stream(Stream(), gpu, "op") == legacy);
   EXPECT_TRUE(resolve_stream(a, gpu, "op") == a);
   const int n = cuda_device_count();
-  EXPECT_TRUE(throws_error([&] { Stream::create(Device::cuda(n)); }, ErrorCode::InvalidArgument, {"Stream::create"}));
-  EXPECT_TRUE(throws_error([&] { Stream::borrow(Device::cuda(n), nullptr); }, ErrorCode::InvalidArgument, {}));
+  EXPECT_TRUE(throws_error([&] { Stream::create(Device::cuda(n)); }, ErrorCode::InvalidArgument,
+                           {"Stream::create"}));
+  EXPECT_TRUE(throws_error([&] { Stream::borrow(Device::cuda(n), nullptr); },
+                           ErrorCode::InvalidArgument, {}));
 }
 
 #if RUDNN_TEST_CUDA
@@ -264,10 +278,10 @@ TEST(StreamGpu, ResolveStreamRejectsStreamsOfOtherDevices) {
   RUDNN_REQUIRE_CUDA();
   const Stream s = Stream::create(Device::cuda(0));
   // CPU operands with a CUDA stream.
-  EXPECT_TRUE(throws_error([&] { resolve_stream(s, Device::cpu(), "layer_norm"); }, ErrorCode::DeviceMismatch,
-                           {"layer_norm", "cuda:0", "cpu"}));
-  EXPECT_TRUE(throws_error([&] { Tensor::empty({4}, DType::f32, Device::cpu(), s); }, ErrorCode::DeviceMismatch,
-                           {"Tensor::empty"}));
+  EXPECT_TRUE(throws_error([&] { resolve_stream(s, Device::cpu(), "layer_norm"); },
+                           ErrorCode::DeviceMismatch, {"layer_norm", "cuda:0", "cpu"}));
+  EXPECT_TRUE(throws_error([&] { Tensor::empty({4}, DType::f32, Device::cpu(), s); },
+                           ErrorCode::DeviceMismatch, {"Tensor::empty"}));
   EXPECT_TRUE(throws_error([&] { Tensor::empty({4}, DType::f32, Device::cuda(0), Stream::cpu()); },
                            ErrorCode::DeviceMismatch, {"Tensor::empty"}));
 }
@@ -276,8 +290,8 @@ TEST(StreamGpu, ResolveStreamRejectsAStreamOfAnotherGpu) {
   RUDNN_REQUIRE_CUDA();
   if (cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
   const Stream s = Stream::create(Device::cuda(1));
-  EXPECT_TRUE(throws_error([&] { resolve_stream(s, Device::cuda(0), "softmax"); }, ErrorCode::DeviceMismatch,
-                           {"softmax", "cuda:1", "cuda:0"}));
+  EXPECT_TRUE(throws_error([&] { resolve_stream(s, Device::cuda(0), "softmax"); },
+                           ErrorCode::DeviceMismatch, {"softmax", "cuda:1", "cuda:0"}));
 }
 
 // ---- CUDA allocator ---------------------------------------------------------------------------
@@ -364,7 +378,8 @@ namespace {
 
 TEST(StreamWait, CpuStreamsHaveNothingToWaitFor) {
   EXPECT_NO_THROW(Stream::cpu().wait(Stream::cpu()));
-  EXPECT_TRUE(test::throws_error([] { Stream().wait(Stream::cpu()); }, ErrorCode::InvalidArgument, {"default Stream"}));
+  EXPECT_TRUE(test::throws_error([] { Stream().wait(Stream::cpu()); }, ErrorCode::InvalidArgument,
+                                 {"default Stream"}));
 }
 
 TEST(StreamWaitGpu, OrdersAConsumerStreamAfterAProducerStream) {

@@ -20,14 +20,13 @@ namespace {
 
 using test::bit_equal;
 using test::bytes_of;
-using test::Rng;
 using test::PoisonScope;
+using test::Rng;
 using test::throws_error;
 using test::to_doubles;
 
-constexpr DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::f64, DType::i32,
+constexpr DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::f64,    DType::i32,
                                 DType::i64, DType::u32, DType::u8,   DType::boolean};
-
 
 // ---- Naive strided reference ------------------------------------------------------------------
 
@@ -45,7 +44,9 @@ std::vector<int64_t> element_indices(const Shape& shape, const Shape& strides, i
   }
   return out;
 }
-std::vector<int64_t> element_indices(const Tensor& t) { return element_indices(t.shape(), t.strides(), t.offset()); }
+std::vector<int64_t> element_indices(const Tensor& t) {
+  return element_indices(t.shape(), t.strides(), t.offset());
+}
 
 // Every byte of `t`'s storage (any device), read back to the host.
 std::vector<unsigned char> storage_image(const Tensor& t) {
@@ -67,11 +68,13 @@ std::vector<unsigned char> gather(const std::vector<unsigned char>& image, const
 // Random bytes for `count` elements of `dtype` (bool elements are 0 or 1).
 std::vector<unsigned char> random_bytes(Rng& rng, int64_t count, DType dtype) {
   std::vector<unsigned char> bytes(static_cast<size_t>(count) * dtype_size(dtype));
-  for (auto& b : bytes) b = static_cast<unsigned char>(rng.integer(0, dtype == DType::boolean ? 1 : 255));
+  for (auto& b : bytes)
+    b = static_cast<unsigned char>(rng.integer(0, dtype == DType::boolean ? 1 : 255));
   return bytes;
 }
 
-Tensor random_tensor_bytes(Rng& rng, const Shape& shape, DType dtype, Device device = Device::cpu()) {
+Tensor random_tensor_bytes(Rng& rng, const Shape& shape, DType dtype,
+                           Device device = Device::cpu()) {
   const auto bytes = random_bytes(rng, shape_numel(shape), dtype);
   return Tensor::from_host(bytes.data(), shape, dtype, device);
 }
@@ -85,15 +88,20 @@ Tensor iota(const Shape& shape) {
 
 // Ways to carve a view of a given 3-d shape out of a larger random tensor.
 enum class Layout { contiguous, transposed, sliced, stepped, stepped_transposed };
-constexpr Layout kAllLayouts[] = {Layout::contiguous, Layout::transposed, Layout::sliced, Layout::stepped,
-                                  Layout::stepped_transposed};
+constexpr Layout kAllLayouts[] = {Layout::contiguous, Layout::transposed, Layout::sliced,
+                                  Layout::stepped, Layout::stepped_transposed};
 const char* layout_name(Layout l) {
   switch (l) {
-    case Layout::contiguous: return "contiguous";
-    case Layout::transposed: return "transposed";
-    case Layout::sliced: return "sliced";
-    case Layout::stepped: return "stepped";
-    case Layout::stepped_transposed: return "stepped+transposed";
+    case Layout::contiguous:
+      return "contiguous";
+    case Layout::transposed:
+      return "transposed";
+    case Layout::sliced:
+      return "sliced";
+    case Layout::stepped:
+      return "stepped";
+    case Layout::stepped_transposed:
+      return "stepped+transposed";
   }
   return "?";
 }
@@ -102,14 +110,22 @@ const char* layout_name(Layout l) {
 Tensor make_view(Rng& rng, const Shape& s, DType dtype, Device device, Layout layout) {
   const int64_t a = s[0], b = s[1], c = s[2];
   switch (layout) {
-    case Layout::contiguous: return random_tensor_bytes(rng, {a, b, c}, dtype, device);
-    case Layout::transposed: return random_tensor_bytes(rng, {c, b, a}, dtype, device).transpose(0, 2);
+    case Layout::contiguous:
+      return random_tensor_bytes(rng, {a, b, c}, dtype, device);
+    case Layout::transposed:
+      return random_tensor_bytes(rng, {c, b, a}, dtype, device).transpose(0, 2);
     case Layout::sliced:  // nonzero offset, gaps between rows
-      return random_tensor_bytes(rng, {a + 3, b, c + 2}, dtype, device).slice(0, 1, 1 + a).slice(2, 2, 2 + c);
+      return random_tensor_bytes(rng, {a + 3, b, c + 2}, dtype, device)
+          .slice(0, 1, 1 + a)
+          .slice(2, 2, 2 + c);
     case Layout::stepped:
-      return random_tensor_bytes(rng, {a, 2 * b + 1, 3 * c}, dtype, device).slice(1, 1, 1 + 2 * b, 2).slice(2, 0, 3 * c, 3);
+      return random_tensor_bytes(rng, {a, 2 * b + 1, 3 * c}, dtype, device)
+          .slice(1, 1, 1 + 2 * b, 2)
+          .slice(2, 0, 3 * c, 3);
     case Layout::stepped_transposed:
-      return random_tensor_bytes(rng, {2 * b, a, c}, dtype, device).slice(0, 0, 2 * b, 2).transpose(0, 1);
+      return random_tensor_bytes(rng, {2 * b, a, c}, dtype, device)
+          .slice(0, 0, 2 * b, 2)
+          .transpose(0, 1);
   }
   return {};
 }
@@ -131,8 +147,9 @@ void check_copy(const Tensor& dst, const Tensor& src, const Stream& stream = {})
   const auto got = storage_image(dst);
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i], expected[i]) << "storage byte " << i << " (element " << i / static_cast<size_t>(item)
-                                   << ") of " << dst.str() << " strides " << shape_str(dst.strides());
+    ASSERT_EQ(got[i], expected[i])
+        << "storage byte " << i << " (element " << i / static_cast<size_t>(item) << ") of "
+        << dst.str() << " strides " << shape_str(dst.strides());
   }
 }
 
@@ -157,20 +174,42 @@ TEST(Shape, NumelOfValidShapes) {
   EXPECT_EQ(shape_numel({2, 3, 4}), 24);
   EXPECT_EQ(shape_numel({5, 0, 7}), 0);
   EXPECT_EQ(shape_numel({int64_t{1} << 31, int64_t{1} << 31}), int64_t{1} << 62);
-  EXPECT_EQ(shape_numel({std::numeric_limits<int64_t>::max()}), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(shape_numel({std::numeric_limits<int64_t>::max()}),
+            std::numeric_limits<int64_t>::max());
 }
 
 TEST(Shape, NumelRejectsNegativeDimensionsAndOverflow) {
-  EXPECT_TRUE(throws_error([] { shape_numel({-1}); }, ErrorCode::InvalidArgument, {"[-1]", "negative"}));
-  EXPECT_TRUE(throws_error([] { shape_numel({2, -3, 4}); }, ErrorCode::InvalidArgument, {"[2, -3, 4]"}));
-  EXPECT_TRUE(throws_error([] { shape_numel({int64_t{1} << 32, int64_t{1} << 32}); }, ErrorCode::InvalidArgument, {}));
-  EXPECT_TRUE(throws_error([] { shape_numel({std::numeric_limits<int64_t>::max(), 2}); }, ErrorCode::InvalidArgument, {}));
+  EXPECT_TRUE(
+      throws_error([] { shape_numel({-1}); }, ErrorCode::InvalidArgument, {"[-1]", "negative"}));
+  EXPECT_TRUE(throws_error(
+      [] {
+        shape_numel({2, -3, 4});
+      },
+      ErrorCode::InvalidArgument, {"[2, -3, 4]"}));
+  EXPECT_TRUE(throws_error(
+      [] {
+        shape_numel({int64_t{1} << 32, int64_t{1} << 32});
+      },
+      ErrorCode::InvalidArgument, {}));
+  EXPECT_TRUE(throws_error(
+      [] {
+        shape_numel({std::numeric_limits<int64_t>::max(), 2});
+      },
+      ErrorCode::InvalidArgument, {}));
   // Factories validate the same way.
-  EXPECT_TRUE(throws_error([] { Tensor::empty({3, -2}, DType::f32); }, ErrorCode::InvalidArgument, {"negative"}));
-  EXPECT_TRUE(throws_error([] { Tensor::zeros({int64_t{1} << 40, int64_t{1} << 40}, DType::f32); },
-                           ErrorCode::InvalidArgument, {}));
+  EXPECT_TRUE(throws_error(
+      [] {
+        Tensor::empty({3, -2}, DType::f32);
+      },
+      ErrorCode::InvalidArgument, {"negative"}));
+  EXPECT_TRUE(throws_error(
+      [] {
+        Tensor::zeros({int64_t{1} << 40, int64_t{1} << 40}, DType::f32);
+      },
+      ErrorCode::InvalidArgument, {}));
   // numel fits int64 but the byte count does not.
-  EXPECT_TRUE(throws_error([] { Tensor::empty({int64_t{1} << 62}, DType::f64); }, ErrorCode::InvalidArgument, {}));
+  EXPECT_TRUE(throws_error([] { Tensor::empty({int64_t{1} << 62}, DType::f64); },
+                           ErrorCode::InvalidArgument, {}));
 }
 
 TEST(Shape, StrAndContiguousStrides) {
@@ -226,15 +265,21 @@ TEST(TensorFactory, FullConvertsTheValueToTheDType) {
   RUDNN_SEEDED_RNG(rng);
   const double v = rng.normal(0.0f, 100.0f);
   EXPECT_EQ(Tensor::full({3}, v, DType::f64).to_vector<double>(), std::vector<double>(3, v));
-  EXPECT_EQ(Tensor::full({2}, v, DType::f32).to_vector<float>(), std::vector<float>(2, static_cast<float>(v)));
+  EXPECT_EQ(Tensor::full({2}, v, DType::f32).to_vector<float>(),
+            std::vector<float>(2, static_cast<float>(v)));
   EXPECT_EQ(Tensor::full({2}, 0.1, DType::f16).to_vector<half>()[1].bits, half(0.1f).bits);
   EXPECT_EQ(Tensor::full({2}, 0.1, DType::bf16).to_vector<bfloat16>()[1].bits, bfloat16(0.1f).bits);
   EXPECT_EQ(Tensor::full({2}, -7, DType::i32).to_vector<int32_t>(), (std::vector<int32_t>{-7, -7}));
-  EXPECT_EQ(Tensor::full({2}, -5e12, DType::i64).to_vector<int64_t>(), (std::vector<int64_t>{-5000000000000, -5000000000000}));
-  EXPECT_EQ(Tensor::full({2}, 4e9, DType::u32).to_vector<uint32_t>(), (std::vector<uint32_t>{4000000000u, 4000000000u}));
-  EXPECT_EQ(Tensor::full({2}, 200, DType::u8).to_vector<uint8_t>(), (std::vector<uint8_t>{200, 200}));
-  EXPECT_EQ(Tensor::full({2}, 0.5, DType::boolean).to_vector<bool>(), (std::vector<bool>{true, true}));
-  EXPECT_EQ(Tensor::full({2}, 0.0, DType::boolean).to_vector<bool>(), (std::vector<bool>{false, false}));
+  EXPECT_EQ(Tensor::full({2}, -5e12, DType::i64).to_vector<int64_t>(),
+            (std::vector<int64_t>{-5000000000000, -5000000000000}));
+  EXPECT_EQ(Tensor::full({2}, 4e9, DType::u32).to_vector<uint32_t>(),
+            (std::vector<uint32_t>{4000000000u, 4000000000u}));
+  EXPECT_EQ(Tensor::full({2}, 200, DType::u8).to_vector<uint8_t>(),
+            (std::vector<uint8_t>{200, 200}));
+  EXPECT_EQ(Tensor::full({2}, 0.5, DType::boolean).to_vector<bool>(),
+            (std::vector<bool>{true, true}));
+  EXPECT_EQ(Tensor::full({2}, 0.0, DType::boolean).to_vector<bool>(),
+            (std::vector<bool>{false, false}));
   // Non-finite and out-of-range values.
   EXPECT_TRUE(std::isnan(to_doubles(Tensor::full({2}, NAN, DType::f16))[0]));
   EXPECT_EQ(to_doubles(Tensor::full({2}, -INFINITY, DType::bf16))[1], -INFINITY);
@@ -245,10 +290,14 @@ TEST(TensorFactory, FullRoundsADoubleOnceToF16AndBf16) {
   // 1 + 2^-11 + 2^-40 lies just above the f16 tie between 1 and 1 + 2^-10, so rounds up.
   // Going through float first would round it to the tie 1 + 2^-11 (the 2^-40 is below
   // float's precision), which then rounds to even, down to 1: double rounding.
-  EXPECT_EQ(Tensor::full({1}, 1.0 + 0x1p-11 + 0x1p-40, DType::f16).to_vector<half>()[0].bits, 0x3c01);
-  EXPECT_EQ(Tensor::full({1}, 1.0 + 0x1p-11 - 0x1p-40, DType::f16).to_vector<half>()[0].bits, 0x3c00);
-  EXPECT_EQ(Tensor::full({1}, -(1.0 + 0x1p-8 + 0x1p-40), DType::bf16).to_vector<bfloat16>()[0].bits, 0xbf81);
-  EXPECT_EQ(Tensor::full({1}, 1.0 + 0x1p-8 - 0x1p-40, DType::bf16).to_vector<bfloat16>()[0].bits, 0x3f80);
+  EXPECT_EQ(Tensor::full({1}, 1.0 + 0x1p-11 + 0x1p-40, DType::f16).to_vector<half>()[0].bits,
+            0x3c01);
+  EXPECT_EQ(Tensor::full({1}, 1.0 + 0x1p-11 - 0x1p-40, DType::f16).to_vector<half>()[0].bits,
+            0x3c00);
+  EXPECT_EQ(Tensor::full({1}, -(1.0 + 0x1p-8 + 0x1p-40), DType::bf16).to_vector<bfloat16>()[0].bits,
+            0xbf81);
+  EXPECT_EQ(Tensor::full({1}, 1.0 + 0x1p-8 - 0x1p-40, DType::bf16).to_vector<bfloat16>()[0].bits,
+            0x3f80);
   // Just above the f16 overflow tie 65520, and a subnormal just above the tie 2^-25.
   EXPECT_EQ(Tensor::full({1}, 65520.0 - 0x1p-30, DType::f16).to_vector<half>()[0].bits, 0x7bff);
   EXPECT_EQ(Tensor::full({1}, 0x1p-25 + 0x1p-60, DType::f16).to_vector<half>()[0].bits, 0x0001);
@@ -260,11 +309,13 @@ TEST(TensorFactory, FullRoundsADoubleOnceToF16AndBf16) {
   // Random doubles with bits below float's precision, against a double-precision reference.
   RUDNN_SEEDED_RNG(rng);
   for (int i = 0; i < 20000; ++i) {
-    const double x = std::ldexp(rng.uniform(1.0f, 2.0f) + rng.uniform(0.0f, 0x1p-20f) + 0x1p-45 * rng.integer(0, 1 << 20),
+    const double x = std::ldexp(rng.uniform(1.0f, 2.0f) + rng.uniform(0.0f, 0x1p-20f) +
+                                    0x1p-45 * rng.integer(0, 1 << 20),
                                 static_cast<int>(rng.integer(-30, 16))) *
                      (rng.integer(0, 1) ? 1 : -1);
     const float got16 = static_cast<float>(Tensor::full({1}, x, DType::f16).to_vector<half>()[0]);
-    const float gotbf = static_cast<float>(Tensor::full({1}, x, DType::bf16).to_vector<bfloat16>()[0]);
+    const float gotbf =
+        static_cast<float>(Tensor::full({1}, x, DType::bf16).to_vector<bfloat16>()[0]);
     ASSERT_EQ(got16, round_to_format(x, 10, -14, 65504.0)) << std::hexfloat << x;
     ASSERT_EQ(gotbf, round_to_format(x, 7, -126, 0x1.fep127)) << std::hexfloat << x;
   }
@@ -291,9 +342,13 @@ TEST(TensorFactory, FromHostCopiesTheData) {
 }
 
 TEST(TensorFactory, FromHostRejectsBadArguments) {
-  EXPECT_TRUE(throws_error([] { Tensor::from_host(std::vector<float>(5), {2, 3}); }, ErrorCode::ShapeMismatch,
-                           {"5 elements", "[2, 3]"}));
-  EXPECT_TRUE(throws_error([] { Tensor::from_host(nullptr, {2}, DType::f32); }, ErrorCode::InvalidArgument, {"null"}));
+  EXPECT_TRUE(throws_error(
+      [] {
+        Tensor::from_host(std::vector<float>(5), {2, 3});
+      },
+      ErrorCode::ShapeMismatch, {"5 elements", "[2, 3]"}));
+  EXPECT_TRUE(throws_error([] { Tensor::from_host(nullptr, {2}, DType::f32); },
+                           ErrorCode::InvalidArgument, {"null"}));
   EXPECT_EQ(Tensor::from_host(nullptr, {0, 3}, DType::f32).numel(), 0);  // nothing to read
 }
 
@@ -305,8 +360,8 @@ TEST(TensorFactory, FromBlobWrapsWithoutCopyingAndReleasesOnce) {
   const size_t in_use = allocator_stats(Device::cpu()).bytes_in_use;
   {
     // A 3x4 view at offset 2 with row stride 5 into a 20-element buffer.
-    Tensor t = Tensor::from_blob(buffer.data(), buffer.size() * sizeof(int32_t), {3, 4}, {5, 1}, 2, DType::i32,
-                                 Device::cpu(), [&releases] { ++releases; });
+    Tensor t = Tensor::from_blob(buffer.data(), buffer.size() * sizeof(int32_t), {3, 4}, {5, 1}, 2,
+                                 DType::i32, Device::cpu(), [&releases] { ++releases; });
     EXPECT_EQ(allocator_stats(Device::cpu()).bytes_in_use, in_use);  // nothing allocated
     EXPECT_EQ(t.data(), static_cast<void*>(buffer.data() + 2));
     EXPECT_EQ(t.storage_data(), static_cast<void*>(buffer.data()));
@@ -336,16 +391,22 @@ TEST(TensorFactory, FromBlobWrapsWithoutCopyingAndReleasesOnce) {
 TEST(TensorFactory, FromBlobChecksBounds) {
   std::vector<float> buffer(12);
   const size_t bytes = buffer.size() * sizeof(float);
-  EXPECT_TRUE(throws_error([&] { Tensor::from_blob(buffer.data(), bytes, {13}, {1}, 0, DType::f32, Device::cpu()); },
-                           ErrorCode::InvalidArgument, {"past its storage"}));
-  EXPECT_TRUE(throws_error([&] { Tensor::from_blob(buffer.data(), bytes, {3, 4}, {4, 1}, 1, DType::f32, Device::cpu()); },
-                           ErrorCode::InvalidArgument, {"past its storage"}));
+  EXPECT_TRUE(throws_error(
+      [&] { Tensor::from_blob(buffer.data(), bytes, {13}, {1}, 0, DType::f32, Device::cpu()); },
+      ErrorCode::InvalidArgument, {"past its storage"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        Tensor::from_blob(buffer.data(), bytes, {3, 4}, {4, 1}, 1, DType::f32, Device::cpu());
+      },
+      ErrorCode::InvalidArgument, {"past its storage"}));
   // The same 48 bytes hold only 6 doubles.
-  EXPECT_TRUE(throws_error([&] { Tensor::from_blob(buffer.data(), bytes, {7}, {1}, 0, DType::f64, Device::cpu()); },
-                           ErrorCode::InvalidArgument, {"past its storage"}));
+  EXPECT_TRUE(throws_error(
+      [&] { Tensor::from_blob(buffer.data(), bytes, {7}, {1}, 0, DType::f64, Device::cpu()); },
+      ErrorCode::InvalidArgument, {"past its storage"}));
   EXPECT_NO_THROW(Tensor::from_blob(buffer.data(), bytes, {6}, {1}, 0, DType::f64, Device::cpu()));
-  EXPECT_TRUE(throws_error([] { Tensor::from_blob(nullptr, 16, {4}, {1}, 0, DType::f32, Device::cpu()); },
-                           ErrorCode::InvalidArgument, {"null"}));
+  EXPECT_TRUE(
+      throws_error([] { Tensor::from_blob(nullptr, 16, {4}, {1}, 0, DType::f32, Device::cpu()); },
+                   ErrorCode::InvalidArgument, {"null"}));
 }
 
 // ---- Properties -----------------------------------------------------------------------------
@@ -376,8 +437,8 @@ TEST(TensorProperties, IsContiguous) {
 
 TEST(TensorProperties, FactoryTensorsAreContiguousForEveryShape) {
   // Including shapes with a zero dimension, whose contiguous strides treat the 0 as 1.
-  for (const Shape& shape : {Shape{}, Shape{0}, Shape{5}, Shape{1, 1}, Shape{0, 5}, Shape{5, 0}, Shape{2, 0, 3},
-                             Shape{3, 1, 0, 2}}) {
+  for (const Shape& shape : {Shape{}, Shape{0}, Shape{5}, Shape{1, 1}, Shape{0, 5}, Shape{5, 0},
+                             Shape{2, 0, 3}, Shape{3, 1, 0, 2}}) {
     SCOPED_TRACE(shape_str(shape));
     const Tensor t = Tensor::empty(shape, DType::f32);
     EXPECT_TRUE(t.is_contiguous()) << "strides " << shape_str(t.strides());
@@ -397,8 +458,8 @@ TEST(TensorProperties, UndefinedTensor) {
   EXPECT_TRUE(throws_error([&] { t.data(); }, ErrorCode::InvalidArgument, {"undefined"}));
   EXPECT_TRUE(throws_error([&] { t.view({1}); }, ErrorCode::InvalidArgument, {"undefined"}));
   EXPECT_TRUE(throws_error([&] { t.to_host(); }, ErrorCode::InvalidArgument, {"undefined"}));
-  EXPECT_TRUE(throws_error([&] { Tensor::empty({1}, DType::f32).copy_from(t); }, ErrorCode::InvalidArgument,
-                           {"undefined"}));
+  EXPECT_TRUE(throws_error([&] { Tensor::empty({1}, DType::f32).copy_from(t); },
+                           ErrorCode::InvalidArgument, {"undefined"}));
 }
 
 TEST(TensorProperties, ZeroDimensionalTensor) {
@@ -417,20 +478,23 @@ TEST(TensorProperties, ZeroDimensionalTensor) {
   EXPECT_TRUE(throws_error([&] { t.transpose(0, 0); }, ErrorCode::InvalidArgument, {}));
   EXPECT_TRUE(throws_error([&] { t.slice(0, 0, 1); }, ErrorCode::InvalidArgument, {}));
   EXPECT_EQ(t.view({1, 1}).to_vector<double>(), std::vector<double>{value});
-  EXPECT_EQ(Tensor::from_host(std::vector<float>{2.5f}, {}).view({}).to_vector<float>(), std::vector<float>{2.5f});
+  EXPECT_EQ(Tensor::from_host(std::vector<float>{2.5f}, {}).view({}).to_vector<float>(),
+            std::vector<float>{2.5f});
   // A 0-d view selects one element of a larger storage.
   const Tensor e = iota({6}).as_strided({}, {}, 4);
   EXPECT_EQ(e.to_vector<float>(), std::vector<float>{4.0f});
   Tensor dst = Tensor::zeros({}, DType::f32);
   dst.copy_from(e);
   EXPECT_EQ(dst.to_vector<float>(), std::vector<float>{4.0f});
-  EXPECT_TRUE(throws_error([&] { iota({6}).as_strided({}, {}, 6); }, ErrorCode::InvalidArgument, {"past its storage"}));
+  EXPECT_TRUE(throws_error([&] { iota({6}).as_strided({}, {}, 6); }, ErrorCode::InvalidArgument,
+                           {"past its storage"}));
 }
 
 TEST(TensorProperties, DataAsChecksTheDType) {
   const Tensor t = Tensor::zeros({3}, DType::f32);
   EXPECT_EQ(t.data_as<float>(), t.data());
-  EXPECT_TRUE(throws_error([&] { t.data_as<int32_t>(); }, ErrorCode::DTypeMismatch, {"f32", "i32"}));
+  EXPECT_TRUE(
+      throws_error([&] { t.data_as<int32_t>(); }, ErrorCode::DTypeMismatch, {"f32", "i32"}));
   EXPECT_TRUE(throws_error([&] { t.data_as<double>(); }, ErrorCode::DTypeMismatch, {"f64"}));
   const Tensor b = Tensor::zeros({3}, DType::bf16);
   EXPECT_NO_THROW(b.data_as<bfloat16>());
@@ -444,18 +508,33 @@ TEST(TensorView, AsStridedSharesStorageAndChecksBounds) {
   const Tensor t = base.as_strided({3, 2}, {1, 3}, 0);
   EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
   EXPECT_EQ(t.storage_data(), base.storage_data());
-  EXPECT_EQ(base.as_strided({2, 3}, {3, 1}, 6).to_vector<float>(), (std::vector<float>{6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(base.as_strided({2, 3}, {3, 1}, 6).to_vector<float>(),
+            (std::vector<float>{6, 7, 8, 9, 10, 11}));
   EXPECT_EQ(base.as_strided({4, 3}, {0, 1}, 9).to_vector<float>(),  // stride 0 repeats a row
             (std::vector<float>{9, 10, 11, 9, 10, 11, 9, 10, 11, 9, 10, 11}));
   // The last element reachable is offset + sum((size - 1) * stride); it must be < 12.
   EXPECT_NO_THROW(base.as_strided({3, 3}, {4, 1}, 1));  // reaches 1 + 8 + 2 = 11
-  EXPECT_TRUE(throws_error([&] { base.as_strided({3, 3}, {4, 1}, 2); }, ErrorCode::InvalidArgument,
-                           {"past its storage", "48 bytes"}));
-  EXPECT_TRUE(throws_error([&] { base.as_strided({2, 3}, {3, 1}, 7); }, ErrorCode::InvalidArgument, {"past its storage"}));
-  EXPECT_TRUE(throws_error([&] { base.as_strided({13}, {1}, 0); }, ErrorCode::InvalidArgument, {"past its storage"}));
-  EXPECT_TRUE(throws_error([&] { base.as_strided({2}, {-1}, 5); }, ErrorCode::InvalidArgument, {"negative stride"}));
-  EXPECT_TRUE(throws_error([&] { base.as_strided({2}, {1}, -1); }, ErrorCode::InvalidArgument, {"negative offset"}));
-  EXPECT_TRUE(throws_error([&] { base.as_strided({2, 2}, {1}, 0); }, ErrorCode::InvalidArgument, {"rank"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        base.as_strided({3, 3}, {4, 1}, 2);
+      },
+      ErrorCode::InvalidArgument, {"past its storage", "48 bytes"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        base.as_strided({2, 3}, {3, 1}, 7);
+      },
+      ErrorCode::InvalidArgument, {"past its storage"}));
+  EXPECT_TRUE(throws_error([&] { base.as_strided({13}, {1}, 0); }, ErrorCode::InvalidArgument,
+                           {"past its storage"}));
+  EXPECT_TRUE(throws_error([&] { base.as_strided({2}, {-1}, 5); }, ErrorCode::InvalidArgument,
+                           {"negative stride"}));
+  EXPECT_TRUE(throws_error([&] { base.as_strided({2}, {1}, -1); }, ErrorCode::InvalidArgument,
+                           {"negative offset"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        base.as_strided({2, 2}, {1}, 0);
+      },
+      ErrorCode::InvalidArgument, {"rank"}));
   EXPECT_TRUE(throws_error([&] { base.as_strided({3}, {std::numeric_limits<int64_t>::max()}, 0); },
                            ErrorCode::InvalidArgument, {}));
   // Bounds are checked against the storage, not the view it is taken of.
@@ -481,18 +560,34 @@ TEST(TensorView, ViewReshapesContiguousTensors) {
   EXPECT_EQ(row.offset(), 12);
   EXPECT_EQ(row.to_vector<float>()[0], 12.0f);
   // Errors.
-  EXPECT_TRUE(throws_error([&] { t.view({-1, -1}); }, ErrorCode::InvalidArgument, {"more than one -1"}));
-  EXPECT_TRUE(throws_error([&] { t.view({5, -1}); }, ErrorCode::ShapeMismatch, {"[2, 3, 4]", "[5, -1]"}));
-  EXPECT_TRUE(throws_error([&] { t.view({5, 5}); }, ErrorCode::ShapeMismatch, {"24 elements", "[5, 5]"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        t.view({-1, -1});
+      },
+      ErrorCode::InvalidArgument, {"more than one -1"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        t.view({5, -1});
+      },
+      ErrorCode::ShapeMismatch, {"[2, 3, 4]", "[5, -1]"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        t.view({5, 5});
+      },
+      ErrorCode::ShapeMismatch, {"24 elements", "[5, 5]"}));
   EXPECT_TRUE(throws_error([&] { t.view({0, -1}); }, ErrorCode::ShapeMismatch, {}));
   EXPECT_TRUE(throws_error([&] { t.view({-2, -12}); }, ErrorCode::InvalidArgument, {"negative"}));
-  EXPECT_TRUE(throws_error([&] { t.transpose(0, 2).view({24}); }, ErrorCode::InvalidArgument, {"contiguous"}));
-  EXPECT_TRUE(throws_error([&] { t.slice(2, 0, 4, 2).view({12}); }, ErrorCode::InvalidArgument, {"contiguous"}));
+  EXPECT_TRUE(throws_error([&] { t.transpose(0, 2).view({24}); }, ErrorCode::InvalidArgument,
+                           {"contiguous"}));
+  EXPECT_TRUE(throws_error([&] { t.slice(2, 0, 4, 2).view({12}); }, ErrorCode::InvalidArgument,
+                           {"contiguous"}));
 }
 
 // Python's range(start, stop, step) over a dimension of `size` after Python's clamping.
 std::vector<int64_t> python_slice(int64_t size, int64_t start, int64_t stop, int64_t step) {
-  auto norm = [size](int64_t i) { return std::min(std::max(i < 0 ? i + size : i, int64_t{0}), size); };
+  auto norm = [size](int64_t i) {
+    return std::min(std::max(i < 0 ? i + size : i, int64_t{0}), size);
+  };
   std::vector<int64_t> out;
   for (int64_t i = norm(start); i < norm(stop); i += step) out.push_back(i);
   return out;
@@ -516,8 +611,10 @@ TEST(TensorView, SliceFollowsPythonSemantics) {
   for (int trial = 0; trial < 500; ++trial) {
     const int64_t dim = rng.integer(-2, 1);
     const int64_t size = m.size(dim);
-    const int64_t start = rng.integer(-12, 12), stop = rng.integer(-12, 12), step = rng.integer(1, 4);
-    SCOPED_TRACE(::testing::Message() << "slice(" << dim << ", " << start << ", " << stop << ", " << step << ")");
+    const int64_t start = rng.integer(-12, 12), stop = rng.integer(-12, 12),
+                  step = rng.integer(1, 4);
+    SCOPED_TRACE(::testing::Message()
+                 << "slice(" << dim << ", " << start << ", " << stop << ", " << step << ")");
     const Tensor s = m.slice(dim, start, stop, step);
     const std::vector<int64_t> picked = python_slice(size, start, stop, step);
     std::vector<float> expected;
@@ -525,7 +622,8 @@ TEST(TensorView, SliceFollowsPythonSemantics) {
     for (int64_t r = 0; r < 4; ++r)
       for (int64_t c = 0; c < 9; ++c) {
         const int64_t along = rows ? r : c;
-        if (std::find(picked.begin(), picked.end(), along) != picked.end()) expected.push_back(all[r * 9 + c]);
+        if (std::find(picked.begin(), picked.end(), along) != picked.end())
+          expected.push_back(all[r * 9 + c]);
       }
     ASSERT_EQ(s.size(dim), static_cast<int64_t>(picked.size()));
     ASSERT_EQ(values(s), expected);
@@ -535,7 +633,8 @@ TEST(TensorView, SliceFollowsPythonSemantics) {
   EXPECT_TRUE(throws_error([&] { t.slice(0, 0, 5, 0); }, ErrorCode::InvalidArgument, {"step"}));
   EXPECT_TRUE(throws_error([&] { t.slice(0, 5, 0, -1); }, ErrorCode::InvalidArgument, {"step"}));
   EXPECT_TRUE(throws_error([&] { t.slice(1, 0, 1); }, ErrorCode::InvalidArgument, {"dimension 1"}));
-  EXPECT_TRUE(throws_error([&] { t.slice(-2, 0, 1); }, ErrorCode::InvalidArgument, {"dimension -2"}));
+  EXPECT_TRUE(
+      throws_error([&] { t.slice(-2, 0, 1); }, ErrorCode::InvalidArgument, {"dimension -2"}));
 }
 
 TEST(TensorView, Transpose) {
@@ -547,12 +646,15 @@ TEST(TensorView, Transpose) {
   const std::vector<float> v = tr.to_vector<float>();
   for (int64_t i = 0; i < 4; ++i)
     for (int64_t j = 0; j < 3; ++j)
-      for (int64_t k = 0; k < 2; ++k) ASSERT_EQ(v[(i * 3 + j) * 2 + k], static_cast<float>(k * 12 + j * 4 + i));
+      for (int64_t k = 0; k < 2; ++k)
+        ASSERT_EQ(v[(i * 3 + j) * 2 + k], static_cast<float>(k * 12 + j * 4 + i));
   EXPECT_EQ(t.transpose(-1, 0).shape(), (Shape{4, 3, 2}));
   EXPECT_EQ(t.transpose(1, 1).strides(), t.strides());
   EXPECT_EQ(tr.transpose(2, 0).to_vector<float>(), t.to_vector<float>());
-  EXPECT_TRUE(throws_error([&] { t.transpose(0, 3); }, ErrorCode::InvalidArgument, {"out of range"}));
-  EXPECT_TRUE(throws_error([&] { t.transpose(-4, 0); }, ErrorCode::InvalidArgument, {"out of range"}));
+  EXPECT_TRUE(
+      throws_error([&] { t.transpose(0, 3); }, ErrorCode::InvalidArgument, {"out of range"}));
+  EXPECT_TRUE(
+      throws_error([&] { t.transpose(-4, 0); }, ErrorCode::InvalidArgument, {"out of range"}));
 }
 
 // ---- Host copies ----------------------------------------------------------------------------
@@ -597,8 +699,8 @@ TEST(TensorCopy, CopyFromBetweenStridedHostViews) {
   for (const DType dtype : {DType::u8, DType::f16, DType::f32, DType::f64})
     for (const Layout dst_layout : kAllLayouts)
       for (const Layout src_layout : kAllLayouts) {
-        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " dst " << layout_name(dst_layout) << " src "
-                                          << layout_name(src_layout));
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " dst " << layout_name(dst_layout)
+                                          << " src " << layout_name(src_layout));
         const Tensor dst = make_view(rng, shape, dtype, Device::cpu(), dst_layout);
         const Tensor src = make_view(rng, shape, dtype, Device::cpu(), src_layout);
         check_copy(dst, src);
@@ -609,12 +711,23 @@ TEST(TensorCopy, CopyFromRejectsMismatchesAndLeavesTheDestination) {
   RUDNN_SEEDED_RNG(rng);
   const Tensor dst = random_tensor_bytes(rng, {3, 4}, DType::f32);
   const auto before = bytes_of(dst);
-  EXPECT_TRUE(throws_error([&] { dst.copy_from(Tensor::zeros({4, 3}, DType::f32)); }, ErrorCode::ShapeMismatch,
-                           {"[4, 3]", "[3, 4]"}));
-  EXPECT_TRUE(throws_error([&] { dst.copy_from(Tensor::zeros({12}, DType::f32)); }, ErrorCode::ShapeMismatch, {}));
-  EXPECT_TRUE(throws_error([&] { dst.copy_from(Tensor::zeros({3, 4}, DType::i32)); }, ErrorCode::DTypeMismatch,
-                           {"i32", "f32"}));
-  EXPECT_TRUE(throws_error([&] { dst.copy_from(Tensor::zeros({3, 4}, DType::f16)); }, ErrorCode::DTypeMismatch, {}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        dst.copy_from(Tensor::zeros({4, 3}, DType::f32));
+      },
+      ErrorCode::ShapeMismatch, {"[4, 3]", "[3, 4]"}));
+  EXPECT_TRUE(throws_error([&] { dst.copy_from(Tensor::zeros({12}, DType::f32)); },
+                           ErrorCode::ShapeMismatch, {}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        dst.copy_from(Tensor::zeros({3, 4}, DType::i32));
+      },
+      ErrorCode::DTypeMismatch, {"i32", "f32"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        dst.copy_from(Tensor::zeros({3, 4}, DType::f16));
+      },
+      ErrorCode::DTypeMismatch, {}));
   EXPECT_EQ(bytes_of(dst), before);
   // Zero elements: nothing to do, not an error.
   EXPECT_NO_THROW(Tensor::empty({0, 4}, DType::f32).copy_from(Tensor::empty({0, 4}, DType::f32)));
@@ -623,24 +736,30 @@ TEST(TensorCopy, CopyFromRejectsMismatchesAndLeavesTheDestination) {
 TEST(TensorCopy, ToVectorReadsRowMajorLogicalOrder) {
   RUDNN_SEEDED_RNG(rng);
   std::vector<int64_t> data(30);
-  for (auto& x : data) x = rng.integer(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  for (auto& x : data)
+    x = rng.integer(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
   const Tensor t = Tensor::from_host(data, {5, 6});
   EXPECT_EQ(t.to_vector<int64_t>(), data);
   const std::vector<int64_t> tv = t.transpose(0, 1).to_vector<int64_t>();
   for (int64_t i = 0; i < 6; ++i)
     for (int64_t j = 0; j < 5; ++j) ASSERT_EQ(tv[i * 5 + j], data[j * 6 + i]);
-  EXPECT_TRUE(throws_error([&] { t.to_vector<int32_t>(); }, ErrorCode::DTypeMismatch, {"i64", "i32"}));
+  EXPECT_TRUE(
+      throws_error([&] { t.to_vector<int32_t>(); }, ErrorCode::DTypeMismatch, {"i64", "i32"}));
 }
 
 TEST(TensorCpuOnly, CudaTensorsWithoutAGpuAreUnsupported) {
-  if (cuda_available()) GTEST_SKIP() << "a CUDA device is present: this checks the no-GPU behaviour";
-  EXPECT_TRUE(throws_error([] { Tensor::empty({2}, DType::f32, Device::cuda(0)); }, ErrorCode::Unsupported,
-                           {"Tensor::empty", "cuda:0"}));
-  EXPECT_TRUE(throws_error([] { Tensor::zeros({2}, DType::f32, Device::cuda(0)); }, ErrorCode::Unsupported, {}));
-  EXPECT_TRUE(throws_error([] { Tensor::zeros({2}, DType::f32).to(Device::cuda(0)); }, ErrorCode::Unsupported, {}));
-  float x = 0;
-  EXPECT_TRUE(throws_error([&] { Tensor::from_blob(&x, 4, {1}, {1}, 0, DType::f32, Device::cuda(0)); },
+  if (cuda_available())
+    GTEST_SKIP() << "a CUDA device is present: this checks the no-GPU behaviour";
+  EXPECT_TRUE(throws_error([] { Tensor::empty({2}, DType::f32, Device::cuda(0)); },
+                           ErrorCode::Unsupported, {"Tensor::empty", "cuda:0"}));
+  EXPECT_TRUE(throws_error([] { Tensor::zeros({2}, DType::f32, Device::cuda(0)); },
                            ErrorCode::Unsupported, {}));
+  EXPECT_TRUE(throws_error([] { Tensor::zeros({2}, DType::f32).to(Device::cuda(0)); },
+                           ErrorCode::Unsupported, {}));
+  float x = 0;
+  EXPECT_TRUE(
+      throws_error([&] { Tensor::from_blob(&x, 4, {1}, {1}, 0, DType::f32, Device::cuda(0)); },
+                   ErrorCode::Unsupported, {}));
 }
 
 // ---- CUDA ---------------------------------------------------------------------------------
@@ -656,7 +775,8 @@ TEST(TensorGpu, HostDeviceHostRoundTripOfEveryDType) {
     const Tensor d = Tensor::from_host(bytes.data(), shape, dtype, gpu);
     EXPECT_EQ(d.device(), gpu);
     EXPECT_TRUE(d.is_contiguous());
-    EXPECT_EQ(d.str(), std::string("Tensor(") + dtype_name(dtype) + ", " + shape_str(shape) + ", cuda:0)");
+    EXPECT_EQ(d.str(),
+              std::string("Tensor(") + dtype_name(dtype) + ", " + shape_str(shape) + ", cuda:0)");
     EXPECT_EQ(d.allocation_stream(), current_stream(gpu));
     const Tensor h = d.to_host();
     EXPECT_EQ(h.device(), Device::cpu());
@@ -681,9 +801,9 @@ TEST(TensorGpu, CopyFromInAllFourDirectionsWithStridedViews) {
       for (const Device src_dev : devices)
         for (const Layout dst_layout : kAllLayouts)
           for (const Layout src_layout : kAllLayouts) {
-            SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " dst " << dst_dev.str() << " "
-                                              << layout_name(dst_layout) << " <- src " << src_dev.str() << " "
-                                              << layout_name(src_layout));
+            SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " dst " << dst_dev.str()
+                                              << " " << layout_name(dst_layout) << " <- src "
+                                              << src_dev.str() << " " << layout_name(src_layout));
             const Tensor dst = make_view(rng, shape, dtype, dst_dev, dst_layout);
             const Tensor src = make_view(rng, shape, dtype, src_dev, src_layout);
             check_copy(dst, src);
@@ -698,8 +818,9 @@ TEST(TensorGpu, StridedDeviceViewsContiguousAndToHost) {
     SCOPED_TRACE(dtype_name(dtype));
     const Tensor base = random_tensor_bytes(rng, {6, 9, 5}, dtype, gpu);
     const auto image = storage_image(base);
-    for (const Tensor& view : {base.transpose(0, 2), base.slice(1, 2, 8), base.slice(2, 1, 5, 2).transpose(0, 1),
-                               base.slice(0, -2, 6).slice(1, 0, 9, 4)}) {
+    for (const Tensor& view :
+         {base.transpose(0, 2), base.slice(1, 2, 8), base.slice(2, 1, 5, 2).transpose(0, 1),
+          base.slice(0, -2, 6).slice(1, 0, 9, 4)}) {
       const Tensor dense = view.contiguous();
       EXPECT_EQ(dense.device(), gpu);
       EXPECT_TRUE(dense.is_contiguous());
@@ -722,7 +843,8 @@ TEST(TensorGpu, CopiesOnACreatedStream) {
   dst.copy_from(d.transpose(0, 1), s);
   const Tensor back = dst.transpose(0, 1).to_host(s);
   EXPECT_EQ(bytes_of(back), bytes);
-  const std::vector<float> v = d.to_vector<float>(s);  // compared as bytes: random bits include NaNs
+  const std::vector<float> v =
+      d.to_vector<float>(s);  // compared as bytes: random bits include NaNs
   EXPECT_EQ(std::memcmp(v.data(), bytes.data(), bytes.size()), 0);
 }
 
@@ -739,9 +861,12 @@ TEST(TensorGpu, FullAndZerosOnDevice) {
     EXPECT_EQ(z.device(), gpu);
     for (const unsigned char byte : bytes_of(z)) ASSERT_EQ(byte, 0);
     // The device fill writes the same bits as the host fill.
-    EXPECT_TRUE(bit_equal(Tensor::full(shape, value, dtype, gpu), Tensor::full(shape, value, dtype)));
-    if (dtype != DType::u32 && dtype != DType::u8) {  // a negative value is out of range for unsigned dtypes
-      EXPECT_TRUE(bit_equal(Tensor::full(shape, -value, dtype, gpu), Tensor::full(shape, -value, dtype)));
+    EXPECT_TRUE(
+        bit_equal(Tensor::full(shape, value, dtype, gpu), Tensor::full(shape, value, dtype)));
+    if (dtype != DType::u32 &&
+        dtype != DType::u8) {  // a negative value is out of range for unsigned dtypes
+      EXPECT_TRUE(
+          bit_equal(Tensor::full(shape, -value, dtype, gpu), Tensor::full(shape, -value, dtype)));
     }
   }
 }
@@ -750,12 +875,12 @@ TEST(TensorGpu, EmptyOnANonExistentDeviceIsInvalidArgument) {
   RUDNN_REQUIRE_CUDA();
   const int n = cuda_device_count();
   const std::string missing = "cuda:" + std::to_string(n);
-  EXPECT_TRUE(throws_error([&] { Tensor::empty({4}, DType::f32, Device::cuda(n)); }, ErrorCode::InvalidArgument,
-                           {"Tensor::empty", missing}));
-  EXPECT_TRUE(throws_error([] { Tensor::empty({4}, DType::f32, Device::cuda(-1)); }, ErrorCode::InvalidArgument,
-                           {"cuda:-1"}));
-  EXPECT_TRUE(throws_error([&] { Tensor::zeros({4}, DType::f32).to(Device::cuda(n)); }, ErrorCode::InvalidArgument,
-                           {missing}));
+  EXPECT_TRUE(throws_error([&] { Tensor::empty({4}, DType::f32, Device::cuda(n)); },
+                           ErrorCode::InvalidArgument, {"Tensor::empty", missing}));
+  EXPECT_TRUE(throws_error([] { Tensor::empty({4}, DType::f32, Device::cuda(-1)); },
+                           ErrorCode::InvalidArgument, {"cuda:-1"}));
+  EXPECT_TRUE(throws_error([&] { Tensor::zeros({4}, DType::f32).to(Device::cuda(n)); },
+                           ErrorCode::InvalidArgument, {missing}));
 }
 
 }  // namespace

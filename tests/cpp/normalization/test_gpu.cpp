@@ -29,7 +29,8 @@ class PoisonEnvironment : public ::testing::Environment {
   void SetUp() override { set_poison_allocations(true); }
   void TearDown() override { set_poison_allocations(false); }
 };
-[[maybe_unused]] const auto* const kPoison = ::testing::AddGlobalTestEnvironment(new PoisonEnvironment);
+[[maybe_unused]] const auto* const kPoison =
+    ::testing::AddGlobalTestEnvironment(new PoisonEnvironment);
 
 // An op under test: the same code runs on host tensors (the reference) and device tensors.
 using Op = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs)>;
@@ -38,7 +39,8 @@ Tensor on_gpu(const Tensor& t) { return t.defined() ? t.to(kGpu) : Tensor(); }
 
 // Runs `op` on the CPU and on the GPU from the same inputs and compares every output
 // (output i against floors[i], see all_close, when given).
-void expect_gpu_matches_reference(const Op& op, const std::vector<Tensor>& host_inputs, const std::string& label,
+void expect_gpu_matches_reference(const Op& op, const std::vector<Tensor>& host_inputs,
+                                  const std::string& label,
                                   const std::vector<double>& floors = {}) {
   SCOPED_TRACE(label);
   const std::vector<Tensor> expected = op(host_inputs);
@@ -58,18 +60,21 @@ void expect_gpu_matches_reference(const Op& op, const std::vector<Tensor>& host_
     ASSERT_TRUE(got[i].defined()) << "output " << i;
     EXPECT_EQ(got[i].device(), kGpu);
     const double floor = i < floors.size() ? floors[i] : 0.0;
-    EXPECT_TRUE(all_close(got[i], expected[i], tolerance(expected[i].dtype()), floor)) << "output " << i;
+    EXPECT_TRUE(all_close(got[i], expected[i], tolerance(expected[i].dtype()), floor))
+        << "output " << i;
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].defined()) EXPECT_EQ(bytes_of(inputs[i]), before[i]) << "input " << i << " was modified";
+    if (inputs[i].defined())
+      EXPECT_EQ(bytes_of(inputs[i]), before[i]) << "input " << i << " was modified";
   }
 }
 
 // Row lengths covering every tile (warp tiles, block tiles, loop tiles, scalar paths) and
 // their boundaries for 2- and 4-byte elements; up to 65536.
-const int64_t kRowLengths[] = {1,    2,    3,    7,    8,    16,   33,   64,    100,   128,   255,  256,
-                               257,  384,  512,  768,  1000, 1024, 1536, 2048,  3000,  4096,  4100, 5120,
-                               8192, 8200, 12288, 16384, 16392, 24576, 32768, 32776, 65536};
+const int64_t kRowLengths[] = {1,     2,     3,     7,     8,     16,   33,   64,   100,
+                               128,   255,   256,   257,   384,   512,  768,  1000, 1024,
+                               1536,  2048,  3000,  4096,  4100,  5120, 8192, 8200, 12288,
+                               16384, 16392, 24576, 32768, 32776, 65536};
 const DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
 
 int64_t rows_for(Rng& rng, int64_t h) {
@@ -86,16 +91,20 @@ void for_each_shape(Rng& rng, const std::function<void(DType, int64_t, const Sha
 // No parameter, an F32 one, or one in the input dtype.
 Tensor random_param(Rng& rng, int64_t h, DType dtype) {
   switch (rng.integer(0, 2)) {
-    case 0: return Tensor();
-    case 1: return random_tensor(rng, {h}, DType::f32);
-    default: return random_tensor(rng, {h}, dtype);
+    case 0:
+      return Tensor();
+    case 1:
+      return random_tensor(rng, {h}, DType::f32);
+    default:
+      return random_tensor(rng, {h}, dtype);
   }
 }
 
 // ‖rstd · gamma · dy‖ over all rows: the size of the terms whose difference is dx in a
 // norm's backward pass. At H = 1 or 2 dx nearly cancels (y barely depends on x), and its
 // FP32 rounding error is relative to these terms, not to dx.
-double norm_backward_scale(const Tensor& dy, const Tensor& x, const Tensor& gamma, bool layer, float eps) {
+double norm_backward_scale(const Tensor& dy, const Tensor& x, const Tensor& gamma, bool layer,
+                           float eps) {
   const auto d = to_doubles(dy), v = to_doubles(x);
   const auto g = gamma.defined() ? to_doubles(gamma) : std::vector<double>();
   const int64_t h = x.shape().back(), rows = x.numel() / h;
@@ -127,7 +136,9 @@ TEST(NormGpu, LayerNormForward) {
     // A mean far from zero checks that the variance does not cancel.
     const Tensor x = random_tensor(rng, shape, dt, rng.uniform(-4, 4), rng.uniform(0.5f, 2));
     expect_gpu_matches_reference(
-        [](const std::vector<Tensor>& in) { return std::vector<Tensor>{layer_norm(in[0], in[1], in[2], 1e-5f)}; },
+        [](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{layer_norm(in[0], in[1], in[2], 1e-5f)};
+        },
         {x, random_param(rng, h, dt), random_param(rng, h, dt)}, describe("layer_norm", dt, shape));
   });
 }
@@ -145,18 +156,27 @@ TEST(NormGpu, LayerNormOfOffsetAndConstantRows) {
       for (int64_t r = 0; r < rows; ++r) {
         double* row = v.data() + r * h;
         switch (r % 5) {
-          case 0: break;  // mean 100, standard deviation 1
-          case 1: row[0] += (rng.integer(0, 1) ? 1 : -1) * rng.uniform(5, 50); break;
+          case 0:
+            break;  // mean 100, standard deviation 1
+          case 1:
+            row[0] += (rng.integer(0, 1) ? 1 : -1) * rng.uniform(5, 50);
+            break;
           case 2:  // mean and standard deviation both about 1/4
             std::fill(row, row + h, 0.25);
             row[rng.integer(0, h - 1)] = 0.25 + std::sqrt(static_cast<double>(h)) / 4;
             break;
-          case 3: std::fill(row, row + h, -3.0); break;
-          case 4: std::fill(row, row + h, 0.0); break;
+          case 3:
+            std::fill(row, row + h, -3.0);
+            break;
+          case 4:
+            std::fill(row, row + h, 0.0);
+            break;
         }
       }
       expect_gpu_matches_reference(
-          [](const std::vector<Tensor>& in) { return std::vector<Tensor>{layer_norm(in[0], in[1], in[2], 1e-5f)}; },
+          [](const std::vector<Tensor>& in) {
+            return std::vector<Tensor>{layer_norm(in[0], in[1], in[2], 1e-5f)};
+          },
           {host_tensor(v, {rows, h}, dt), random_param(rng, h, dt), random_param(rng, h, dt)},
           describe("layer_norm", dt, Shape{rows, h}));
     }
@@ -168,7 +188,9 @@ TEST(NormGpu, RmsNormForward) {
   RUDNN_SEEDED_RNG(rng);
   for_each_shape(rng, [&](DType dt, int64_t h, const Shape& shape) {
     expect_gpu_matches_reference(
-        [](const std::vector<Tensor>& in) { return std::vector<Tensor>{rms_norm(in[0], in[1], 1e-6f)}; },
+        [](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{rms_norm(in[0], in[1], 1e-6f)};
+        },
         {random_tensor(rng, shape, dt), random_param(rng, h, dt)}, describe("rms_norm", dt, shape));
   });
 }
@@ -192,10 +214,12 @@ TEST(NormGpu, AddRmsNormIsBitForBitTheComposition) {
   RUDNN_SEEDED_RNG(rng);
   for (DType dt : kFloatTypes) {
     for (int64_t h : {64, 4096, 8192, 65536}) {
-      const Tensor x = on_gpu(random_tensor(rng, {5, h}, dt)), r = on_gpu(random_tensor(rng, {5, h}, dt));
+      const Tensor x = on_gpu(random_tensor(rng, {5, h}, dt)),
+                   r = on_gpu(random_tensor(rng, {5, h}, dt));
       const Tensor g = on_gpu(random_tensor(rng, {h}, DType::f32));
       const AddRmsNormResult fused = add_rms_norm(x, r, g, 1e-6f);
-      EXPECT_TRUE(bit_equal(fused.normed, rms_norm(fused.sum, g, 1e-6f))) << dtype_name(dt) << " H=" << h;
+      EXPECT_TRUE(bit_equal(fused.normed, rms_norm(fused.sum, g, 1e-6f)))
+          << dtype_name(dt) << " H=" << h;
     }
   }
 }
@@ -205,7 +229,9 @@ TEST(NormGpu, SoftmaxAndLogSumExp) {
   RUDNN_SEEDED_RNG(rng);
   for_each_shape(rng, [&](DType dt, int64_t h, const Shape& shape) {
     expect_gpu_matches_reference(
-        [](const std::vector<Tensor>& in) { return std::vector<Tensor>{softmax_last_axis(in[0]), logsumexp(in[0])}; },
+        [](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{softmax_last_axis(in[0]), logsumexp(in[0])};
+        },
         {random_tensor(rng, shape, dt, 0, 3)}, describe("softmax/logsumexp", dt, shape));
   });
 }
@@ -227,10 +253,12 @@ TEST(NormGpu, CrossEntropyForwardBackwardAndFused) {
           [scale](const std::vector<Tensor>& in) {
             const CrossEntropyOptions opts = CrossEntropyOptions{}.set_ignore_index(-100);
             const CrossEntropyWithGrad fused = cross_entropy_with_grad(in[0], in[1], scale, opts);
-            return std::vector<Tensor>{cross_entropy(in[0], in[1], opts), cross_entropy_backward(in[0], in[1], in[2], opts),
+            return std::vector<Tensor>{cross_entropy(in[0], in[1], opts),
+                                       cross_entropy_backward(in[0], in[1], in[2], opts),
                                        fused.loss, fused.dlogits};
           },
-          {random_tensor(rng, {rows, c}, dt, 0, 2), targets, random_tensor(rng, {rows}, DType::f32)},
+          {random_tensor(rng, {rows, c}, dt, 0, 2), targets,
+           random_tensor(rng, {rows}, DType::f32)},
           describe("cross_entropy", dt, {rows, c}));
     }
   }
@@ -258,9 +286,10 @@ TEST(NormGpu, CrossEntropyGradientOfVocabularyRows) {
         std::vector<double> t = to_doubles(random_integers(rng, {rows}, DType::i64, -c, c - 1));
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t kind = rng.integer(0, 9);
-          if (kind == 0) t[r] = -100;                                    // ignored
-          if (kind == 1) t[r] = rng.integer(0, 1) ? c : -c - 1;          // out of range
-          if (kind == 2) t[r] = static_cast<double>(rng.integer(0, 1) ? 0 : c - 1);  // the ends of the row
+          if (kind == 0) t[r] = -100;                            // ignored
+          if (kind == 1) t[r] = rng.integer(0, 1) ? c : -c - 1;  // out of range
+          if (kind == 2)
+            t[r] = static_cast<double>(rng.integer(0, 1) ? 0 : c - 1);  // the ends of the row
         }
         const Tensor targets = host_tensor(t, {rows}, DType::i64);
         const float scale = rng.uniform(0.1f, 2.0f);
@@ -268,7 +297,8 @@ TEST(NormGpu, CrossEntropyGradientOfVocabularyRows) {
             [scale](const std::vector<Tensor>& in) {
               const CrossEntropyOptions opts = CrossEntropyOptions{}.set_ignore_index(-100);
               const CrossEntropyWithGrad fused = cross_entropy_with_grad(in[0], in[1], scale, opts);
-              return std::vector<Tensor>{cross_entropy_backward(in[0], in[1], in[2], opts), fused.loss, fused.dlogits};
+              return std::vector<Tensor>{cross_entropy_backward(in[0], in[1], in[2], opts),
+                                         fused.loss, fused.dlogits};
             },
             {random_tensor(rng, {rows, c}, dt, rng.uniform(-3, 3), rng.uniform(0.5f, 3)), targets,
              random_tensor(rng, {rows}, DType::f32)},
@@ -293,7 +323,8 @@ TEST(NormGpu, PerRowUpstreamGradientAndScaleUnlessOne) {
             const CrossEntropyWithGrad r = cross_entropy_with_grad(in[0], in[1], in[2]);
             return std::vector<Tensor>{r.loss, r.dlogits};
           },
-          {random_tensor(rng, {rows, c}, dt, 0, 2), targets, random_tensor(rng, {rows}, DType::f32)},
+          {random_tensor(rng, {rows, c}, dt, 0, 2), targets,
+           random_tensor(rng, {rows}, DType::f32)},
           describe("cross_entropy_with_grad (per-row dloss)", dt, {rows, c}));
     }
     for (int64_t c : {1, 7, 8, 4096, 4100}) {
@@ -316,7 +347,8 @@ TEST(NormGpu, LayerNormBackward) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
   for_each_shape(rng, [&](DType dt, int64_t h, const Shape& shape) {
-    const Tensor dy = random_tensor(rng, shape, dt), x = random_tensor(rng, shape, dt, rng.uniform(-2, 2));
+    const Tensor dy = random_tensor(rng, shape, dt),
+                 x = random_tensor(rng, shape, dt, rng.uniform(-2, 2));
     const Tensor gamma = random_param(rng, h, dt), beta = random_param(rng, h, dt);
     expect_gpu_matches_reference(
         [](const std::vector<Tensor>& in) {
@@ -339,7 +371,8 @@ TEST(NormGpu, RmsNormBackward) {
           const RmsNormGrads g = rms_norm_backward(in[0], in[1], in[2], 1e-6f);
           return std::vector<Tensor>{g.dx, g.dgamma};
         },
-        {dy, x, gamma}, describe("rms_norm_backward", dt, shape), {norm_backward_scale(dy, x, gamma, false, 1e-6f)});
+        {dy, x, gamma}, describe("rms_norm_backward", dt, shape),
+        {norm_backward_scale(dy, x, gamma, false, 1e-6f)});
   });
 }
 
@@ -349,27 +382,31 @@ TEST(NormGpu, SoftmaxBackward) {
   for_each_shape(rng, [&](DType dt, int64_t h, const Shape& shape) {
     const Tensor y = softmax_last_axis(random_tensor(rng, shape, dt));
     expect_gpu_matches_reference(
-        [](const std::vector<Tensor>& in) { return std::vector<Tensor>{softmax_backward(in[0], in[1])}; },
+        [](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{softmax_backward(in[0], in[1])};
+        },
         {random_tensor(rng, shape, dt), y}, describe("softmax_backward", dt, shape));
   });
 }
 
 TEST(NormGpu, SpecialValuesFollowTheReference) {
   RUDNN_REQUIRE_CUDA();
-  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity(),
+               nan = std::numeric_limits<double>::quiet_NaN();
   for (int64_t h : {4, 4096, 40000}) {  // a warp tile, a block tile, a loop tile
     std::vector<double> v(static_cast<size_t>(5 * h), 0.5);
     for (int64_t c = 0; c < h; ++c) v[c] = -inf;  // row 0: all -inf
-    v[h + h / 2] = inf;                            // row 1: a +inf
-    v[2 * h + 1] = nan;                            // row 2: a NaN
-    v[3 * h] = -inf;                               // row 3: one -inf among finite values
-    v[4 * h + 2] = 80.0;                           // row 4: a large value
+    v[h + h / 2] = inf;                           // row 1: a +inf
+    v[2 * h + 1] = nan;                           // row 2: a NaN
+    v[3 * h] = -inf;                              // row 3: one -inf among finite values
+    v[4 * h + 2] = 80.0;                          // row 4: a large value
     for (DType dt : kFloatTypes) {
       const Tensor x = host_tensor(v, {5, h}, dt);
       const Tensor t = host_tensor({0, 1, 2, 0, 2}, {5}, DType::i64);
       expect_gpu_matches_reference(
           [](const std::vector<Tensor>& in) {
-            return std::vector<Tensor>{softmax_last_axis(in[0]), logsumexp(in[0]), cross_entropy(in[0], in[1]),
+            return std::vector<Tensor>{softmax_last_axis(in[0]), logsumexp(in[0]),
+                                       cross_entropy(in[0], in[1]),
                                        cross_entropy_with_grad(in[0], in[1], 1.0f).dlogits};
           },
           {x, t}, describe("special values", dt, {5, h}));
@@ -394,7 +431,8 @@ TEST(NormGpu, LayoutsAndShapes) {
       EXPECT_TRUE(all_close(rms_norm(v, gv, 1e-6f), rms_norm(hv, hg, 1e-6f)));
       EXPECT_TRUE(all_close(layer_norm(v, gv, {}, 1e-6f), layer_norm(hv, hg, {}, 1e-6f)));
       EXPECT_TRUE(all_close(softmax_last_axis(v), softmax_last_axis(hv)));
-      EXPECT_TRUE(all_close(rms_norm_backward(v, v, gv, 1e-6f).dgamma, rms_norm_backward(hv, hv, hg, 1e-6f).dgamma));
+      EXPECT_TRUE(all_close(rms_norm_backward(v, v, gv, 1e-6f).dgamma,
+                            rms_norm_backward(hv, hv, hg, 1e-6f).dgamma));
     }
   }
 }
@@ -406,12 +444,14 @@ TEST(NormGpu, IntoFormsOnStridedOutputsAndZeroRows) {
   const Tensor buffer = poisoned({8, 512}, DType::bf16, kGpu);
   rms_norm_into(buffer.slice(0, 0, 8, 2), x, {}, 1e-6f);
   EXPECT_TRUE(all_close(buffer.slice(0, 0, 8, 2), rms_norm(x.to_host(), {}, 1e-6f)));
-  for (double v : to_doubles(buffer.slice(0, 1, 8, 2))) ASSERT_TRUE(std::isnan(v));  // rows between untouched
+  for (double v : to_doubles(buffer.slice(0, 1, 8, 2)))
+    ASSERT_TRUE(std::isnan(v));  // rows between untouched
   // Zero rows: nothing to do, and a zero parameter gradient.
   const Tensor empty = Tensor::empty({0, 512}, DType::bf16, kGpu);
   EXPECT_EQ(softmax_last_axis(empty).shape(), (Shape{0, 512}));
-  const LayerNormGrads g = layer_norm_backward(empty, empty, Tensor::full({512}, 1.0, DType::f32, kGpu),
-                                               Tensor::full({512}, 1.0, DType::f32, kGpu), 1e-5f);
+  const LayerNormGrads g =
+      layer_norm_backward(empty, empty, Tensor::full({512}, 1.0, DType::f32, kGpu),
+                          Tensor::full({512}, 1.0, DType::f32, kGpu), 1e-5f);
   for (double v : to_doubles(g.dgamma)) ASSERT_EQ(v, 0.0);
   for (double v : to_doubles(g.dbeta)) ASSERT_EQ(v, 0.0);
 }
@@ -423,7 +463,8 @@ TEST(NormGpu, BackwardIsDeterministic) {
     const Tensor x = on_gpu(random_tensor(rng, {300, h}, DType::bf16));
     const Tensor dy = on_gpu(random_tensor(rng, {300, h}, DType::bf16));
     const Tensor g = on_gpu(random_tensor(rng, {h}, DType::f32));
-    const LayerNormGrads a = layer_norm_backward(dy, x, g, g, 1e-5f), b = layer_norm_backward(dy, x, g, g, 1e-5f);
+    const LayerNormGrads a = layer_norm_backward(dy, x, g, g, 1e-5f),
+                         b = layer_norm_backward(dy, x, g, g, 1e-5f);
     EXPECT_TRUE(bit_equal(a.dgamma, b.dgamma)) << h;
     EXPECT_TRUE(bit_equal(a.dbeta, b.dbeta)) << h;
     EXPECT_TRUE(bit_equal(a.dx, b.dx)) << h;
@@ -452,19 +493,24 @@ TEST(NormGpu, DeviceAndStreamRules) {
   const Tensor host_gamma = Tensor::full({8}, 1.0, DType::f32);
   EXPECT_TRUE(throws_error([&] { rms_norm(x, host_gamma, 1e-6f); }, ErrorCode::DeviceMismatch,
                            {"rms_norm", "gamma is on cpu", "cuda:0"}));
-  EXPECT_TRUE(throws_error([&] { add_rms_norm(x, x.to_host(), {}, 1e-6f); }, ErrorCode::DeviceMismatch, {"residual"}));
-  EXPECT_TRUE(throws_error([&] { cross_entropy(x, Tensor::zeros({4}, DType::i64)); }, ErrorCode::DeviceMismatch,
-                           {"cross_entropy", "targets"}));
-  EXPECT_TRUE(throws_error([&] { rms_norm_into(Tensor::empty({4, 8}, DType::f32), x, {}, 1e-6f); }, ErrorCode::DeviceMismatch,
-                           {"rms_norm", "out is on cpu"}));
+  EXPECT_TRUE(throws_error([&] { add_rms_norm(x, x.to_host(), {}, 1e-6f); },
+                           ErrorCode::DeviceMismatch, {"residual"}));
+  EXPECT_TRUE(throws_error([&] { cross_entropy(x, Tensor::zeros({4}, DType::i64)); },
+                           ErrorCode::DeviceMismatch, {"cross_entropy", "targets"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        rms_norm_into(Tensor::empty({4, 8}, DType::f32), x, {}, 1e-6f);
+      },
+      ErrorCode::DeviceMismatch, {"rms_norm", "out is on cpu"}));
   // A CUDA stream for CPU operands, and a CPU stream for CUDA operands.
-  EXPECT_TRUE(throws_error([&] { rms_norm(x.to_host(), {}, 1e-6f, Stream::create(kGpu)); }, ErrorCode::DeviceMismatch,
+  EXPECT_TRUE(throws_error([&] { rms_norm(x.to_host(), {}, 1e-6f, Stream::create(kGpu)); },
+                           ErrorCode::DeviceMismatch,
                            {"rms_norm", "stream is on cuda:0", "operands are on cpu"}));
   EXPECT_TRUE(throws_error([&] { softmax_last_axis(x, Stream::cpu()); }, ErrorCode::DeviceMismatch,
                            {"softmax_last_axis", "stream is on cpu"}));
   const int n = cuda_device_count();
-  EXPECT_TRUE(throws_error([&] { Tensor::empty({2}, DType::f32, Device::cuda(n)); }, ErrorCode::InvalidArgument,
-                           {"does not exist"}));
+  EXPECT_TRUE(throws_error([&] { Tensor::empty({2}, DType::f32, Device::cuda(n)); },
+                           ErrorCode::InvalidArgument, {"does not exist"}));
 }
 
 #if RUDNN_TEST_CUDA
@@ -475,8 +521,8 @@ TEST(NormGpu, DeviceAndStreamRules) {
 TEST(NormGpu, EveryKernelVariantMatchesTheReference) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
-  using norm::cuda::KernelTuning;
   using norm::cuda::kernel_tuning;
+  using norm::cuda::KernelTuning;
   struct Restore {
     KernelTuning saved = kernel_tuning();
     ~Restore() { kernel_tuning() = saved; }
@@ -488,10 +534,13 @@ TEST(NormGpu, EveryKernelVariantMatchesTheReference) {
   const Variant variants[] = {
       {"defaults", [](KernelTuning&) {}},
       {"logsumexp on the block tile", [](KernelTuning& t) { t.logsumexp_warp_rows = false; }},
-      {"cross-entropy gradient on the two-pass loop", [](KernelTuning& t) { t.cluster_cross_entropy = false; }},
-      {"cluster (smallest that holds the row)", [](KernelTuning& t) { t.cluster_cross_entropy = true; }},
+      {"cross-entropy gradient on the two-pass loop",
+       [](KernelTuning& t) { t.cluster_cross_entropy = false; }},
+      {"cluster (smallest that holds the row)",
+       [](KernelTuning& t) { t.cluster_cross_entropy = true; }},
       {"cluster of 8", [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_size = 8; }},
-      {"cluster of 512-thread blocks", [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_threads = 512; }},
+      {"cluster of 512-thread blocks",
+       [](KernelTuning& t) { t.cluster_cross_entropy = true, t.cluster_threads = 512; }},
   };
   for (const Variant& v : variants) {
     kernel_tuning() = restore.saved;
@@ -503,11 +552,12 @@ TEST(NormGpu, EveryKernelVariantMatchesTheReference) {
         expect_gpu_matches_reference(
             [](const std::vector<Tensor>& in) {
               const AddRmsNormResult added = add_rms_norm(in[0], in[3], in[1], 1e-6f);
-              return std::vector<Tensor>{layer_norm(in[0], in[1], in[2], 1e-5f), rms_norm(in[0], in[1], 1e-6f),
-                                         logsumexp(in[0]), added.sum, added.normed};
+              return std::vector<Tensor>{layer_norm(in[0], in[1], in[2], 1e-5f),
+                                         rms_norm(in[0], in[1], 1e-6f), logsumexp(in[0]), added.sum,
+                                         added.normed};
             },
-            {random_tensor(rng, shape, dt, rng.uniform(-2, 2)), random_param(rng, h, dt), random_param(rng, h, dt),
-             random_tensor(rng, shape, dt)},
+            {random_tensor(rng, shape, dt, rng.uniform(-2, 2)), random_param(rng, h, dt),
+             random_param(rng, h, dt), random_tensor(rng, shape, dt)},
             describe("norms", dt, shape));
       }
       for (int64_t c : {40000, 128256}) {
@@ -519,10 +569,11 @@ TEST(NormGpu, EveryKernelVariantMatchesTheReference) {
             [](const std::vector<Tensor>& in) {
               const CrossEntropyOptions opts = CrossEntropyOptions{}.set_ignore_index(-100);
               const CrossEntropyWithGrad fused = cross_entropy_with_grad(in[0], in[1], 0.5f, opts);
-              return std::vector<Tensor>{cross_entropy_backward(in[0], in[1], in[2], opts), fused.loss,
-                                         fused.dlogits};
+              return std::vector<Tensor>{cross_entropy_backward(in[0], in[1], in[2], opts),
+                                         fused.loss, fused.dlogits};
             },
-            {random_tensor(rng, {rows, c}, dt, 0, 2), targets, random_tensor(rng, {rows}, DType::f32)},
+            {random_tensor(rng, {rows, c}, dt, 0, 2), targets,
+             random_tensor(rng, {rows}, DType::f32)},
             describe("cross_entropy", dt, {rows, c}));
       }
     }

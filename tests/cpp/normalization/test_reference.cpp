@@ -18,7 +18,9 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-Tensor f32(const std::vector<double>& v, const Shape& shape) { return host_tensor(v, shape, DType::f32); }
+Tensor f32(const std::vector<double>& v, const Shape& shape) {
+  return host_tensor(v, shape, DType::f32);
+}
 
 TEST(NormReference, RmsNormKnownValues) {
   const Tensor y = rms_norm(f32({1, 2, 3, 4}, {2, 2}), {}, 1e-5f);
@@ -45,12 +47,16 @@ TEST(NormReference, Float64RowsStayInFloat64) {
   const Tensor targets = host_tensor({0, 1}, {2}, DType::i64);
   const Tensor loss = cross_entropy(x, targets);
   EXPECT_EQ(loss.dtype(), DType::f64);
-  EXPECT_NEAR(to_doubles(loss)[0], std::log(std::exp(1 + tiny) + std::exp(2.0)) - (1 + tiny), 1e-15);
+  EXPECT_NEAR(to_doubles(loss)[0], std::log(std::exp(1 + tiny) + std::exp(2.0)) - (1 + tiny),
+              1e-15);
   const Tensor dloss = host_tensor({1, 2}, {2}, DType::f64);
   const Tensor dlogits = cross_entropy_backward(x, targets, dloss);
   EXPECT_EQ(dlogits.dtype(), DType::f64);
-  EXPECT_TRUE(throws_error([&] { cross_entropy_backward(x, targets, host_tensor({1, 2}, {2}, DType::f32)); },
-                           ErrorCode::DTypeMismatch, {"cross_entropy_backward", "dloss", "f64"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        cross_entropy_backward(x, targets, host_tensor({1, 2}, {2}, DType::f32));
+      },
+      ErrorCode::DTypeMismatch, {"cross_entropy_backward", "dloss", "f64"}));
   const auto sum = add_rms_norm(x, x, {}, 1e-5f).sum;
   EXPECT_EQ(to_doubles(sum)[0], 2 * (1 + tiny));  // formed in float64, not FP32
 }
@@ -63,7 +69,8 @@ TEST(NormReference, LayerNormKnownValuesWithAffine) {
   const auto v = to_doubles(layer_norm(x, gamma, beta, eps));
   const double rstd = 1 / std::sqrt(1.25 + static_cast<double>(eps));  // mean 2.5, variance 1.25
   const double g[] = {1, -2, 0.5, 3}, b[] = {0, 1, 2, -1};
-  for (int c = 0; c < 4; ++c) EXPECT_NEAR(v[c], (c + 1 - 2.5) * rstd * g[c] + b[c], 1e-5) << "column " << c;
+  for (int c = 0; c < 4; ++c)
+    EXPECT_NEAR(v[c], (c + 1 - 2.5) * rstd * g[c] + b[c], 1e-5) << "column " << c;
 }
 
 TEST(NormReference, ZeroRowIsFiniteThanksToEps) {
@@ -81,7 +88,8 @@ TEST(NormReference, AffineParametersAsF32OrInputDtypeAgree) {
     const Tensor g_low = random_tensor(rng, {24}, dt), b_low = random_tensor(rng, {24}, dt);
     const Tensor g32 = host_tensor(to_doubles(g_low), {24}, DType::f32);
     const Tensor b32 = host_tensor(to_doubles(b_low), {24}, DType::f32);
-    EXPECT_TRUE(bit_equal(layer_norm(x, g32, b32, 1e-5f), layer_norm(x, g_low, b_low, 1e-5f))) << dtype_name(dt);
+    EXPECT_TRUE(bit_equal(layer_norm(x, g32, b32, 1e-5f), layer_norm(x, g_low, b_low, 1e-5f)))
+        << dtype_name(dt);
     EXPECT_TRUE(bit_equal(rms_norm(x, g32, 1e-5f), rms_norm(x, g_low, 1e-5f))) << dtype_name(dt);
     EXPECT_EQ(rms_norm(x, g32, 1e-5f).dtype(), dt);
   }
@@ -107,7 +115,8 @@ TEST(NormReference, AddRmsNormEqualsTheTwoOpsComposed) {
     // The sum is formed in FP32 and rounded once to the dtype.
     const auto xs = to_doubles(x), rs = to_doubles(r);
     std::vector<double> sum(xs.size());
-    for (size_t i = 0; i < xs.size(); ++i) sum[i] = static_cast<float>(xs[i]) + static_cast<float>(rs[i]);
+    for (size_t i = 0; i < xs.size(); ++i)
+      sum[i] = static_cast<float>(xs[i]) + static_cast<float>(rs[i]);
     EXPECT_TRUE(bit_equal(out.sum, host_tensor(sum, {9, 40}, dt))) << dtype_name(dt);
     EXPECT_TRUE(bit_equal(out.normed, rms_norm(out.sum, g, 1e-6f))) << dtype_name(dt);
   }
@@ -130,10 +139,10 @@ TEST(NormReference, SoftmaxRowsSumToOneAndIgnoreShifts) {
 }
 
 TEST(NormReference, SoftmaxAndLogSumExpSpecialRows) {
-  const Tensor x = f32({-kInf, -kInf, -kInf,   // all -inf
-                        1.0, kInf, 2.0,        // a +inf
-                        1.0, kNaN, 2.0,        // a NaN
-                        -kInf, 0.0, 0.0,       // -inf with finite values
+  const Tensor x = f32({-kInf, -kInf, -kInf,      // all -inf
+                        1.0, kInf, 2.0,           // a +inf
+                        1.0, kNaN, 2.0,           // a NaN
+                        -kInf, 0.0, 0.0,          // -inf with finite values
                         1000.0, 1000.0, 1000.0},  // large and equal
                        {5, 3});
   const auto p = to_doubles(softmax_last_axis(x));
@@ -183,7 +192,8 @@ TEST(NormReference, CrossEntropyTargetsRules) {
   EXPECT_TRUE(std::isnan(loss[5]));
   EXPECT_EQ(loss[6], 0.0);  // ignored: compared before the negative wrap
   // Without ignore_index, -100 is just out of range for 11 classes.
-  EXPECT_TRUE(std::isnan(to_doubles(cross_entropy(logits, host_tensor(targets, {rows}, DType::i64)))[6]));
+  EXPECT_TRUE(
+      std::isnan(to_doubles(cross_entropy(logits, host_tensor(targets, {rows}, DType::i64)))[6]));
 
   const Tensor grad = cross_entropy_backward(logits, host_tensor(targets, {rows}, DType::i64),
                                              Tensor::full({rows}, 1.0, DType::f32),
@@ -203,7 +213,9 @@ TEST(NormReference, CrossEntropyAcceptsEveryIntegerTargetDtype) {
   EXPECT_EQ(expected.dtype(), DType::f32);
   EXPECT_EQ(expected.shape(), (Shape{3, 2}));
   for (DType dt : {DType::i32, DType::u32, DType::u8}) {
-    EXPECT_TRUE(bit_equal(cross_entropy(logits, host_tensor(to_doubles(t64), {3, 2}, dt)), expected)) << dtype_name(dt);
+    EXPECT_TRUE(
+        bit_equal(cross_entropy(logits, host_tensor(to_doubles(t64), {3, 2}, dt)), expected))
+        << dtype_name(dt);
   }
 }
 
@@ -214,7 +226,8 @@ TEST(NormReference, CrossEntropyWithGradEqualsForwardAndBackward) {
   const float scale = 1.0f / 13;
   const CrossEntropyWithGrad both = cross_entropy_with_grad(logits, targets, scale);
   EXPECT_TRUE(bit_equal(both.loss, cross_entropy(logits, targets)));
-  EXPECT_TRUE(bit_equal(both.dlogits, cross_entropy_backward(logits, targets, Tensor::full({13}, scale, DType::f32))));
+  EXPECT_TRUE(bit_equal(both.dlogits, cross_entropy_backward(
+                                          logits, targets, Tensor::full({13}, scale, DType::f32))));
   // With an upstream gradient per row.
   const Tensor dloss = random_tensor(rng, {13}, DType::f32);
   const CrossEntropyWithGrad per_row = cross_entropy_with_grad(logits, targets, dloss);
@@ -255,8 +268,10 @@ TEST(NormReference, StridedInputsEqualContiguousOnes) {
   for (const Tensor& v : views) {
     const Tensor dense = v.contiguous();
     const Tensor gv = g.slice(0, 0, v.shape().back());
-    EXPECT_TRUE(bit_equal(rms_norm(v, gv, 1e-6f), rms_norm(dense, gv.contiguous(), 1e-6f))) << shape_str(v.strides());
-    EXPECT_TRUE(bit_equal(softmax_last_axis(v), softmax_last_axis(dense))) << shape_str(v.strides());
+    EXPECT_TRUE(bit_equal(rms_norm(v, gv, 1e-6f), rms_norm(dense, gv.contiguous(), 1e-6f)))
+        << shape_str(v.strides());
+    EXPECT_TRUE(bit_equal(softmax_last_axis(v), softmax_last_axis(dense)))
+        << shape_str(v.strides());
     EXPECT_TRUE(bit_equal(layer_norm(v, {}, {}, 1e-5f), layer_norm(dense, {}, {}, 1e-5f)));
   }
   // A strided gamma (every other element of a longer vector) is taken as well.
@@ -308,7 +323,8 @@ std::vector<double> numeric_gradient(const std::function<Tensor(const Tensor&)>&
   return grad;
 }
 
-::testing::AssertionResult gradient_close(const Tensor& analytic, const std::vector<double>& numeric) {
+::testing::AssertionResult gradient_close(const Tensor& analytic,
+                                          const std::vector<double>& numeric) {
   return all_close(analytic, host_tensor(numeric, analytic.shape(), DType::f32), 2e-3);
 }
 
@@ -316,17 +332,25 @@ TEST(NormReference, LayerNormBackwardMatchesFiniteDifferences) {
   RUDNN_SEEDED_RNG(rng);
   const float eps = 1e-3f;
   const Tensor x = random_tensor(rng, {3, 7}, DType::f32, 0.5f, 1.0f);
-  const Tensor gamma = random_tensor(rng, {7}, DType::f32), beta = random_tensor(rng, {7}, DType::f32);
+  const Tensor gamma = random_tensor(rng, {7}, DType::f32),
+               beta = random_tensor(rng, {7}, DType::f32);
   const Tensor dy = random_tensor(rng, {3, 7}, DType::f32);
   const LayerNormGrads g = layer_norm_backward(dy, x, gamma, beta, eps);
-  EXPECT_TRUE(gradient_close(g.dx, numeric_gradient([&](const Tensor& v) { return layer_norm(v, gamma, beta, eps); }, x, dy, 1e-2)));
-  EXPECT_TRUE(gradient_close(g.dgamma, numeric_gradient([&](const Tensor& v) { return layer_norm(x, v, beta, eps); }, gamma, dy, 1e-2)));
-  EXPECT_TRUE(gradient_close(g.dbeta, numeric_gradient([&](const Tensor& v) { return layer_norm(x, gamma, v, eps); }, beta, dy, 1e-2)));
+  EXPECT_TRUE(gradient_close(
+      g.dx, numeric_gradient([&](const Tensor& v) { return layer_norm(v, gamma, beta, eps); }, x,
+                             dy, 1e-2)));
+  EXPECT_TRUE(gradient_close(
+      g.dgamma, numeric_gradient([&](const Tensor& v) { return layer_norm(x, v, beta, eps); },
+                                 gamma, dy, 1e-2)));
+  EXPECT_TRUE(gradient_close(
+      g.dbeta, numeric_gradient([&](const Tensor& v) { return layer_norm(x, gamma, v, eps); }, beta,
+                                dy, 1e-2)));
   // Without parameters only dx comes back, equal to the one with gamma = 1.
   const LayerNormGrads plain = layer_norm_backward(dy, x, {}, {}, eps);
   EXPECT_FALSE(plain.dgamma.defined());
   EXPECT_FALSE(plain.dbeta.defined());
-  EXPECT_TRUE(all_close(plain.dx, layer_norm_backward(dy, x, Tensor::full({7}, 1.0, DType::f32), {}, eps).dx, 1e-6));
+  EXPECT_TRUE(all_close(
+      plain.dx, layer_norm_backward(dy, x, Tensor::full({7}, 1.0, DType::f32), {}, eps).dx, 1e-6));
 }
 
 TEST(NormReference, RmsNormBackwardMatchesFiniteDifferences) {
@@ -336,8 +360,12 @@ TEST(NormReference, RmsNormBackwardMatchesFiniteDifferences) {
   const Tensor gamma = random_tensor(rng, {6}, DType::f32);
   const Tensor dy = random_tensor(rng, {4, 6}, DType::f32);
   const RmsNormGrads g = rms_norm_backward(dy, x, gamma, eps);
-  EXPECT_TRUE(gradient_close(g.dx, numeric_gradient([&](const Tensor& v) { return rms_norm(v, gamma, eps); }, x, dy, 1e-2)));
-  EXPECT_TRUE(gradient_close(g.dgamma, numeric_gradient([&](const Tensor& v) { return rms_norm(x, v, eps); }, gamma, dy, 1e-2)));
+  EXPECT_TRUE(gradient_close(
+      g.dx,
+      numeric_gradient([&](const Tensor& v) { return rms_norm(v, gamma, eps); }, x, dy, 1e-2)));
+  EXPECT_TRUE(gradient_close(
+      g.dgamma,
+      numeric_gradient([&](const Tensor& v) { return rms_norm(x, v, eps); }, gamma, dy, 1e-2)));
 }
 
 TEST(NormReference, SoftmaxBackwardMatchesFiniteDifferences) {
@@ -345,7 +373,8 @@ TEST(NormReference, SoftmaxBackwardMatchesFiniteDifferences) {
   const Tensor x = random_tensor(rng, {3, 9}, DType::f32);
   const Tensor dy = random_tensor(rng, {3, 9}, DType::f32);
   const Tensor dx = softmax_backward(dy, softmax_last_axis(x));
-  EXPECT_TRUE(gradient_close(dx, numeric_gradient([](const Tensor& v) { return softmax_last_axis(v); }, x, dy, 1e-2)));
+  EXPECT_TRUE(gradient_close(
+      dx, numeric_gradient([](const Tensor& v) { return softmax_last_axis(v); }, x, dy, 1e-2)));
 }
 
 TEST(NormReference, CrossEntropyBackwardMatchesFiniteDifferences) {
@@ -355,12 +384,14 @@ TEST(NormReference, CrossEntropyBackwardMatchesFiniteDifferences) {
   const Tensor dloss = random_tensor(rng, {5}, DType::f32);
   const Tensor dlogits = cross_entropy_backward(logits, targets, dloss);
   EXPECT_TRUE(gradient_close(
-      dlogits, numeric_gradient([&](const Tensor& v) { return cross_entropy(v, targets); }, logits, dloss, 1e-2)));
+      dlogits, numeric_gradient([&](const Tensor& v) { return cross_entropy(v, targets); }, logits,
+                                dloss, 1e-2)));
 }
 
 TEST(NormReference, OpsLeaveTheirInputsUnchanged) {
   RUDNN_SEEDED_RNG(rng);
-  const Tensor x = random_tensor(rng, {3, 16}, DType::bf16), r = random_tensor(rng, {3, 16}, DType::bf16);
+  const Tensor x = random_tensor(rng, {3, 16}, DType::bf16),
+               r = random_tensor(rng, {3, 16}, DType::bf16);
   const Tensor g = random_tensor(rng, {16}, DType::f32), b = random_tensor(rng, {16}, DType::bf16);
   const Tensor dy = random_tensor(rng, {3, 16}, DType::bf16);
   const Tensor t = random_integers(rng, {3}, DType::i64, 0, 15);
@@ -379,7 +410,8 @@ TEST(NormReference, OpsLeaveTheirInputsUnchanged) {
   softmax_backward(dy, x);
   cross_entropy_backward(x, t, dloss);
   cross_entropy_with_grad(x, t, 0.5f);
-  for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(bytes_of(inputs[i]), before[i]) << "input " << i;
+  for (size_t i = 0; i < before.size(); ++i)
+    EXPECT_EQ(bytes_of(inputs[i]), before[i]) << "input " << i;
 }
 
 // The reference streams its rows: a row costs no scratch of its own length (a float64 copy of
@@ -405,7 +437,8 @@ constexpr int64_t kLongRow = int64_t{1} << 27;  // 256 MiB in bf16, 1 GiB in flo
 constexpr size_t kLongRowBytes = kLongRow * 2, kSlack = size_t{192} << 20;
 
 void layer_norm_of_a_long_row() {
-  const Tensor x = Tensor::full({1, kLongRow}, 0.5, DType::bf16), gamma = Tensor::full({kLongRow}, 2.0, DType::bf16);
+  const Tensor x = Tensor::full({1, kLongRow}, 0.5, DType::bf16),
+               gamma = Tensor::full({kLongRow}, 2.0, DType::bf16);
   run_with_address_space_headroom(kLongRowBytes + kSlack, [&] {
     const Tensor y = layer_norm(x, gamma, {}, 1e-5f);
     if (to_doubles(y.slice(1, 0, 1))[0] != 0.0) _exit(2);  // a constant row normalises to beta = 0
@@ -413,9 +446,11 @@ void layer_norm_of_a_long_row() {
 }
 
 void rms_norm_backward_of_a_long_row() {
-  const Tensor x = Tensor::full({1, kLongRow}, 0.5, DType::bf16), gamma = Tensor::full({kLongRow}, 2.0, DType::bf16);
+  const Tensor x = Tensor::full({1, kLongRow}, 0.5, DType::bf16),
+               gamma = Tensor::full({kLongRow}, 2.0, DType::bf16);
   const Tensor dy = Tensor::full({1, kLongRow}, 1.0, DType::bf16);
-  run_with_address_space_headroom(2 * kLongRowBytes + kSlack, [&] { rms_norm_backward(dy, x, gamma, 1e-5f); });
+  run_with_address_space_headroom(2 * kLongRowBytes + kSlack,
+                                  [&] { rms_norm_backward(dy, x, gamma, 1e-5f); });
 }
 
 TEST(NormReferenceDeathTest, LongRowsNeedNoRowSizedScratch) {

@@ -25,7 +25,8 @@ class PoisonEnvironment : public ::testing::Environment {
   void SetUp() override { set_poison_allocations(true); }
   void TearDown() override { set_poison_allocations(false); }
 };
-[[maybe_unused]] const auto* const kPoison = ::testing::AddGlobalTestEnvironment(new PoisonEnvironment);
+[[maybe_unused]] const auto* const kPoison =
+    ::testing::AddGlobalTestEnvironment(new PoisonEnvironment);
 
 Tensor on_gpu(const Tensor& t) { return t.defined() ? t.to(kGpu) : Tensor(); }
 
@@ -56,16 +57,25 @@ RopeOptions random_rope_options(Rng& rng, int64_t b, int64_t t, int64_t d) {
     o.base = rng.integer(0, 1) ? 10000.0f : 500000.0f;
   } else {
     std::vector<double> f(static_cast<size_t>(o.dims / 2));
-    for (size_t j = 0; j < f.size(); ++j) f[j] = std::pow(10000.0, 2.0 * j / o.dims) * rng.uniform(0.5f, 2.0f);
+    for (size_t j = 0; j < f.size(); ++j)
+      f[j] = std::pow(10000.0, 2.0 * j / o.dims) * rng.uniform(0.5f, 2.0f);
     o.freqs = host_tensor(f, {o.dims / 2}, DType::f32);
   }
   o.scale = rng.integer(0, 1) ? 1.0f : rng.uniform(0.1f, 2.0f);
   const DType it = rng.integer(0, 1) ? DType::i32 : DType::i64;
   switch (rng.integer(0, 3)) {
-    case 0: o.offset = rng.integer(0, 1) ? 0 : rng.integer(0, 200000); break;
-    case 1: o.offsets = random_integers(rng, {b}, it, 0, 100000); break;
-    case 2: o.positions = random_integers(rng, {t}, it, 0, 100000); break;
-    default: o.positions = random_integers(rng, {b, t}, it, 0, 100000); break;
+    case 0:
+      o.offset = rng.integer(0, 1) ? 0 : rng.integer(0, 200000);
+      break;
+    case 1:
+      o.offsets = random_integers(rng, {b}, it, 0, 100000);
+      break;
+    case 2:
+      o.positions = random_integers(rng, {t}, it, 0, 100000);
+      break;
+    default:
+      o.positions = random_integers(rng, {b, t}, it, 0, 100000);
+      break;
   }
   return o;
 }
@@ -73,11 +83,14 @@ RopeOptions random_rope_options(Rng& rng, int64_t b, int64_t t, int64_t d) {
 std::string describe(const std::string& op, DType dt, const Shape& shape, const RopeOptions& o) {
   return op + " " + dtype_name(dt) + " " + shape_str(shape) + " dims " + std::to_string(o.dims) +
          (o.traditional ? " interleaved" : " halves") + (o.base ? " base" : " freqs") +
-         (o.offsets.defined() ? " offsets" : o.positions.defined() ? " positions" + shape_str(o.positions.shape()) : " offset " + std::to_string(o.offset));
+         (o.offsets.defined()     ? " offsets"
+          : o.positions.defined() ? " positions" + shape_str(o.positions.shape())
+                                  : " offset " + std::to_string(o.offset));
 }
 
 // rope and rope_backward of host x on the GPU against the reference; x's bytes unchanged.
-void expect_rope_matches(const Tensor& host_x, const Tensor& device_x, const RopeOptions& o, const std::string& label) {
+void expect_rope_matches(const Tensor& host_x, const Tensor& device_x, const RopeOptions& o,
+                         const std::string& label) {
   SCOPED_TRACE(label);
   const RopeOptions g = on_gpu(o);
   const auto before = bytes_of(device_x);
@@ -96,9 +109,14 @@ TEST(TransformerGpu, RopeMatchesTheReference) {
       const int64_t b = rng.integer(1, 3), h = rng.integer(1, 5), t = rng.integer(1, 37);
       Shape shape{b, h, t, d};
       switch (rng.integer(0, 3)) {
-        case 0: shape = {b, t, d}; break;
-        case 1: shape = {b, h, 2, t, d}; break;
-        default: break;
+        case 0:
+          shape = {b, t, d};
+          break;
+        case 1:
+          shape = {b, h, 2, t, d};
+          break;
+        default:
+          break;
       }
       const Tensor x = random_tensor(rng, shape, dt);
       const RopeOptions o = random_rope_options(rng, b, t, d);
@@ -129,11 +147,14 @@ TEST(TransformerGpu, RopeOfEveryPositionSourceAndLayout) {
       // slice that starts one element in (misaligned: the scalar kernel), and a strided
       // last axis (copied first).
       const Tensor dev = on_gpu(random_tensor(rng, {b, t, h, 2 * d + 8}, dt));
-      const Tensor views[] = {dev.slice(3, 0, d).transpose(1, 2), dev.slice(3, 1, d + 1).transpose(1, 2),
+      const Tensor views[] = {dev.slice(3, 0, d).transpose(1, 2),
+                              dev.slice(3, 1, d + 1).transpose(1, 2),
                               dev.slice(3, 0, 2 * d, 2).transpose(1, 2)};
       for (const Tensor& v : views) {
         for (const RopeOptions* opt : {&o, &per_batch, &ids, &shared}) {
-          expect_rope_matches(v.to_host(), v, *opt, describe("rope view strides " + shape_str(v.strides()), dt, v.shape(), *opt));
+          expect_rope_matches(
+              v.to_host(), v, *opt,
+              describe("rope view strides " + shape_str(v.strides()), dt, v.shape(), *opt));
         }
       }
     }
@@ -152,10 +173,14 @@ TEST(TransformerGpu, RopeIntoStridedOutputs) {
   o.positions = random_integers(rng, {50}, DType::i32, 0, 3000);
   const Tensor buffer = poisoned({50, 8, 72}, DType::bf16, kGpu);
   rope_into(buffer.slice(2, 0, 64).transpose(0, 1), tokens.transpose(0, 1), on_gpu(o));
-  EXPECT_TRUE(all_close(buffer.slice(2, 0, 64).transpose(0, 1), rope(tokens.to_host().transpose(0, 1), o)));
+  EXPECT_TRUE(
+      all_close(buffer.slice(2, 0, 64).transpose(0, 1), rope(tokens.to_host().transpose(0, 1), o)));
   for (double v : to_doubles(buffer.slice(2, 64, 72))) ASSERT_TRUE(std::isnan(v));
   // Zero sizes launch nothing.
-  EXPECT_EQ(rope(Tensor::empty({0, 4, 64}, DType::bf16, kGpu), RopeOptions{}.set_dims(64).set_base(1e4f)).numel(), 0);
+  EXPECT_EQ(
+      rope(Tensor::empty({0, 4, 64}, DType::bf16, kGpu), RopeOptions{}.set_dims(64).set_base(1e4f))
+          .numel(),
+      0);
 }
 
 TEST(TransformerGpu, NormRopeIsBitForBitTheComposition) {
@@ -171,7 +196,8 @@ TEST(TransformerGpu, NormRopeIsBitForBitTheComposition) {
       o.base = 1000000.0f;
       o.offset = rng.integer(0, 283);
       const Tensor composed = rope(rms_norm(x, w, 1e-6f), o);
-      EXPECT_TRUE(bit_equal(norm_rope(x, RopeNorm{w, 1e-6f}, o), composed)) << dtype_name(dt) << " D=" << d;
+      EXPECT_TRUE(bit_equal(norm_rope(x, RopeNorm{w, 1e-6f}, o), composed))
+          << dtype_name(dt) << " D=" << d;
       const Tensor cache = on_gpu(random_tensor(rng, {2, 4, 300, d}, dt));
       const Tensor kept = cache.to_host();
       EXPECT_EQ(norm_rope(x, RopeNorm{w, 1e-6f}, o, cache).data(), cache.data());
@@ -184,9 +210,11 @@ TEST(TransformerGpu, NormRopeIsBitForBitTheComposition) {
       const Tensor x1 = x.slice(0, 1, 2).slice(1, 2, 3);
       const Tensor cache1 = on_gpu(random_tensor(rng, {1, 1, 300, d}, dt));
       (void)norm_rope(x1, RopeNorm{w, 1e-6f}, o, cache1);
-      EXPECT_TRUE(bit_equal(cache1.slice(2, o.offset, o.offset + 17), rope(rms_norm(x1, w, 1e-6f), o)));
+      EXPECT_TRUE(
+          bit_equal(cache1.slice(2, o.offset, o.offset + 17), rope(rms_norm(x1, w, 1e-6f), o)));
       // An _into output in place, and one through the temporary (a slice of a wider axis).
-      const Tensor out = poisoned({2, 4, 17, d}, dt, kGpu), wide = poisoned({2, 4, 17, d + 8}, dt, kGpu);
+      const Tensor out = poisoned({2, 4, 17, d}, dt, kGpu),
+                   wide = poisoned({2, 4, 17, d + 8}, dt, kGpu);
       norm_rope_into(out, x, RopeNorm{w, 1e-6f}, o);
       norm_rope_into(wide.slice(3, 0, d), x, RopeNorm{w, 1e-6f}, o);
       EXPECT_TRUE(bit_equal(out, composed));
@@ -197,7 +225,8 @@ TEST(TransformerGpu, NormRopeIsBitForBitTheComposition) {
 
 // ---- Gated activations ------------------------------------------------------------------------
 
-const int64_t kWidths[] = {1, 2, 3, 7, 8, 16, 33, 64, 100, 128, 255, 256, 1000, 1024, 2048, 4100, 8192, 11008};
+const int64_t kWidths[] = {1,   2,   3,   7,    8,    16,   33,   64,   100,
+                           128, 255, 256, 1000, 1024, 2048, 4100, 8192, 11008};
 
 std::string describe_glu(const char* op, DType dt, const Shape& shape, int kind) {
   static const char* const kKinds[] = {"swiglu", "geglu", "geglu tanh"};
@@ -226,7 +255,8 @@ TEST(TransformerGpu, GatedActivationsMatchTheReference) {
   RUDNN_SEEDED_RNG(rng);
   for (DType dt : kFloatTypes) {
     for (int64_t i : kWidths) {
-      const int64_t rows = rng.integer(1, std::max<int64_t>(1, std::min<int64_t>(67, (int64_t{1} << 19) / i)));
+      const int64_t rows =
+          rng.integer(1, std::max<int64_t>(1, std::min<int64_t>(67, (int64_t{1} << 19) / i)));
       const int kind = static_cast<int>(rng.integer(0, 2));
       const Shape half{rows, i}, full{rows, 2 * i};
       SCOPED_TRACE(describe_glu("glu", dt, full, kind));
@@ -290,23 +320,36 @@ TEST(TransformerGpu, DeviceRules) {
   o.base = 10000.0f;
   RopeOptions host_offsets = o;
   host_offsets.offsets = Tensor::zeros({2}, DType::i64);
-  EXPECT_TRUE(throws_error([&] { rope(x, host_offsets); }, ErrorCode::DeviceMismatch, {"rope", "offsets is on cpu", "cuda:0"}));
+  EXPECT_TRUE(throws_error([&] { rope(x, host_offsets); }, ErrorCode::DeviceMismatch,
+                           {"rope", "offsets is on cpu", "cuda:0"}));
   RopeOptions host_freqs;
   host_freqs.dims = 8;
   host_freqs.freqs = Tensor::full({4}, 1.0, DType::f32);
-  EXPECT_TRUE(throws_error([&] { rope_backward(x, host_freqs); }, ErrorCode::DeviceMismatch, {"rope_backward", "freqs is on cpu"}));
+  EXPECT_TRUE(throws_error([&] { rope_backward(x, host_freqs); }, ErrorCode::DeviceMismatch,
+                           {"rope_backward", "freqs is on cpu"}));
   RopeOptions host_positions = o;
   host_positions.positions = Tensor::zeros({4}, DType::i32);
-  EXPECT_TRUE(throws_error([&] { rope(x, host_positions); }, ErrorCode::DeviceMismatch, {"rope", "positions is on cpu"}));
-  EXPECT_TRUE(throws_error([&] { rope_into(Tensor::empty({2, 4, 8}, DType::f32), x, o); }, ErrorCode::DeviceMismatch,
-                           {"rope", "out is on cpu"}));
-  EXPECT_TRUE(throws_error([&] { rope(Tensor::full({2, 4, 8}, 1.0, DType::f64, kGpu), o); }, ErrorCode::DTypeMismatch,
-                           {"rope", "f64 runs on the CPU only"}));
-  EXPECT_TRUE(throws_error([&] { swiglu(x, x.to_host()); }, ErrorCode::DeviceMismatch, {"swiglu", "up is on cpu"}));
-  EXPECT_TRUE(throws_error([&] { geglu_backward(x.to_host().slice(2, 0, 4), x); }, ErrorCode::DeviceMismatch,
-                           {"geglu_backward", "dy is on cpu"}));
-  EXPECT_TRUE(throws_error([&] { swiglu_backward_into(Tensor::empty({2, 4, 8}, DType::f32), x, x, x, x); },
-                           ErrorCode::DeviceMismatch, {"swiglu_backward", "dgate_out is on cpu"}));
+  EXPECT_TRUE(throws_error([&] { rope(x, host_positions); }, ErrorCode::DeviceMismatch,
+                           {"rope", "positions is on cpu"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        rope_into(Tensor::empty({2, 4, 8}, DType::f32), x, o);
+      },
+      ErrorCode::DeviceMismatch, {"rope", "out is on cpu"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        rope(Tensor::full({2, 4, 8}, 1.0, DType::f64, kGpu), o);
+      },
+      ErrorCode::DTypeMismatch, {"rope", "f64 runs on the CPU only"}));
+  EXPECT_TRUE(throws_error([&] { swiglu(x, x.to_host()); }, ErrorCode::DeviceMismatch,
+                           {"swiglu", "up is on cpu"}));
+  EXPECT_TRUE(throws_error([&] { geglu_backward(x.to_host().slice(2, 0, 4), x); },
+                           ErrorCode::DeviceMismatch, {"geglu_backward", "dy is on cpu"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        swiglu_backward_into(Tensor::empty({2, 4, 8}, DType::f32), x, x, x, x);
+      },
+      ErrorCode::DeviceMismatch, {"swiglu_backward", "dgate_out is on cpu"}));
 }
 
 TEST(TransformerGpu, RunsOnTheGivenStream) {
@@ -328,19 +371,23 @@ TEST(TransformerGpu, RunsOnTheGivenStream) {
 
 #if RUDNN_TEST_CUDA
 
-void check_cuda(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
+void check_cuda(cudaError_t e, const char* what) {
+  ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e);
+}
 
 // Captures `run` (work on `stream` only) into a CUDA graph, replays it, refreshes the inputs
 // in place and replays again; `check` compares with the reference each time. A hidden
 // allocation or host synchronisation inside `run` breaks the capture and fails the test.
-void expect_graph_replay(const std::function<void(const Stream&)>& run, const std::function<void()>& refresh_inputs,
+void expect_graph_replay(const std::function<void(const Stream&)>& run,
+                         const std::function<void()>& refresh_inputs,
                          const std::function<void()>& check) {
   const Stream stream = Stream::create(kGpu);
   const auto native = reinterpret_cast<cudaStream_t>(stream.handle());
   run(stream);  // warm-up outside the capture
   stream.synchronize();
   cudaGraph_t graph = nullptr;
-  check_cuda(cudaStreamBeginCapture(native, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  check_cuda(cudaStreamBeginCapture(native, cudaStreamCaptureModeThreadLocal),
+             "cudaStreamBeginCapture");
   run(stream);
   check_cuda(cudaStreamEndCapture(native, &graph), "cudaStreamEndCapture");
   cudaGraphExec_t exec = nullptr;
@@ -360,7 +407,8 @@ TEST(TransformerGpu, EveryIntoFormCapturesIntoACudaGraph) {
   RUDNN_SEEDED_RNG(rng);
   const DType dt = DType::bf16;
   const Shape qs{2, 8, 40, 128}, gs{37, 2 * 1000};
-  Tensor hq = random_tensor(rng, qs, dt), hx = random_tensor(rng, gs, dt), hdy = random_tensor(rng, {37, 1000}, dt);
+  Tensor hq = random_tensor(rng, qs, dt), hx = random_tensor(rng, gs, dt),
+         hdy = random_tensor(rng, {37, 1000}, dt);
   Tensor hoffsets = random_integers(rng, {2}, DType::i64, 0, 5000);
   const Tensor q = on_gpu(hq), x = on_gpu(hx), dy = on_gpu(hdy), offsets = on_gpu(hoffsets);
   current_stream(kGpu).synchronize();  // uploaded on the default stream, used on another
@@ -372,8 +420,9 @@ TEST(TransformerGpu, EveryIntoFormCapturesIntoACudaGraph) {
   o.offsets = offsets;
   const Tensor qw = on_gpu(random_tensor(rng, {128}, DType::f32));
   const Tensor nq = poisoned(qs, dt, kGpu);
-  const Tensor rq = poisoned(qs, dt, kGpu), rdq = poisoned(qs, dt, kGpu), sy = poisoned({37, 1000}, dt, kGpu),
-               gy = poisoned({37, 1000}, dt, kGpu), sdx = poisoned(gs, dt, kGpu), gdg = poisoned({37, 1000}, dt, kGpu),
+  const Tensor rq = poisoned(qs, dt, kGpu), rdq = poisoned(qs, dt, kGpu),
+               sy = poisoned({37, 1000}, dt, kGpu), gy = poisoned({37, 1000}, dt, kGpu),
+               sdx = poisoned(gs, dt, kGpu), gdg = poisoned({37, 1000}, dt, kGpu),
                gdu = poisoned({37, 1000}, dt, kGpu);
   auto run = [&](const Stream& s) {
     rope_into(rq, q, o, s);
@@ -385,7 +434,8 @@ TEST(TransformerGpu, EveryIntoFormCapturesIntoACudaGraph) {
     swiglu_into(sy, x, s);
     geglu_into(gy, x.slice(1, 0, 1000), x.slice(1, 1000, 2000), GeluApproximate::tanh, s);
     swiglu_backward_into(sdx, dy, x, s);
-    geglu_backward_into(gdg, gdu, dy, x.slice(1, 0, 1000), x.slice(1, 1000, 2000), GeluApproximate::none, s);
+    geglu_backward_into(gdg, gdu, dy, x.slice(1, 0, 1000), x.slice(1, 1000, 2000),
+                        GeluApproximate::none, s);
   };
   auto refresh = [&] {
     hq = random_tensor(rng, qs, dt);
@@ -407,7 +457,8 @@ TEST(TransformerGpu, EveryIntoFormCapturesIntoACudaGraph) {
     at.offset = 11;
     EXPECT_TRUE(all_close(nq, rope(rms_norm(hq, qw.to_host(), 1e-6f), at)));
     EXPECT_TRUE(all_close(sy, swiglu(hx)));
-    EXPECT_TRUE(all_close(gy, geglu(hx.slice(1, 0, 1000), hx.slice(1, 1000, 2000), GeluApproximate::tanh)));
+    EXPECT_TRUE(
+        all_close(gy, geglu(hx.slice(1, 0, 1000), hx.slice(1, 1000, 2000), GeluApproximate::tanh)));
     EXPECT_TRUE(all_close(sdx, swiglu_backward(hdy, hx)));
     const GluGrads g = geglu_backward(hdy, hx.slice(1, 0, 1000), hx.slice(1, 1000, 2000));
     EXPECT_TRUE(all_close(gdg, g.dgate));
@@ -426,7 +477,8 @@ Tensor tile_rows(const Tensor& block, int64_t rows) {
   const int64_t period = shape[0];
   shape[0] = rows;
   Tensor big = Tensor::empty(shape, block.dtype(), kGpu);
-  big.slice(0, 0, std::min(period, rows)).copy_from(block.to(kGpu).slice(0, 0, std::min(period, rows)));
+  big.slice(0, 0, std::min(period, rows))
+      .copy_from(block.to(kGpu).slice(0, 0, std::min(period, rows)));
   for (int64_t have = period; have < rows; have *= 2) {
     const int64_t n = std::min(have, rows - have);
     big.slice(0, have, have + n).copy_from(big.slice(0, 0, n));
@@ -457,7 +509,8 @@ TEST(TransformerGpu, TensorsBeyondTwoToThe31Elements) {
       const Tensor want = rope(block.view({1, kPeriod, d}), ref);
       for (int64_t row : {int64_t{0}, int64_t{1} << 24, t - 1, t - 2}) {
         SCOPED_TRACE("row " + std::to_string(row));
-        EXPECT_TRUE(all_close(y.slice(1, row, row + 1), want.slice(1, row % kPeriod, row % kPeriod + 1)));
+        EXPECT_TRUE(
+            all_close(y.slice(1, row, row + 1), want.slice(1, row % kPeriod, row % kPeriod + 1)));
       }
     }
   }
@@ -472,8 +525,10 @@ TEST(TransformerGpu, TensorsBeyondTwoToThe31Elements) {
     const Tensor dx = swiglu_backward(dy, x);
     for (int64_t row : {int64_t{0}, rows / 2, rows - 1}) {
       SCOPED_TRACE("row " + std::to_string(row));
-      EXPECT_TRUE(all_close(y.slice(0, row, row + 1), want.slice(0, row % kPeriod, row % kPeriod + 1)));
-      EXPECT_TRUE(all_close(dx.slice(0, row, row + 1), want_dx.slice(0, row % kPeriod, row % kPeriod + 1)));
+      EXPECT_TRUE(
+          all_close(y.slice(0, row, row + 1), want.slice(0, row % kPeriod, row % kPeriod + 1)));
+      EXPECT_TRUE(
+          all_close(dx.slice(0, row, row + 1), want_dx.slice(0, row % kPeriod, row % kPeriod + 1)));
     }
   }
 }

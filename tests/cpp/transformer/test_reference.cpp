@@ -11,7 +11,9 @@
 namespace rudnn::test {
 namespace {
 
-Tensor f64(const std::vector<double>& v, const Shape& shape) { return host_tensor(v, shape, DType::f64); }
+Tensor f64(const std::vector<double>& v, const Shape& shape) {
+  return host_tensor(v, shape, DType::f64);
+}
 
 RopeOptions base_options(int64_t dims, float base = 10000.0f) {
   RopeOptions o;
@@ -125,7 +127,8 @@ TEST(TransformerReference, RopePerBatchOffsetsAndPositionIds) {
     for (int b = 0; b < 3; ++b) {
       RopeOptions single = o;
       single.offset = static_cast<int64_t>(starts[b]);
-      EXPECT_TRUE(all_close(y.slice(0, b, b + 1), rope(x.slice(0, b, b + 1), single), 1e-14)) << "batch " << b;
+      EXPECT_TRUE(all_close(y.slice(0, b, b + 1), rope(x.slice(0, b, b + 1), single), 1e-14))
+          << "batch " << b;
     }
     // positions [T] apply to every batch entry.
     RopeOptions shared = o;
@@ -137,7 +140,8 @@ TEST(TransformerReference, RopePerBatchOffsetsAndPositionIds) {
         RopeOptions at = o;
         at.offset = static_cast<int64_t>(pos[t]);
         const Tensor row = x.slice(0, b, b + 1).slice(1, 1, 2).slice(2, t, t + 1);
-        EXPECT_TRUE(all_close(ys.slice(0, b, b + 1).slice(1, 1, 2).slice(2, t, t + 1), rope(row, at), 1e-14));
+        EXPECT_TRUE(all_close(ys.slice(0, b, b + 1).slice(1, 1, 2).slice(2, t, t + 1),
+                              rope(row, at), 1e-14));
       }
     }
   }
@@ -170,7 +174,8 @@ TEST(TransformerReference, RopeBackwardIsTheInverseAndTheAdjoint) {
       const double h = 1e-4;
       plus[i] += h;
       minus[i] -= h;
-      const auto yp = to_doubles(rope(f64(plus, x.shape()), o)), ym = to_doubles(rope(f64(minus, x.shape()), o));
+      const auto yp = to_doubles(rope(f64(plus, x.shape()), o)),
+                 ym = to_doubles(rope(f64(minus, x.shape()), o));
       double fp = 0, fm = 0;
       for (size_t e = 0; e < yp.size(); ++e) {
         fp += yp[e] * dv[e];
@@ -221,7 +226,8 @@ TEST(TransformerReference, RopeTakesAnyLayoutAndWritesStridedOutputs) {
   for (int i = 0; i < 6; ++i) {
     RopeOptions at = base_options(8);
     at.offset = static_cast<int64_t>(pos[i]);
-    EXPECT_TRUE(bit_equal(packed_out.slice(0, i, i + 1), rope(tokens.slice(0, i, i + 1).view({1, 2, 1, 8}), at).view({1, 2, 8})))
+    EXPECT_TRUE(bit_equal(packed_out.slice(0, i, i + 1),
+                          rope(tokens.slice(0, i, i + 1).view({1, 2, 1, 8}), at).view({1, 2, 8})))
         << "token " << i;
   }
 }
@@ -244,7 +250,8 @@ TEST(TransformerReference, RopeLeavesInputsUnchangedAndTakesZeroSizes) {
   EXPECT_EQ(rope(Tensor::empty({2, 0, 8}, DType::f32), base_options(8)).numel(), 0);
 }
 
-// ---- norm_rope ------------------------------------------------------------------------------------
+// ---- norm_rope
+// ------------------------------------------------------------------------------------
 
 TEST(TransformerReference, NormRopeIsTheComposition) {
   RUDNN_SEEDED_RNG(rng);
@@ -284,7 +291,8 @@ TEST(TransformerReference, NormRopeWritesItsPositionsOfTheCache) {
   EXPECT_TRUE(bit_equal(cache.slice(2, 6, 10).contiguous(), rope(x, o)));
 }
 
-// ---- Frequency helpers ----------------------------------------------------------------------------
+// ---- Frequency helpers
+// ----------------------------------------------------------------------------
 
 TEST(TransformerReference, Llama3FreqsFollowTheirFormula) {
   const int64_t dims = 128;
@@ -344,10 +352,12 @@ TEST(TransformerReference, YarnFreqsRampBetweenExtrapolationAndInterpolation) {
   EXPECT_FLOAT_EQ(rope_yarn_freqs(dims, 10000.0f, s).attention_factor, 0.75f);
   // factor 1 changes nothing.
   const auto plain = to_doubles(rope_yarn_freqs(8, 10000.0f, YarnRopeScaling{}).freqs);
-  for (int j = 0; j < 4; ++j) EXPECT_NEAR(plain[j], std::pow(10000.0, 2.0 * j / 8), 1e-6 * plain[j]);
+  for (int j = 0; j < 4; ++j)
+    EXPECT_NEAR(plain[j], std::pow(10000.0, 2.0 * j / 8), 1e-6 * plain[j]);
 }
 
-// ---- Gated activations ------------------------------------------------------------------------------
+// ---- Gated activations
+// ------------------------------------------------------------------------------
 
 double gelu_erf(double g) { return 0.5 * g * (1 + std::erf(g / std::sqrt(2.0))); }
 double gelu_tanh(double g) {
@@ -396,7 +406,8 @@ TEST(TransformerReference, OneTensorFormSplitsGateThenUp) {
 TEST(TransformerReference, GatedBackwardMatchesFiniteDifferences) {
   RUDNN_SEEDED_RNG(rng);
   const Shape shape{3, 7};
-  const Tensor gate = random_tensor(rng, shape, DType::f64, 0, 2), up = random_tensor(rng, shape, DType::f64);
+  const Tensor gate = random_tensor(rng, shape, DType::f64, 0, 2),
+               up = random_tensor(rng, shape, DType::f64);
   const Tensor dy = random_tensor(rng, shape, DType::f64);
   const auto gv = to_doubles(gate), uv = to_doubles(up), dv = to_doubles(dy);
   struct Case {
@@ -409,8 +420,11 @@ TEST(TransformerReference, GatedBackwardMatchesFiniteDifferences) {
        [](const Tensor& d, const Tensor& g, const Tensor& u) { return swiglu_backward(d, g, u); }},
       {"geglu", [](const Tensor& g, const Tensor& u) { return geglu(g, u); },
        [](const Tensor& d, const Tensor& g, const Tensor& u) { return geglu_backward(d, g, u); }},
-      {"geglu tanh", [](const Tensor& g, const Tensor& u) { return geglu(g, u, GeluApproximate::tanh); },
-       [](const Tensor& d, const Tensor& g, const Tensor& u) { return geglu_backward(d, g, u, GeluApproximate::tanh); }},
+      {"geglu tanh",
+       [](const Tensor& g, const Tensor& u) { return geglu(g, u, GeluApproximate::tanh); },
+       [](const Tensor& d, const Tensor& g, const Tensor& u) {
+         return geglu_backward(d, g, u, GeluApproximate::tanh);
+       }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -439,25 +453,29 @@ TEST(TransformerReference, GatedActivationsTakeStridedInputsAndOutputs) {
   RUDNN_SEEDED_RNG(rng);
   const Tensor big = random_tensor(rng, {6, 24}, DType::bf16);
   const Tensor gate = big.slice(0, 0, 6, 2).slice(1, 0, 8);  // stepped rows: read in place
-  const Tensor up = big.transpose(0, 1).slice(0, 0, 8).slice(1, 0, 3).transpose(0, 1);  // column-major: copied
+  const Tensor up =
+      big.transpose(0, 1).slice(0, 0, 8).slice(1, 0, 3).transpose(0, 1);  // column-major: copied
   ASSERT_EQ(gate.shape(), up.shape());
   const Tensor want = swiglu(gate.contiguous(), up.contiguous());
   EXPECT_TRUE(bit_equal(swiglu(gate, up), want));
   const Tensor out = Tensor::full({3, 20}, 0.0, DType::bf16);
   swiglu_into(out.slice(1, 4, 12), gate, up);
   EXPECT_TRUE(bit_equal(out.slice(1, 4, 12).contiguous(), want));
-  EXPECT_EQ(to_doubles(out.slice(1, 0, 4)), std::vector<double>(12, 0.0));  // nothing outside written
+  EXPECT_EQ(to_doubles(out.slice(1, 0, 4)),
+            std::vector<double>(12, 0.0));  // nothing outside written
   // One-tensor form of a strided x, backward into a strided dx.
   const Tensor x = big.slice(1, 4, 20);
   const Tensor dy = random_tensor(rng, {6, 8}, DType::bf16);
   const Tensor dx = Tensor::full({6, 40}, 0.0, DType::bf16);
   geglu_backward_into(dx.slice(1, 8, 24), dy, x, GeluApproximate::tanh);
-  EXPECT_TRUE(bit_equal(dx.slice(1, 8, 24).contiguous(), geglu_backward(dy, x.contiguous(), GeluApproximate::tanh)));
+  EXPECT_TRUE(bit_equal(dx.slice(1, 8, 24).contiguous(),
+                        geglu_backward(dy, x.contiguous(), GeluApproximate::tanh)));
 }
 
 TEST(TransformerReference, GatedActivationsLeaveInputsAndTakeZeroSizes) {
   RUDNN_SEEDED_RNG(rng);
-  const Tensor x = random_tensor(rng, {4, 16}, DType::f16), dy = random_tensor(rng, {4, 8}, DType::f16);
+  const Tensor x = random_tensor(rng, {4, 16}, DType::f16),
+               dy = random_tensor(rng, {4, 8}, DType::f16);
   const auto xb = bytes_of(x), db = bytes_of(dy);
   (void)swiglu(x);
   (void)swiglu_backward(dy, x);
@@ -466,7 +484,9 @@ TEST(TransformerReference, GatedActivationsLeaveInputsAndTakeZeroSizes) {
   EXPECT_EQ(bytes_of(dy), db);
   EXPECT_EQ(swiglu(Tensor::empty({0, 6}, DType::f32)).shape(), (Shape{0, 3}));
   EXPECT_EQ(swiglu(Tensor::empty({3, 0}, DType::f32)).shape(), (Shape{3, 0}));
-  EXPECT_EQ(geglu_backward(Tensor::empty({0, 3}, DType::f32), Tensor::empty({0, 6}, DType::f32)).shape(), (Shape{0, 6}));
+  EXPECT_EQ(
+      geglu_backward(Tensor::empty({0, 3}, DType::f32), Tensor::empty({0, 6}, DType::f32)).shape(),
+      (Shape{0, 6}));
 }
 
 }  // namespace
