@@ -187,8 +187,7 @@ if want build; then
       fi
       built=()
       [[ -x "$BUILD/bench/rudnn_bench" ]] && built+=(rudnn_bench)
-      [[ -x "$BUILD/tests/rudnn_normalization_tests" ]] && built+=(rudnn_normalization_tests)
-      [[ -x "$BUILD/tests/rudnn_core_tests" ]] && built+=(rudnn_core_tests)
+      for t in "$BUILD"/tests/cpp/*/rudnn_*_tests; do [[ -x "$t" ]] && built+=("$(basename "$t")"); done
       compgen -G "$BUILD/python/rudnn/_rudnn*.so" >/dev/null && built+=(_rudnn)
       detail="$((SECONDS - t0)) s, Release sm_$ARCHS, $py_note; built: ${built[*]:-nothing}"
       if ((rc == 0)); then
@@ -226,8 +225,9 @@ if want ctest; then
     # Suites named *Gpu run on a GPU; *CpuOnly ones skip there by design.
     gpu_skipped=$(grep -E 'Test +#[0-9]+: .*\*\*\*Skipped' "$log" | grep -cE '#[0-9]+: [A-Za-z0-9_]*Gpu\.')
     detail="$passed passed, $failed failed, $skipped skipped (of them GPU tests: $gpu_skipped), $total in all, $((SECONDS - t0)) s"
-    # The Python tests run inside one ctest test; their own counts are in ctest's log.
-    pyline=$(grep -hE '^=*.*[0-9]+ (passed|failed|skipped|error).* in [0-9.]+s' "$BUILD/Testing/Temporary/LastTest.log" 2>/dev/null | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')
+    # The Python tests run as one ctest test per tests/python folder; pytest's own counts,
+    # one line per folder, are in ctest's log.
+    pyline=$(grep -hE '^=*.*[0-9]+ (passed|failed|skipped|error).* in [0-9.]+s' "$BUILD/Testing/Temporary/LastTest.log" 2>/dev/null | sed 's/=//g; s/^ *//; s/ *$//' | paste -sd '|' | sed 's/|/ | /g')
     [[ -n "$pyline" ]] && detail="$detail; pytest: $pyline"
     if ((rc == 0)); then
       result ctest ok "$detail"
@@ -369,15 +369,20 @@ san_step() {  # san_step STEP TOOL CAP BIN:FILTER...
     sed 's/^/    /' | tee -a "$SUMMARY"
 }
 if want memcheck; then
-  specs=("$BUILD/tests/rudnn_normalization_tests|$MEMCHECK_FILTER")
-  [[ "$MEMCHECK_CORE" == 1 ]] && specs+=("$BUILD/tests/rudnn_core_tests|$MEMCHECK_CORE_FILTER")
+  # Every family's test binary (the core's is MEMCHECK_CORE's).
+  specs=()
+  for t in "$BUILD"/tests/cpp/*/rudnn_*_tests; do
+    [[ -x "$t" && "$t" != */rudnn_core_tests ]] && specs+=("$t|$MEMCHECK_FILTER")
+  done
+  ((${#specs[@]})) || specs=("$BUILD/tests/cpp/normalization/rudnn_normalization_tests|$MEMCHECK_FILTER")
+  [[ "$MEMCHECK_CORE" == 1 ]] && specs+=("$BUILD/tests/cpp/core/rudnn_core_tests|$MEMCHECK_CORE_FILTER")
   if start_step memcheck "${MEMCHECK_TIMEOUT:-150}"; then
     san_step memcheck memcheck "${MEMCHECK_TIMEOUT:-150}" "${specs[@]}"
   fi
 fi
 if want racecheck; then
   if start_step racecheck "${RACECHECK_TIMEOUT:-100}"; then
-    san_step racecheck racecheck "${RACECHECK_TIMEOUT:-100}" "$BUILD/tests/rudnn_normalization_tests|$RACECHECK_FILTER"
+    san_step racecheck racecheck "${RACECHECK_TIMEOUT:-100}" "$BUILD/tests/cpp/normalization/rudnn_normalization_tests|$RACECHECK_FILTER"
   fi
 fi
 
