@@ -38,8 +38,9 @@ Common contract (every op)
       result's shape and dtype, contiguous rows, not overlapping any input; the function then
       writes them in place and returns them. An ``out`` that cannot be written in place
       (read-only, negative strides) is refused, never copied.
-    - ``stream=`` (optional): a cudaStream_t address as an int, or an object with a
-      ``cuda_stream`` attribute (``torch.cuda.Stream``); default: torch's current stream for
+    - ``stream=`` (optional): a cudaStream_t address as an int, or a stream object
+      (``__cuda_stream__()``, a ``cuda_stream`` attribute as on ``torch.cuda.Stream``, or a
+      ``ptr`` attribute as on ``cupy.cuda.Stream``); default: torch's current stream for
       torch CUDA tensors, else ruDNN's current (the legacy default) stream. Ignored on the CPU.
 
 Errors

@@ -16,8 +16,8 @@ from ._rudnn import Tensor
 #: Any array ruDNN takes: a torch tensor, a numpy array, a CuPy or JAX array, a
 #: :class:`rudnn.Tensor`, or another DLPack producer / host buffer.
 Array = Any
-#: A CUDA stream: a cudaStream_t address as an int, an object with a ``cuda_stream`` attribute
-#: (``torch.cuda.Stream``, ``cupy.cuda.Stream``), or None for the default.
+#: A CUDA stream: a cudaStream_t address as an int, a stream object (``__cuda_stream__()``,
+#: ``cuda_stream`` as on ``torch.cuda.Stream``, ``ptr`` as on ``cupy.cuda.Stream``), or None.
 StreamLike = Union[int, Any, None]
 
 RUDNN, NUMPY, TORCH = 0, 1, 2

@@ -265,20 +265,29 @@ std::optional<DType> dtype_from_buffer_format(const char* format, Py_ssize_t ite
 
 // A Python stream argument as a handle value: None -> 0 (current stream), an int (a
 // cudaStream_t address; 1 and 2 are CUDA's legacy and per-thread default streams), or an
-// object with an integer `cuda_stream` attribute (torch.cuda.Stream, ...).
+// object that carries one: the CUDA stream protocol (`__cuda_stream__()` -> (version,
+// handle)), an integer `cuda_stream` attribute (torch.cuda.Stream, numba) or an integer `ptr`
+// attribute (cupy.cuda.Stream).
 std::uintptr_t parse_stream(py::handle s, const char* op) {
   if (s.is_none()) return 0;
   py::handle value = s;
   py::object attr;
-  if (!PyLong_Check(s.ptr()) && py::hasattr(s, "cuda_stream")) {
-    attr = s.attr("cuda_stream");
-    value = attr;
+  if (!PyLong_Check(s.ptr())) {
+    if (py::hasattr(s, "__cuda_stream__")) {
+      py::object pair = s.attr("__cuda_stream__")();
+      if (py::isinstance<py::tuple>(pair) && py::len(pair) == 2) attr = pair[py::int_(1)];
+    } else if (py::hasattr(s, "cuda_stream")) {
+      attr = s.attr("cuda_stream");
+    } else if (py::hasattr(s, "ptr")) {
+      attr = s.attr("ptr");
+    }
+    if (attr) value = attr;
   }
   if (!PyLong_Check(value.ptr()) || PyBool_Check(value.ptr())) {
     raise_python(PyExc_TypeError,
                  std::string(op) +
-                     ": stream must be None, an int (a cudaStream_t address) or an "
-                     "object with a cuda_stream attribute, got " +
+                     ": stream must be None, an int (a cudaStream_t address) or a stream "
+                     "object (__cuda_stream__, cuda_stream or ptr), got " +
                      type_name(s));
   }
   const long long v = value.cast<long long>();

@@ -125,6 +125,31 @@ double norm_backward_scale(const Tensor& dy, const Tensor& x, const Tensor& gamm
   return std::sqrt(total);
 }
 
+// ‖Σ_rows |dy · x̂|‖ over the columns (with_xhat) or ‖Σ_rows |dy|‖: the size of the terms a
+// parameter gradient (dgamma, dbeta) sums over the rows. Random signs make the sum cancel,
+// and its FP32 rounding error is relative to these terms, not to the sum.
+double param_grad_scale(const Tensor& dy, const Tensor& x, bool layer, float eps, bool with_xhat) {
+  const auto d = to_doubles(dy), v = to_doubles(x);
+  const int64_t h = x.shape().back(), rows = x.numel() / h;
+  std::vector<double> column(static_cast<size_t>(h), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    if (layer) {
+      for (int64_t c = 0; c < h; ++c) mean += v[r * h + c];
+      mean /= static_cast<double>(h);
+    }
+    for (int64_t c = 0; c < h; ++c) var += (v[r * h + c] - mean) * (v[r * h + c] - mean);
+    const double rstd = 1 / std::sqrt(var / static_cast<double>(h) + eps);
+    for (int64_t c = 0; c < h; ++c) {
+      const double xhat = with_xhat ? (v[r * h + c] - mean) * rstd : 1.0;
+      column[c] += std::abs(d[r * h + c] * xhat);
+    }
+  }
+  double total = 0;
+  for (double c : column) total += c * c;
+  return std::sqrt(total);
+}
+
 std::string describe(const char* op, DType dt, const Shape& shape) {
   return std::string(op) + " " + dtype_name(dt) + " " + shape_str(shape);
 }
@@ -356,7 +381,8 @@ TEST(NormGpu, LayerNormBackward) {
           return std::vector<Tensor>{g.dx, g.dgamma, g.dbeta};
         },
         {dy, x, gamma, beta}, describe("layer_norm_backward", dt, shape),
-        {norm_backward_scale(dy, x, gamma, true, 1e-5f)});
+        {norm_backward_scale(dy, x, gamma, true, 1e-5f), param_grad_scale(dy, x, true, 1e-5f, true),
+         param_grad_scale(dy, x, true, 1e-5f, false)});
   });
 }
 
@@ -372,7 +398,8 @@ TEST(NormGpu, RmsNormBackward) {
           return std::vector<Tensor>{g.dx, g.dgamma};
         },
         {dy, x, gamma}, describe("rms_norm_backward", dt, shape),
-        {norm_backward_scale(dy, x, gamma, false, 1e-6f)});
+        {norm_backward_scale(dy, x, gamma, false, 1e-6f),
+         param_grad_scale(dy, x, false, 1e-6f, true)});
   });
 }
 

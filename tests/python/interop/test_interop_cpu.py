@@ -234,6 +234,36 @@ def test_error_mapping(rng):
         rudnn.rms_norm(x, stream="s")
 
 
+def test_stream_objects_of_every_library(rng):
+    # The stream is parsed (and checked) even where the CPU operands ignore it.
+    class Protocol:  # the CUDA stream protocol
+        def __cuda_stream__(self):
+            return (0, 7)
+
+    class TorchLike:
+        cuda_stream = 7
+
+    class CupyLike:
+        ptr = 7
+
+    class Negative:
+        ptr = -3
+
+    class NoHandle:
+        ptr = "seven"
+
+    x = randn(rng, (4, 8), F32)
+    want = rudnn.rms_norm(x)
+    for stream in (Protocol(), TorchLike(), CupyLike(), 7, None):
+        np.testing.assert_array_equal(rudnn.rms_norm(x, stream=stream), want)
+    with pytest.raises(ValueError, match="rms_norm: stream must be >= 0"):
+        rudnn.rms_norm(x, stream=Negative())
+    with pytest.raises(TypeError, match="rms_norm: stream must be None"):
+        rudnn.rms_norm(x, stream=NoHandle())
+    with pytest.raises(TypeError, match="got bool"):
+        rudnn.rms_norm(x, stream=True)
+
+
 def test_error_base_catches_all(rng):
     x = randn(rng, (4, 8), F32)
     bad_calls = [
