@@ -1,10 +1,11 @@
 // LayerNorm and RMSNorm backward.
 //
 // Register tiles (rows that fit in registers): a persistent grid of P row slots; each slot
-// walks its rows, writes dx, and keeps its columns' dgamma/dbeta sums in registers; at the
-// end every slot writes one FP32 partial row, and reduce_partials sums the P partials per
-// column in slot order. Bytes: x and dy read once, dx written once, plus P * H * 4 per
-// parameter gradient.
+// walks its rows, writes dx, and keeps its columns' dgamma/dbeta sums in shared memory (each
+// thread its own slice: registers would hold x, dy and both sums, 188 registers for
+// LayerNorm at 8192 columns, one block per SM); at the end every slot writes one FP32 partial
+// row, and reduce_partials sums the P partials per column in slot order. Bytes: x and dy
+// read once, dx written once, plus P * H * 4 per parameter gradient.
 //
 // Loop tiles (long or unaligned rows): the row kernel makes three passes over x and dy
 // (statistics, the two row sums, dx) and records each row's mean and rstd; a column kernel
@@ -12,6 +13,8 @@
 //
 // Both orders are fixed by the grid, so the gradients are deterministic run to run on one
 // device.
+#include <type_traits>
+
 #include "normalization/cuda/launch.h"
 #include "normalization/cuda/row_tile.cuh"
 #include "rudnn/tensor.h"
@@ -24,17 +27,93 @@ using rudnn::cuda::group_reduce;
 using rudnn::cuda::SumOp;
 using rudnn::cuda::WelfordState;
 
+// Per-column FP32 sums that a thread keeps over its rows, in dynamic shared memory: sum k of
+// the thread's vector i, element j, is word ((k * V + i) * W + j) * threads + thread, read
+// and written as float4s (threads side by side: no bank conflicts) when W allows.
+template <class Tile, int kSums>
+struct ColumnSums {
+  static constexpr int V = Tile::kVecs, W = Tile::kWidth, kThreads = Tile::kBlockThreads;
+  static constexpr int kChunk = W % 4 == 0 ? 4 : 1;  // floats per access
+  static constexpr size_t kBytes = sizeof(float) * kSums * V * W * kThreads;
+  float* base;
+
+  __device__ explicit ColumnSums(float* shared) : base(shared) {
+#pragma unroll
+    for (int k = 0; k < kSums; ++k)
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+#pragma unroll
+        for (int j = 0; j < W; j += kChunk) chunk(k, i, j) = Chunk{};
+  }
+
+  using Chunk = std::conditional_t<kChunk == 4, float4, float>;
+  __device__ Chunk& chunk(int k, int i, int j) const {
+    return reinterpret_cast<Chunk*>(
+        base)[((k * V + i) * (W / kChunk) + j / kChunk) * kThreads + threadIdx.x];
+  }
+  // sum k, vector i += a * b (or += a with b absent), element by element.
+  __device__ void add(int k, int i, const float (&a)[W], const float (&b)[W]) const {
+#pragma unroll
+    for (int j = 0; j < W; j += kChunk) {
+      Chunk& c = chunk(k, i, j);
+      if constexpr (kChunk == 4) {
+        float4 v = c;
+        v.x += a[j] * b[j];
+        v.y += a[j + 1] * b[j + 1];
+        v.z += a[j + 2] * b[j + 2];
+        v.w += a[j + 3] * b[j + 3];
+        c = v;
+      } else {
+        c += a[j] * b[j];
+      }
+    }
+  }
+  __device__ void add(int k, int i, const float (&a)[W]) const {
+#pragma unroll
+    for (int j = 0; j < W; j += kChunk) {
+      Chunk& c = chunk(k, i, j);
+      if constexpr (kChunk == 4) {
+        float4 v = c;
+        v.x += a[j];
+        v.y += a[j + 1];
+        v.z += a[j + 2];
+        v.w += a[j + 3];
+        c = v;
+      } else {
+        c += a[j];
+      }
+    }
+  }
+  __device__ void get(int k, int i, float (&out)[W]) const {
+#pragma unroll
+    for (int j = 0; j < W; j += kChunk) {
+      if constexpr (kChunk == 4) {
+        const float4 v = chunk(k, i, j);
+        out[j] = v.x, out[j + 1] = v.y, out[j + 2] = v.z, out[j + 3] = v.w;
+      } else {
+        out[j] = chunk(k, i, j);
+      }
+    }
+  }
+};
+
+template <NormKind kKind>
+constexpr int kParamSums = kKind == NormKind::layer ? 2 : 1;  // dgamma (and dbeta)
+
 template <class T, class Tile, NormKind kKind>
 __global__ void __launch_bounds__(Tile::kBlockThreads)
     norm_backward_tile(NormBackward p, float* __restrict__ dgamma_part,
                        float* __restrict__ dbeta_part) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
   __shared__ float2 scratch2[32];
-  __shared__ rudnn::cuda::WelfordState welford_scratch[32];
+  __shared__ float scratch[32];
+  __shared__ float3 scratch3[32];
+  extern __shared__ float4 column_sums_shared[];
   const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
   const float inv_cols = 1.0f / static_cast<float>(cols);
-  float dg[V][W] = {}, db[V][W] = {};
+  // Sum 0: dgamma's terms dy * xhat; sum 1 (LayerNorm): dbeta's, dy.
+  const ColumnSums<Tile, kParamSums<kKind>> sums_of(reinterpret_cast<float*>(column_sums_shared));
 
   for (int64_t row = t.first_row(); row < p.rows; row += t.row_step()) {
     float x[V][W], dy[V][W];
@@ -65,21 +144,24 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
         if (c >= cols) continue;
         float g[W];
         load_param_or<T, W>(p.gamma, c, 1.0f, g);  // again: an L1 hit, cheaper than registers
+        float xhat[W];
 #pragma unroll
-        for (int j = 0; j < W; ++j) {
-          const float xhat = x[i][j] * rstd;
-          dg[i][j] += dy[i][j] * xhat;
-          dy[i][j] = rstd * (g[j] * dy[i][j] - xhat * mean_gdy_xhat);
-        }
+        for (int j = 0; j < W; ++j) xhat[j] = x[i][j] * rstd;
+        sums_of.add(0, i, dy[i], xhat);
+#pragma unroll
+        for (int j = 0; j < W; ++j) dy[i][j] = rstd * (g[j] * dy[i][j] - xhat[j] * mean_gdy_xhat);
       }
     } else {
-      // Mean and variance in one (Chan) reduction, then the two row sums in another.
-      const WelfordState w = group_reduce<Tile::kThreadsPerRow>(
-          rudnn::cuda::local_welford(flat(x), valid_count(t, cols)), rudnn::cuda::WelfordMerge{},
-          welford_scratch);
-      const float mean = w.mean, rstd = rsqrtf(w.m2 * inv_cols + p.eps);
-      // x becomes xhat, dy becomes gamma * dy; the parameter sums take dy * xhat and dy first.
-      float2 sums = make_float2(0.0f, 0.0f);  // (sum g*dy, sum g*dy*xhat)
+      // Two reductions of plain sums (their merges are adds, Chan's would cost a division
+      // per step): the mean, then sum (x - mean)^2, sum g*dy and sum g*dy*(x - mean) about
+      // the exact mean, so a large mean does not cancel.
+      float sum_x = 0.0f;
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+#pragma unroll
+        for (int j = 0; j < W; ++j) sum_x += x[i][j];  // padding reads as 0
+      const float mean = group_reduce<Tile::kThreadsPerRow>(sum_x, SumOp{}, scratch) * inv_cols;
+      float3 sums = make_float3(0.0f, 0.0f, 0.0f);  // (sum d^2, sum g*dy, sum g*dy*d), d = x - mean
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const int c = t.column(i);
@@ -88,21 +170,30 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
         load_param_or<T, W>(p.gamma, c, 1.0f, g);
 #pragma unroll
         for (int j = 0; j < W; ++j) {
-          x[i][j] = (x[i][j] - mean) * rstd;
-          dg[i][j] += dy[i][j] * x[i][j];
-          db[i][j] += dy[i][j];
-          dy[i][j] *= g[j];
-          sums.x += dy[i][j];
-          sums.y += dy[i][j] * x[i][j];
+          x[i][j] -= mean;
+          const float gdy = g[j] * dy[i][j];
+          sums.x += x[i][j] * x[i][j];
+          sums.y += gdy;
+          sums.z += gdy * x[i][j];
         }
       }
-      sums = group_reduce<Tile::kThreadsPerRow>(sums, rudnn::cuda::PairSumOp{}, scratch2);
-      const float mean_gdy = sums.x * inv_cols, mean_gdy_xhat = sums.y * inv_cols;
+      sums = group_reduce<Tile::kThreadsPerRow>(sums, rudnn::cuda::TripleSumOp{}, scratch3);
+      const float rstd = rsqrtf(sums.x * inv_cols + p.eps);
+      const float mean_gdy = sums.y * inv_cols, mean_gdy_xhat = rstd * sums.z * inv_cols;
 #pragma unroll
-      for (int i = 0; i < V; ++i)
+      for (int i = 0; i < V; ++i) {
+        const int c = t.column(i);
+        if (c >= cols) continue;
+        float g[W];
+        load_param_or<T, W>(p.gamma, c, 1.0f, g);  // again: an L1 hit, cheaper than registers
+#pragma unroll
+        for (int j = 0; j < W; ++j) x[i][j] *= rstd;  // xhat
+        sums_of.add(0, i, dy[i], x[i]);
+        sums_of.add(1, i, dy[i]);
 #pragma unroll
         for (int j = 0; j < W; ++j)
-          dy[i][j] = rstd * (dy[i][j] - mean_gdy - x[i][j] * mean_gdy_xhat);
+          dy[i][j] = rstd * (g[j] * dy[i][j] - mean_gdy - x[i][j] * mean_gdy_xhat);
+      }
     }
     store_row(t, static_cast<T*>(p.dx.data) + row * p.dx.stride, cols, dy);
   }
@@ -113,8 +204,17 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
   for (int i = 0; i < V; ++i) {
     const int c = t.column(i);
     if (c >= cols) continue;
-    if (dgamma_part) rudnn::cuda::store_pack<float, W>(dgamma_part + slot_row * cols + c, dg[i]);
-    if (dbeta_part) rudnn::cuda::store_pack<float, W>(dbeta_part + slot_row * cols + c, db[i]);
+    float sum[W];
+    if (dgamma_part) {
+      sums_of.get(0, i, sum);
+      rudnn::cuda::store_pack<float, W>(dgamma_part + slot_row * cols + c, sum);
+    }
+    if constexpr (kKind == NormKind::layer) {
+      if (dbeta_part) {
+        sums_of.get(1, i, sum);
+        rudnn::cuda::store_pack<float, W>(dbeta_part + slot_row * cols + c, sum);
+      }
+    }
   }
 }
 
@@ -282,8 +382,10 @@ void launch(const NormBackward& p, const LaunchContext& ctx) {
   require_rows_aligned(a, p.dy.data, p.dy.stride, sizeof(T));
   require_rows_aligned(a, p.dx.data, p.dx.stride, sizeof(T));
   a.pointer(p.gamma.data);
-  // Register tiles above 256 threads spill here (x, dy and two gradient sums per element).
-  with_tile<T, TileId::block256>(p.cols, a, [&](auto tile) {
+  // Up to 512 threads: x and dy stay in registers (the sums are in shared memory), at most
+  // 128 registers a thread; a 1024-thread tile would need 64, and LayerNorm's two sums
+  // 256 KB of shared memory.
+  with_tile<T, TileId::block512>(p.cols, a, [&](auto tile) {
     using Tile = decltype(tile);
     if constexpr (Tile::kLoop) {
       Tensor stats;  // (mean, rstd) per row, for the column kernel
@@ -307,13 +409,23 @@ void launch(const NormBackward& p, const LaunchContext& ctx) {
       part.reduce<T>(p, ctx.stream);
     } else {
       auto kernel = norm_backward_tile<T, Tile, kKind>;
+      constexpr size_t shared = ColumnSums<Tile, kParamSums<kKind>>::kBytes;
+      static PerDevice<int> shared_allowed, occupancy;
+      if constexpr (shared > 48 * 1024) {  // above the default limit: opt in, once per device
+        shared_allowed.get(ctx.device, [&] {
+          detail::check_cuda(
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(shared)),
+              "cudaFuncSetAttribute");
+          return 1;
+        });
+      }
       const int64_t row_blocks = row_grid(p.rows, Tile::kRowsPerBlock);
-      static PerDevice<int> occupancy;
-      int64_t blocks = resident_blocks(kernel, Tile::kBlockThreads, ctx.device, occupancy);
+      int64_t blocks = resident_blocks(kernel, Tile::kBlockThreads, ctx.device, occupancy, shared);
       if (blocks > row_blocks) blocks = row_blocks;
       const Partials part(p, blocks * Tile::kRowsPerBlock, ctx.rudnn_stream);
       if (blocks > 0) {
-        kernel<<<static_cast<unsigned>(blocks), Tile::kBlockThreads, 0, ctx.stream>>>(
+        kernel<<<static_cast<unsigned>(blocks), Tile::kBlockThreads, shared, ctx.stream>>>(
             p, part.dgamma, part.dbeta);
         check_launch("norm_backward_tile");
       }
