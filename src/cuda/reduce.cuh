@@ -44,15 +44,6 @@ struct PairSumOp {
   }
 };
 
-// Three sums reduced together.
-struct TripleSumOp {
-  static constexpr bool kLanesAgree = true;
-  __host__ __device__ static float3 identity() { return make_float3(0.0f, 0.0f, 0.0f); }
-  __device__ __forceinline__ float3 operator()(float3 a, float3 b) const {
-    return make_float3(a.x + b.x, a.y + b.y, a.z + b.z);
-  }
-};
-
 // Shuffles a state of 32-bit words: from lane (this lane ^ offset), or from `lane`.
 template <class S>
 __device__ __forceinline__ S shuffle_xor(const S& s, int offset) {

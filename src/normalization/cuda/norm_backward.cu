@@ -106,8 +106,7 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
                        float* __restrict__ dbeta_part) {
   constexpr int V = Tile::kVecs, W = Tile::kWidth;
   __shared__ float2 scratch2[32];
-  __shared__ float scratch[32];
-  __shared__ float3 scratch3[32];
+  __shared__ rudnn::cuda::WelfordState welford_scratch[32];
   extern __shared__ float4 column_sums_shared[];
   const RowThread<Tile> t;
   const int cols = static_cast<int>(p.cols);
@@ -152,16 +151,14 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
         for (int j = 0; j < W; ++j) dy[i][j] = rstd * (g[j] * dy[i][j] - xhat[j] * mean_gdy_xhat);
       }
     } else {
-      // Two reductions of plain sums (their merges are adds, Chan's would cost a division
-      // per step): the mean, then sum (x - mean)^2, sum g*dy and sum g*dy*(x - mean) about
-      // the exact mean, so a large mean does not cancel.
-      float sum_x = 0.0f;
-#pragma unroll
-      for (int i = 0; i < V; ++i)
-#pragma unroll
-        for (int j = 0; j < W; ++j) sum_x += x[i][j];  // padding reads as 0
-      const float mean = group_reduce<Tile::kThreadsPerRow>(sum_x, SumOp{}, scratch) * inv_cols;
-      float3 sums = make_float3(0.0f, 0.0f, 0.0f);  // (sum d^2, sum g*dy, sum g*dy*d), d = x - mean
+      // Mean and variance in one (Chan) reduction, then the two row sums in another. (Plain
+      // sums about the exact mean instead of Chan's merge measured slower: RESULTS.md.)
+      const WelfordState w = group_reduce<Tile::kThreadsPerRow>(
+          rudnn::cuda::local_welford(flat(x), valid_count(t, cols)), rudnn::cuda::WelfordMerge{},
+          welford_scratch);
+      const float mean = w.mean, rstd = rsqrtf(w.m2 * inv_cols + p.eps);
+      // x becomes xhat, dy becomes gamma * dy; the parameter sums take dy * xhat and dy first.
+      float2 sums = make_float2(0.0f, 0.0f);  // (sum g*dy, sum g*dy*xhat)
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const int c = t.column(i);
@@ -169,31 +166,23 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
         float g[W];
         load_param_or<T, W>(p.gamma, c, 1.0f, g);
 #pragma unroll
-        for (int j = 0; j < W; ++j) {
-          x[i][j] -= mean;
-          const float gdy = g[j] * dy[i][j];
-          sums.x += x[i][j] * x[i][j];
-          sums.y += gdy;
-          sums.z += gdy * x[i][j];
-        }
-      }
-      sums = group_reduce<Tile::kThreadsPerRow>(sums, rudnn::cuda::TripleSumOp{}, scratch3);
-      const float rstd = rsqrtf(sums.x * inv_cols + p.eps);
-      const float mean_gdy = sums.y * inv_cols, mean_gdy_xhat = rstd * sums.z * inv_cols;
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const int c = t.column(i);
-        if (c >= cols) continue;
-        float g[W];
-        load_param_or<T, W>(p.gamma, c, 1.0f, g);  // again: an L1 hit, cheaper than registers
-#pragma unroll
-        for (int j = 0; j < W; ++j) x[i][j] *= rstd;  // xhat
+        for (int j = 0; j < W; ++j) x[i][j] = (x[i][j] - mean) * rstd;
         sums_of.add(0, i, dy[i], x[i]);
         sums_of.add(1, i, dy[i]);
 #pragma unroll
-        for (int j = 0; j < W; ++j)
-          dy[i][j] = rstd * (g[j] * dy[i][j] - mean_gdy - x[i][j] * mean_gdy_xhat);
+        for (int j = 0; j < W; ++j) {
+          dy[i][j] *= g[j];
+          sums.x += dy[i][j];
+          sums.y += dy[i][j] * x[i][j];
+        }
       }
+      sums = group_reduce<Tile::kThreadsPerRow>(sums, rudnn::cuda::PairSumOp{}, scratch2);
+      const float mean_gdy = sums.x * inv_cols, mean_gdy_xhat = sums.y * inv_cols;
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+#pragma unroll
+        for (int j = 0; j < W; ++j)
+          dy[i][j] = rstd * (dy[i][j] - mean_gdy - x[i][j] * mean_gdy_xhat);
     }
     store_row(t, static_cast<T*>(p.dx.data) + row * p.dx.stride, cols, dy);
   }
