@@ -12,6 +12,11 @@ anchor time / our time (above 1: ours is faster).
 
     python3 bench/side_by_side.py [--csv PATH] [--filter TEXT] [--warmup MS] [--rep MS]
 
+Groups: the norms and cross entropy (--rows/--cols, --ce-rows/--ce-classes), rope of q and k
+against Hugging Face Llama's eager rotary embedding (--rope-batch/--rope-heads/--rope-kv-heads/
+--rope-seq/--rope-dim), and SwiGLU / GeGLU against F.silu(g) * u / F.gelu(g) * u at
+[--rows, --cols].
+
 The `rudnn` package must be importable (PYTHONPATH). Without it the anchors still run, each
 case is marked NO-RUDNN, and the exit status is 1. The exit status is 0 only when every
 case ran and passed its check.
@@ -49,6 +54,11 @@ def parse_args(argv=None):
     p.add_argument("--cols", type=int, default=8192)
     p.add_argument("--ce-rows", type=int, default=8192)
     p.add_argument("--ce-classes", type=int, default=128256)
+    p.add_argument("--rope-batch", type=int, default=8)
+    p.add_argument("--rope-heads", type=int, default=32)
+    p.add_argument("--rope-kv-heads", type=int, default=8)
+    p.add_argument("--rope-seq", type=int, default=4096)
+    p.add_argument("--rope-dim", type=int, default=128)
     p.add_argument("--copy-mib", type=int, default=1024)
     return p.parse_args(argv)
 
@@ -335,6 +345,122 @@ def cross_entropy_cases():
     del lg2, lg3
 
 
+def rotate_half(x):
+    """Hugging Face Llama's rotate_half (modeling_llama)."""
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_cases():
+    """rope of q and k at ANCHORS.md's shape, against Hugging Face Llama's eager rotary
+    embedding: apply_rotary_pos_emb (q * cos + rotate_half(q) * sin, the same for k) with cos and
+    sin [B, T, D] in the activations' dtype computed before the timing (the model computes them
+    once per forward for all its layers). Bytes: q and k read and written once."""
+    B, H, HK, T, D = ARGS.rope_batch, ARGS.rope_heads, ARGS.rope_kv_heads, ARGS.rope_seq, ARGS.rope_dim
+    shape = f"q[{B},{H},{T},{D}] k[{B},{HK},{T},{D}]"
+    bf = torch.bfloat16
+    torch.manual_seed(2)
+    q = torch.randn(B, H, T, D, dtype=bf, device=DEV)
+    k = torch.randn(B, HK, T, D, dtype=bf, device=DEV)
+    nbytes = 2 * (q.numel() + k.numel()) * 2
+    have = rudnn is not None
+    base = 10000.0
+
+    def inv_freq(dtype):
+        return 1.0 / (base ** (torch.arange(0, D, 2, device=DEV, dtype=dtype) / D))
+
+    def cos_sin(pos):  # LlamaRotaryEmbedding: float32 angles, cast to the activations' dtype
+        freqs = pos.float()[..., None] * inv_freq(torch.float32)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(bf), emb.sin().to(bf)
+
+    def hf_apply(cos, sin):  # apply_rotary_pos_emb with unsqueeze_dim=1
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+    def reference(x, pos):  # float64 angles, float32 rotation
+        freqs = pos.double()[..., None] * inv_freq(torch.float64)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos().float().unsqueeze(1), emb.sin().float().unsqueeze(1)
+        xf = x.float()
+        return xf * cos + rotate_half(xf) * sin
+
+    for label, pos in [("offset 0", torch.arange(T, device=DEV).expand(B, T)),
+                       ("position ids [B, T]", torch.randint(0, 131072, (B, T), device=DEV))]:
+        by_ids = label.startswith("position ids")
+        ids = pos.to(torch.int32).contiguous()
+        cos, sin = cos_sin(pos)
+
+        def ours():
+            if by_ids:
+                return rudnn.rope(q, positions=ids, base=base), rudnn.rope(k, positions=ids, base=base)
+            return rudnn.rope(q, base=base), rudnn.rope(k, base=base)
+
+        def check():
+            yq, yk = ours()
+            e = worst((rel_err(yq, reference(q, pos)), tol_of(bf)), (rel_err(yk, reference(k, pos)), tol_of(bf)))
+            del yq, yk
+            return e
+        extra = 2 * ids.numel() * 4 if by_ids else 0
+        run_case(f"rope q+k ({label})", shape, bf, nbytes + extra, have and ours,
+                 lambda: hf_apply(cos, sin), "HF Llama apply_rotary_pos_emb (eager, cos/sin precomputed)", check)
+        del cos, sin
+
+
+def glu_cases():
+    """SwiGLU and GeGLU at the silu(a)·b anchor ([rows, cols] bf16 gate and up)."""
+    R, I = ARGS.rows, ARGS.cols
+    shape = f"[{R},{I}]"
+    bf = torch.bfloat16
+    torch.manual_seed(3)
+    g = torch.randn(R, I, dtype=bf, device=DEV) * 2
+    u = torch.randn(R, I, dtype=bf, device=DEV)
+    dy = torch.randn(R, I, dtype=bf, device=DEV)
+    N = g.numel() * 2
+    have = rudnn is not None
+
+    def check():
+        return rel_err(rudnn.swiglu(g, u), F.silu(g.float()) * u.float()), tol_of(bf)
+    run_case("swiglu", shape, bf, 3 * N, have and (lambda: rudnn.swiglu(g, u)), lambda: F.silu(g) * u,
+             "F.silu(g) * u", check)
+
+    fused = torch.cat([g, u], dim=-1)  # one [R, 2I] gate/up projection
+
+    def check():
+        return rel_err(rudnn.swiglu(fused), F.silu(g.float()) * u.float()), tol_of(bf)
+    run_case("swiglu (halves of [R, 2I])", shape, bf, 3 * N, have and (lambda: rudnn.swiglu(fused)),
+             lambda: F.silu(fused[:, :I]) * fused[:, I:], "F.silu(x[:, :I]) * x[:, I:]", check)
+    del fused
+
+    # forward + backward: gate, up read, y written; dy, gate, up read, dgate, dup written
+    gg = g.clone().requires_grad_(True)
+    uu = u.clone().requires_grad_(True)
+
+    def anchor_fb():
+        y = F.silu(gg) * uu
+        return torch.autograd.grad(y, (gg, uu), dy)
+
+    def ours_fb():
+        return rudnn.swiglu(g, u), rudnn.swiglu_backward(dy, g, u)
+
+    def check():
+        y, (dg, du) = ours_fb()
+        gr, ur = g.float().requires_grad_(True), u.float().requires_grad_(True)
+        yr = F.silu(gr) * ur
+        dgr, dur = torch.autograd.grad(yr, (gr, ur), dy.float())
+        return worst((rel_err(y, yr), tol_of(bf)), (rel_err(dg, dgr), tol_of(bf)), (rel_err(du, dur), tol_of(bf)))
+    run_case("swiglu fwd+bwd", shape, bf, 8 * N, have and ours_fb, anchor_fb,
+             "F.silu(g) * u + autograd.grad", check)
+    del gg, uu
+
+    def check():
+        ref = F.gelu(g.float(), approximate="tanh") * u.float()
+        return rel_err(rudnn.geglu(g, u, approximate="tanh"), ref), tol_of(bf)
+    run_case("geglu (tanh)", shape, bf, 3 * N, have and (lambda: rudnn.geglu(g, u, approximate="tanh")),
+             lambda: F.gelu(g, approximate="tanh") * u, "F.gelu(g, approximate='tanh') * u", check)
+
+
 def copy_case():
     n = ARGS.copy_mib << 20
     a = torch.empty(n, dtype=torch.uint8, device=DEV)
@@ -367,7 +493,8 @@ def print_table(copy_ms, copy_gbs, out=sys.stdout):
     print(file=out)
     print("anchors: " + "; ".join(f"{r.case}: {r.anchor} {r.shape}" for r in ROWS), file=out)
     print("ratio = anchor ms / ours ms (>1: ours faster); GB/s = bytes read + written once (ANCHORS.md); "
-          "fwd+bwd CE counts 3 logits passes, with_grad 2", file=out)
+          "fwd+bwd CE counts 3 logits passes, with_grad 2; rope counts q and k read and written once, "
+          "swiglu 3 tensors forward, 8 forward + backward", file=out)
 
 
 def write_csv(path, copy_ms, copy_gbs):
@@ -407,7 +534,7 @@ def main(argv=None):
 
     copy_ms, copy_gbs = copy_case()
     print(f"  copy {ARGS.copy_mib} MiB d2d: {copy_ms:.4f} ms, {copy_gbs:.1f} GB/s", file=sys.stderr, flush=True)
-    for group in (norm_cases, cross_entropy_cases):
+    for group in (norm_cases, cross_entropy_cases, rope_cases, glu_cases):
         try:
             group()
         except Exception as e:  # noqa: BLE001 - a broken setup fails its group, not the script

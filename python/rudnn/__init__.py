@@ -1,8 +1,15 @@
 """ruDNN: neural-network operators for CUDA GPUs, with a CPU reference for every op.
 
-The functions here are the normalization family of the C++ library (``rudnn/normalization.h``):
-LayerNorm, RMSNorm, residual-add + RMSNorm, softmax, log-sum-exp and cross entropy over the
-last axis, with their backward passes.
+The functions here are two families of the C++ library:
+
+- normalization (``rudnn/normalization.h``, :mod:`rudnn.normalization`): LayerNorm, RMSNorm,
+  residual-add + RMSNorm, softmax, log-sum-exp and cross entropy over the last axis, with
+  their backward passes;
+- transformer (``rudnn/transformer.h``, :mod:`rudnn.transformer`): rotary position embeddings
+  (rope, rope_backward, the Llama 3 / YaRN frequency helpers), norm + rope + KV-cache write
+  (norm_rope), and the gated activations SwiGLU / GeGLU with their backward passes. Their
+  shapes are the op's own (``[B, ..., T, D]`` for rope, ``[..., I]`` / ``[..., 2I]`` for the
+  gated activations); the rest of the common contract below holds for them too.
 
 Inputs and outputs
     Inputs are any DLPack-capable arrays: torch tensors, numpy arrays, cupy/jax arrays,
@@ -101,6 +108,17 @@ from .normalization import (
     softmax_backward,
     softmax_last_axis,
 )
+from .transformer import (
+    geglu,
+    geglu_backward,
+    norm_rope,
+    rope,
+    rope_backward,
+    rope_llama3_freqs,
+    rope_yarn_freqs,
+    swiglu,
+    swiglu_backward,
+)
 
 __version__ = _rudnn.version()
 
@@ -132,6 +150,16 @@ __all__ = [
     "cross_entropy_backward",
     "cross_entropy_with_grad",
     "scale_unless_one",
+    # transformer
+    "rope",
+    "rope_backward",
+    "norm_rope",
+    "rope_llama3_freqs",
+    "rope_yarn_freqs",
+    "swiglu",
+    "geglu",
+    "swiglu_backward",
+    "geglu_backward",
 ]
 
 

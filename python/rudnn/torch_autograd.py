@@ -17,6 +17,19 @@ names, plus float64 on the CPU):
     logsumexp(x)                                            -> x.shape[:-1]
     cross_entropy(logits, targets, ignore_index=-100, reduction="mean")
 
+Transformer family (shapes and dtypes as the ``rudnn`` functions of the same names):
+    rope(x, dims=None, traditional=False, base=None, freqs=None, scale=1.0, offset=0,
+         offsets=None, positions=None)                      -> x's shape
+    norm_rope(x, weight=None, eps=1e-6, normalize=True, dims=None, ..., offset=0, cache=None)
+    swiglu(gate, up=None)                                   -> silu(gate) * up
+    geglu(gate, up=None, approximate="none")                -> gelu(gate) * up
+  rope's defaults are Hugging Face Llama's: the halves (``rotate_half``) and, when neither
+  ``base`` nor ``freqs`` is given, ``base=10000`` (``rope_theta``). The gradient of rope is
+  rope_backward (x only: positions and freqs get none); norm_rope's is rope_backward then
+  rms_norm_backward (x and weight); with ``cache`` it writes the cache in place and is not
+  differentiable (a KV-cache write). ``up=None`` is the one-tensor form: ``gate`` holds
+  ``[..., 2I]`` (gate then up along the last axis), as a fused gate/up projection gives.
+
 Modules: :class:`RMSNorm`, :class:`LayerNorm` (normalized over the last axis only).
 
 Differences from torch.nn.functional:
@@ -52,6 +65,10 @@ __all__ = [
     "softmax",
     "logsumexp",
     "cross_entropy",
+    "rope",
+    "norm_rope",
+    "swiglu",
+    "geglu",
     "RMSNorm",
     "LayerNorm",
     # Earlier names, kept: each .apply is the function of the same op.
@@ -121,6 +138,111 @@ def cross_entropy(
     fused = torch.is_grad_enabled() and logits.requires_grad and reduction != "none"
     loss, _ = _lib.cross_entropy(logits, targets, ignore_index, reduction, fused)
     return loss
+
+
+# ---- transformer family --------------------------------------------------------------------
+
+#: Hugging Face's default ``rope_theta``: the base when neither base nor freqs is given.
+DEFAULT_ROPE_BASE = 10000.0
+
+
+def _flag(op: str, name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise _rudnn.InvalidArgument(f"{op}: {name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def _number(op: str, name: str, value) -> float:
+    if isinstance(value, bool):
+        raise _rudnn.InvalidArgument(f"{op}: {name} must be a number, got bool")
+    return float(value)
+
+
+def _index(op: str, name: str, value) -> int:
+    if isinstance(value, bool):
+        raise _rudnn.InvalidArgument(f"{op}: {name} must be an int, got bool")
+    return value if isinstance(value, torch.SymInt) else int(value)
+
+
+def _rotation(op, x, dims, traditional, base, freqs, scale, offset):
+    """rope's schema arguments (dims, traditional, base, freqs, scale, offset)."""
+    if base is None and freqs is None:
+        base = DEFAULT_ROPE_BASE
+    dims = x.shape[-1] if dims is None else _index(op, "dims", dims)
+    base = None if base is None else _number(op, "base", base)
+    return dims, _flag(op, "traditional", traditional), base, freqs, _number(op, "scale", scale), _index(
+        op, "offset", offset
+    )
+
+
+def rope(
+    x: Tensor,
+    dims: Optional[int] = None,
+    *,
+    traditional: bool = False,
+    base: Optional[float] = None,
+    freqs: Optional[Tensor] = None,
+    scale: float = 1.0,
+    offset: int = 0,
+    offsets: Optional[Tensor] = None,
+    positions: Optional[Tensor] = None,
+) -> Tensor:
+    """Differentiable :func:`rudnn.rope` of ``x [B, ..., T, D]`` (gradient for ``x`` only).
+
+    Defaults as Hugging Face Llama: the halves (``traditional=False``, ``rotate_half``), all
+    ``D`` features, and ``base=10000`` when neither ``base`` nor ``freqs`` is given. Positions:
+    ``offset + t``, ``offsets[b] + t`` (``[B]``) or ``positions`` (``[T]`` / ``[B, T]``, the
+    position ids), int32 or int64 on ``x``'s device.
+    """
+    dims, traditional, base, freqs, scale, offset = _rotation("rope", x, dims, traditional, base, freqs, scale, offset)
+    return _lib.rope(x, dims, traditional, base, freqs, scale, offset, offsets, positions)
+
+
+def norm_rope(
+    x: Tensor,
+    weight: Optional[Tensor] = None,
+    eps: float = 1e-6,
+    *,
+    normalize: bool = True,
+    dims: Optional[int] = None,
+    traditional: bool = False,
+    base: Optional[float] = None,
+    freqs: Optional[Tensor] = None,
+    scale: float = 1.0,
+    offset: int = 0,
+    cache: Optional[Tensor] = None,
+) -> Tensor:
+    """:func:`rudnn.norm_rope`: rms_norm of each head's features (``normalize``, with an optional
+    ``[D]`` weight) then :func:`rope` at positions ``offset .. offset + L``.
+
+    Without ``cache``: a new tensor, differentiable in ``x`` and ``weight``. With ``cache``
+    (``[B, H, C, D]``): positions ``offset .. offset + L`` of the cache are written in place and
+    the cache is returned (a KV-cache write, not differentiable). rope's defaults as for
+    :func:`rope`.
+    """
+    dims, traditional, base, freqs, scale, offset = _rotation(
+        "norm_rope", x, dims, traditional, base, freqs, scale, offset
+    )
+    eps = _number("norm_rope", "eps", eps)
+    normalize = _flag("norm_rope", "normalize", normalize)
+    if cache is not None:
+        _lib.norm_rope_cache_(x, weight, eps, normalize, dims, traditional, base, freqs, scale, offset, cache)
+        return cache
+    return _lib.norm_rope(x, weight, eps, normalize, dims, traditional, base, freqs, scale, offset)
+
+
+def swiglu(gate: Tensor, up: Optional[Tensor] = None) -> Tensor:
+    """Differentiable :func:`rudnn.swiglu`: ``F.silu(gate) * up``; ``up=None``: ``gate`` is
+    ``[..., 2I]`` holding gate and up as the halves of its last axis."""
+    return _lib.swiglu(gate, up)
+
+
+def geglu(gate: Tensor, up: Optional[Tensor] = None, approximate: str = "none") -> Tensor:
+    """Differentiable :func:`rudnn.geglu`: ``F.gelu(gate, approximate=approximate) * up``
+    (``"none"``: erf, torch's default; ``"tanh"``); ``up=None`` as for :func:`swiglu`."""
+    if approximate not in ("none", "tanh"):
+        raise _rudnn.InvalidArgument(f"geglu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _lib.geglu(gate, up, approximate)
 
 
 class _Apply:

@@ -7,6 +7,10 @@ step traces with no graph break. The ops run on CPU and CUDA tensors (the CPU re
 float64 too, for ``torch.autograd.gradcheck``). Use them through :mod:`rudnn.torch_autograd`,
 which gives them torch's defaults.
 
+The transformer family's ops (rope, rope_backward, norm_rope, swiglu, geglu and the gated
+activations' backward ops) are differentiable the same way; ``norm_rope_cache_`` writes a KV
+cache in place and has no gradient.
+
 Loaded by ``import rudnn`` when torch is already imported, else by ``rudnn.torch_autograd``.
 """
 
@@ -17,6 +21,7 @@ import torch
 from torch import Tensor
 
 from . import normalization as _ops
+from . import transformer as _tf
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -308,3 +313,240 @@ def _cross_entropy_grad(ctx, grad, _grad_dlogits):
 
 
 cross_entropy.register_autograd(_cross_entropy_grad, setup_context=_cross_entropy_setup)
+
+
+# ---- transformer: rope, norm_rope, swiglu, geglu ---------------------------------------------
+#
+# rope's options travel as the schema's scalars (dims resolved to an int by the callers);
+# offsets / positions / freqs are tensors that get no gradient. The gated activations take
+# up=None for the one-tensor form (gate holding both halves); their backward op then returns
+# (dx, empty).
+
+def _rope_kwargs(traditional, base, freqs, scale, offset, offsets, positions):
+    return dict(
+        traditional=traditional, base=base, freqs=freqs, scale=scale, offset=offset, offsets=offsets,
+        positions=positions,
+    )
+
+
+@torch.library.custom_op("rudnn::rope", mutates_args=())
+def rope(
+    x: Tensor,
+    dims: int,
+    traditional: bool,
+    base: Optional[float],
+    freqs: Optional[Tensor],
+    scale: float,
+    offset: int,
+    offsets: Optional[Tensor],
+    positions: Optional[Tensor],
+) -> Tensor:
+    """rudnn.rope: a new contiguous tensor of x's shape and dtype."""
+    return _tf.rope(x, dims, **_rope_kwargs(traditional, base, freqs, scale, offset, offsets, positions))
+
+
+@rope.register_fake
+def _(x, dims, traditional, base, freqs, scale, offset, offsets, positions):
+    return x.new_empty(x.shape)
+
+
+@torch.library.custom_op("rudnn::rope_backward", mutates_args=())
+def rope_backward(
+    dy: Tensor,
+    dims: int,
+    traditional: bool,
+    base: Optional[float],
+    freqs: Optional[Tensor],
+    scale: float,
+    offset: int,
+    offsets: Optional[Tensor],
+    positions: Optional[Tensor],
+) -> Tensor:
+    """rudnn.rope_backward: dy rotated by the opposite angles (rope's inverse)."""
+    return _tf.rope_backward(dy, dims, **_rope_kwargs(traditional, base, freqs, scale, offset, offsets, positions))
+
+
+@rope_backward.register_fake
+def _(dy, dims, traditional, base, freqs, scale, offset, offsets, positions):
+    return dy.new_empty(dy.shape)
+
+
+def _rope_setup(ctx, inputs, output):
+    _, dims, traditional, base, freqs, scale, offset, offsets, positions = inputs
+    ctx.save_for_backward(freqs, offsets, positions)
+    ctx.options = (dims, traditional, base, scale, offset)
+
+
+def _rope_options(ctx):
+    freqs, offsets, positions = ctx.saved_tensors
+    dims, traditional, base, scale, offset = ctx.options
+    return dims, traditional, base, freqs, scale, offset, offsets, positions
+
+
+def _rope_grad(ctx, dy):
+    # The rotation is orthogonal: its gradient is the rotation by the opposite angles.
+    return (rope_backward(dy, *_rope_options(ctx)),) + (None,) * 8
+
+
+def _rope_backward_grad(ctx, ddx):
+    return (rope(ddx, *_rope_options(ctx)),) + (None,) * 8
+
+
+rope.register_autograd(_rope_grad, setup_context=_rope_setup)
+rope_backward.register_autograd(_rope_backward_grad, setup_context=_rope_setup)
+
+
+@torch.library.custom_op("rudnn::norm_rope", mutates_args=())
+def norm_rope(
+    x: Tensor,
+    weight: Optional[Tensor],
+    eps: float,
+    normalize: bool,
+    dims: int,
+    traditional: bool,
+    base: Optional[float],
+    freqs: Optional[Tensor],
+    scale: float,
+    offset: int,
+) -> Tensor:
+    """rudnn.norm_rope without a cache: rms_norm (when normalize) then rope at offset + t."""
+    return _tf.norm_rope(
+        x, weight, eps, normalize=normalize, dims=dims, traditional=traditional, base=base, freqs=freqs, scale=scale,
+        offset=offset,
+    )
+
+
+@norm_rope.register_fake
+def _(x, weight, eps, normalize, dims, traditional, base, freqs, scale, offset):
+    return x.new_empty(x.shape)
+
+
+def _norm_rope_setup(ctx, inputs, output):
+    x, weight, eps, normalize, dims, traditional, base, freqs, scale, offset = inputs
+    ctx.save_for_backward(x, weight, freqs)
+    ctx.eps, ctx.normalize = eps, normalize
+    ctx.rotation = (dims, traditional, base, scale, offset)
+
+
+def _norm_rope_grad(ctx, dy):
+    x, weight, freqs = ctx.saved_tensors
+    dims, traditional, base, scale, offset = ctx.rotation
+    dnormed = rope_backward(dy, dims, traditional, base, freqs, scale, offset, None, None)
+    if not ctx.normalize:
+        return (dnormed,) + (None,) * 9
+    dx, dweight = rms_norm_backward(dnormed, x, weight, ctx.eps)
+    return (dx, None if weight is None else dweight) + (None,) * 8
+
+
+norm_rope.register_autograd(_norm_rope_grad, setup_context=_norm_rope_setup)
+
+
+@torch.library.custom_op("rudnn::norm_rope_cache_", mutates_args=("cache",))
+def norm_rope_cache_(
+    x: Tensor,
+    weight: Optional[Tensor],
+    eps: float,
+    normalize: bool,
+    dims: int,
+    traditional: bool,
+    base: Optional[float],
+    freqs: Optional[Tensor],
+    scale: float,
+    offset: int,
+    cache: Tensor,
+) -> None:
+    """rudnn.norm_rope writing positions offset .. offset + L of cache [B, H, C, D] in place (a
+    KV-cache write: no gradient)."""
+    _tf.norm_rope(
+        x, weight, eps, normalize=normalize, dims=dims, traditional=traditional, base=base, freqs=freqs, scale=scale,
+        offset=offset, cache=cache,
+    )
+
+
+@norm_rope_cache_.register_fake
+def _(x, weight, eps, normalize, dims, traditional, base, freqs, scale, offset, cache):
+    return None
+
+
+@torch.library.custom_op("rudnn::swiglu", mutates_args=())
+def swiglu(gate: Tensor, up: Optional[Tensor]) -> Tensor:
+    """rudnn.swiglu: silu(gate) * up, or of the halves of gate's last axis when up is None."""
+    return _tf.swiglu(gate, up)
+
+
+@torch.library.custom_op("rudnn::geglu", mutates_args=())
+def geglu(gate: Tensor, up: Optional[Tensor], approximate: str) -> Tensor:
+    """rudnn.geglu: gelu(gate) * up, or of the halves of gate's last axis when up is None."""
+    return _tf.geglu(gate, up, approximate)
+
+
+def _glu_fake(gate, up):
+    if up is None:
+        return gate.new_empty(gate.shape[:-1] + (gate.shape[-1] // 2,))
+    return gate.new_empty(gate.shape)
+
+
+@swiglu.register_fake
+def _(gate, up):
+    return _glu_fake(gate, up)
+
+
+@geglu.register_fake
+def _(gate, up, approximate):
+    return _glu_fake(gate, up)
+
+
+@torch.library.custom_op("rudnn::swiglu_backward", mutates_args=())
+def swiglu_backward(dy: Tensor, gate: Tensor, up: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """(dgate, dup); for the one-tensor form (up None) (dx, empty)."""
+    if up is None:
+        return _tf.swiglu_backward(dy, gate), _nothing(gate)
+    return _tf.swiglu_backward(dy, gate, up)
+
+
+@torch.library.custom_op("rudnn::geglu_backward", mutates_args=())
+def geglu_backward(dy: Tensor, gate: Tensor, up: Optional[Tensor], approximate: str) -> Tuple[Tensor, Tensor]:
+    """(dgate, dup); for the one-tensor form (up None) (dx, empty)."""
+    if up is None:
+        return _tf.geglu_backward(dy, gate, None, approximate), _nothing(gate)
+    return _tf.geglu_backward(dy, gate, up, approximate)
+
+
+def _glu_backward_fake(gate, up):
+    if up is None:
+        return gate.new_empty(gate.shape), _nothing(gate)
+    return gate.new_empty(gate.shape), up.new_empty(up.shape)
+
+
+@swiglu_backward.register_fake
+def _(dy, gate, up):
+    return _glu_backward_fake(gate, up)
+
+
+@geglu_backward.register_fake
+def _(dy, gate, up, approximate):
+    return _glu_backward_fake(gate, up)
+
+
+def _glu_setup(ctx, inputs, output):
+    gate, up = inputs[0], inputs[1]
+    ctx.save_for_backward(gate, up)
+    ctx.approximate = inputs[2] if len(inputs) > 2 else None
+
+
+def _glu_grads(up, dgate, dup):
+    return (dgate, None) if up is None else (dgate, dup)
+
+
+def _swiglu_grad(ctx, dy):
+    gate, up = ctx.saved_tensors
+    return _glu_grads(up, *swiglu_backward(dy, gate, up))
+
+
+def _geglu_grad(ctx, dy):
+    gate, up = ctx.saved_tensors
+    return _glu_grads(up, *geglu_backward(dy, gate, up, ctx.approximate)) + (None,)
+
+
+swiglu.register_autograd(_swiglu_grad, setup_context=_glu_setup)
+geglu.register_autograd(_geglu_grad, setup_context=_glu_setup)

@@ -8,5 +8,6 @@
 namespace rudnn_py {
 
 void bind_normalization(pybind11::module_& m);
+void bind_transformer(pybind11::module_& m);
 
 }  // namespace rudnn_py

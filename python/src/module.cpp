@@ -8,4 +8,5 @@ PYBIND11_MODULE(_rudnn, m) {
   m.doc() = "ruDNN native binding (use the `rudnn` package rather than this module directly).";
   rudnn_py::bind_core(m);
   rudnn_py::bind_normalization(m);
+  rudnn_py::bind_transformer(m);
 }

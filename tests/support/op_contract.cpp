@@ -369,6 +369,10 @@ void check_runs_on_the_given_stream(const ContractCase& c) {
 
 void check_cuda_graph_capture(const ContractCase& c) {
   RUDNN_REQUIRE_CUDA();
+  if (!c.row->not_capturable_because.empty()) {
+    GTEST_SKIP() << c.row->test_label()
+                 << " is not for graph capture: " << c.row->not_capturable_because;
+  }
 #if RUDNN_TEST_CUDA
   RUDNN_SEEDED_RNG(rng);
   SCOPED_TRACE(describe(c));

@@ -27,7 +27,9 @@
 //   CapturesIntoACudaGraph       the _into form captured in cudaStreamCaptureModeGlobal (a
 //                                hidden host synchronisation invalidates the capture), replayed
 //                                twice: it matches the eager result, then the reference for
-//                                inputs rewritten between replays
+//                                inputs rewritten between replays; skipped, with the row's
+//                                reason, for a row whose op documents that call as not for
+//                                capture (OpRow::not_capturable_because)
 //   TensorsBeyondTwoToThe31Elements  rows whose elements number more than 2^31 (a periodic input
 //                                built on the device), where the row says the op takes them;
 //                                skipped with the reason when the device lacks the memory
@@ -35,7 +37,11 @@
 // Assumptions a row must meet (normalization's ops do): the op works along rows, so every
 // operand and output whose leading dimension is the row count is "row-shaped", and any other
 // output (dgamma, dbeta) is a sum over rows; an op reads nothing from its outputs unless the
-// row is in place.
+// row is in place. The "rows" are the leading axis, whatever the op calls it: the
+// transformer family's rope rows are batch entries of x [B, H, T, D] (each of about `cols`
+// elements), and an output that depends on one batch entry only is row-shaped too. The
+// > 2^31 check takes any operand whose leading dimension is 64 (its period) for row-shaped
+// and tiles it: a row's other operands (freqs [dims / 2], say) must not be 64 long there.
 #pragma once
 
 #include <functional>
@@ -78,6 +84,10 @@ struct OpRow {
   bool in_place = false;    // outputs hold the input values the op updates
   bool takes_big = true;    // takes inputs of more than 2^31 elements
   int64_t big_cols = 8192;  // row length of that case (rows: enough to pass 2^31 elements)
+  // Non-empty: the op documents this row's _into call as not for CUDA-graph capture (it
+  // allocates a temporary on the stream, as norm_rope writing a cache of several heads
+  // through its norm does); CapturesIntoACudaGraph is then skipped with this reason.
+  std::string not_capturable_because;
 
   const std::string& test_label() const { return label.empty() ? name : label; }
 };
