@@ -1,0 +1,136 @@
+// Epilogues: what happens to an FP32 accumulator on its way to D. OutputTile applies the
+// linear part (alpha, row and column scales, bias, beta * C: each present or not at run time)
+// and then an activation functor type, and stores in D's dtype (T or f32). The activation is
+// the kernels' template parameter, so a family that fuses its own elementwise step writes a
+// functor `float operator()(float) const` and instantiates the kernel with it; the library's
+// GEMM entry instantiates RuntimeActivation (one switch per element on a uniform value)
+// instead of one kernel per activation.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/types.cuh"
+#include "gemm/args.h"
+#include "gemm/problem.cuh"
+
+namespace rudnn::gemm::kernels {
+
+struct Identity {
+  __device__ __forceinline__ float operator()(float v) const { return v; }
+};
+struct Relu {
+  __device__ __forceinline__ float operator()(float v) const { return v > 0.0f ? v : 0.0f; }
+};
+struct Silu {
+  __device__ __forceinline__ float operator()(float v) const { return v / (1.0f + __expf(-v)); }
+};
+// The tanh approximation: 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))).
+struct Gelu {
+  __device__ __forceinline__ float operator()(float v) const {
+    const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+    return 0.5f * v * (1.0f + tanhf(u));
+  }
+};
+// gemm::Activation chosen at run time (0 None, 1 Relu, 2 Silu, 3 Gelu).
+struct RuntimeActivation {
+  int kind;
+  __device__ __forceinline__ float operator()(float v) const {
+    switch (kind) {
+      case 1:
+        return Relu{}(v);
+      case 2:
+        return Silu{}(v);
+      case 3:
+        return Gelu{}(v);
+      default:
+        return v;
+    }
+  }
+};
+
+// A group's D (and C, bias, scales) as the epilogue writes it: rows and columns of the group.
+// T is the operands' element type; D, C and bias are T, or float when args.out_f32.
+template <class T, class Activation>
+struct OutputTile {
+  void* d;
+  const void* c;
+  const void* bias;
+  const float* row_scale;
+  const float* col_scale;
+  int64_t ldd, ldc;
+  int64_t m, n;
+  int64_t row_base;  // the group's first row in row_scale
+  float alpha, beta;
+  bool out_f32, pair_stores;
+  Activation act;
+
+  __device__ __forceinline__ OutputTile(const GemmArgs& p, const GroupView& v, Activation a)
+      : d(p.out_f32 ? static_cast<void*>(static_cast<float*>(p.d) + v.d_offset)
+                    : static_cast<void*>(static_cast<T*>(p.d) + v.d_offset)),
+        c(p.c == nullptr ? nullptr
+          : p.out_f32    ? static_cast<const void*>(static_cast<const float*>(p.c) + v.c_offset)
+                         : static_cast<const void*>(static_cast<const T*>(p.c) + v.c_offset)),
+        bias(p.bias),
+        row_scale(p.row_scale),
+        col_scale(p.col_scale),
+        ldd(p.ldd),
+        ldc(p.ldc),
+        m(v.m),
+        n(p.n),
+        row_base(v.row0),
+        alpha(p.alpha),
+        beta(p.beta),
+        out_f32(p.out_f32),
+        pair_stores(p.pair_stores),
+        act(a) {}
+
+  template <class Out>
+  __device__ __forceinline__ float load(const void* base, int64_t i) const {
+    return cuda::to_float(static_cast<const Out*>(base)[i]);
+  }
+
+  template <class Out>
+  __device__ __forceinline__ void store(int64_t row, int64_t col, float v0, float v1,
+                                        bool second) const {
+    const float rs = row_scale ? row_scale[row_base + row] : 1.0f;
+    float o0 = alpha * rs * v0, o1 = alpha * rs * v1;
+    if (col_scale) {
+      o0 *= col_scale[col];
+      if (second) o1 *= col_scale[col + 1];
+    }
+    if (bias) {
+      o0 += load<Out>(bias, col);
+      if (second) o1 += load<Out>(bias, col + 1);
+    }
+    if (c) {
+      o0 += beta * load<Out>(c, row * ldc + col);
+      if (second) o1 += beta * load<Out>(c, row * ldc + col + 1);
+    }
+    o0 = act(o0);
+    o1 = act(o1);
+    Out* out = static_cast<Out*>(d) + row * ldd + col;
+    if (second && pair_stores) {
+      if constexpr (sizeof(Out) == 2) {
+        *reinterpret_cast<unsigned*>(out) = cuda::pack_pair<Out>(o0, o1);
+      } else {
+        *reinterpret_cast<float2*>(out) = make_float2(o0, o1);
+      }
+    } else {
+      out[0] = cuda::from_float<Out>(o0);
+      if (second) out[1] = cuda::from_float<Out>(o1);
+    }
+  }
+
+  // Accumulators of columns col, col + 1 (col even) of `row` (the group's); elements outside
+  // the group's m x n are skipped.
+  __device__ __forceinline__ void store_pair(int64_t row, int64_t col, float v0, float v1) const {
+    if (row >= m || col >= n) return;
+    const bool second = col + 1 < n;
+    if (out_f32)
+      store<float>(row, col, v0, v1, second);
+    else
+      store<T>(row, col, v0, v1, second);
+  }
+};
+
+}  // namespace rudnn::gemm::kernels

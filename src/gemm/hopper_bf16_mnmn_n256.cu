@@ -1,0 +1,7 @@
+// The Hopper GEMM kernel for bf16, column-major A, row-major B (both MN-major: the weight
+// gradient), 128 x 256 tiles.
+#include "gemm/hopper_launch.cuh"
+
+namespace rudnn::gemm::kernels {
+template void run_hopper<__nv_bfloat16, 256, false, false>(const GemmArgs&, const LaunchSite&);
+}  // namespace rudnn::gemm::kernels

@@ -1,0 +1,9 @@
+// The mma.sync GEMM kernel for bf16, row-major A (both layouts of B).
+#include "gemm/mma_sync_launch.cuh"
+
+namespace rudnn::gemm::kernels {
+template void run_mma_sync<__nv_bfloat16, true, true>(const GemmArgs&, bool, bool,
+                                                      const LaunchSite&);
+template void run_mma_sync<__nv_bfloat16, true, false>(const GemmArgs&, bool, bool,
+                                                       const LaunchSite&);
+}  // namespace rudnn::gemm::kernels

@@ -1,0 +1,554 @@
+// GEMM launch variants and epilogue options against a float64 host product (the shape and
+// layout sweeps are in test_gemm_gpu.cpp):
+//   - every Hopper kernel built (dtype x layouts x tile width) with and without clusters of two
+//     (Tuning::hopper_cluster: B multicast to a pair of blocks), on shapes with an odd number
+//     of M tiles (a pair's second block past M), grouped by M with empty and odd groups, and
+//     grouped by K with group boundaries inside a k-block (the k-tail zeroed in shared memory);
+//   - the epilogue's options on every path: f32 output for 16-bit operands, activations,
+//     row and column scales, bias, C read in place from D (D += A.B);
+//   - operands whose leading dimension exceeds the extent, the padding filled with NaN (never
+//     read), and D's padding columns (ldd > N) left untouched;
+//   - a grouped GEMM captured in a CUDA graph (capture mode global: no allocation, no host
+//     synchronisation) and replayed with new group offsets written to the device between
+//     replays (the offsets are read by the kernel, not baked into the launch).
+// Fresh random inputs each run (RUDNN_TEST_SEED replays one; the seed is printed on failure).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gemm/gemm.h"
+#include "support/test_support.h"
+
+namespace rudnn::test {
+namespace {
+
+using gemm::Activation;
+using gemm::GroupedDim;
+using gemm::Layout;
+using gemm::Path;
+
+constexpr Device kGpu = Device::cuda(0);
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+bool hopper() { return gemm::hopper_available(kGpu); }
+
+// A rows x cols matrix in `layout` with ld = the contiguous extent rounded up to 8, plus
+// `pad` more, the padding NaN; `logical` holds the values as the device has them.
+struct Matrix {
+  int64_t rows = 0, cols = 0, ld = 0;
+  Layout layout = Layout::RowMajor;
+  std::vector<double> logical;
+  Tensor device;
+  double at(int64_t r, int64_t c) const { return logical[r * cols + c]; }
+  gemm::Operand operand() const { return gemm::Operand{device.data(), layout, ld}; }
+};
+
+Matrix make_matrix(Rng& rng, int64_t rows, int64_t cols, Layout layout, DType dtype, int64_t pad) {
+  Matrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.layout = layout;
+  const int64_t contiguous = layout == Layout::RowMajor ? cols : rows;
+  const int64_t outer = layout == Layout::RowMajor ? rows : cols;
+  m.ld = (std::max<int64_t>(contiguous, 1) + 7) / 8 * 8 + pad;
+  std::vector<double> storage(static_cast<size_t>(std::max<int64_t>(outer, 1) * m.ld), kNaN);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      storage[layout == Layout::RowMajor ? r * m.ld + c : c * m.ld + r] = rng.normal();
+  const Tensor host = host_tensor(storage, {std::max<int64_t>(outer, 1), m.ld}, dtype);
+  const std::vector<double> rounded = to_doubles(host);
+  m.logical.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      m.logical[r * cols + c] = rounded[layout == Layout::RowMajor ? r * m.ld + c : c * m.ld + r];
+  m.device = host.to(kGpu);
+  current_stream(kGpu).synchronize();
+  return m;
+}
+
+Tensor device_vector(const std::vector<double>& v, DType dtype) {
+  const Tensor t = host_tensor(v, {static_cast<int64_t>(v.size())}, dtype).to(kGpu);
+  current_stream(kGpu).synchronize();
+  return t;
+}
+
+double activate(Activation a, double v) {
+  switch (a) {
+    case Activation::Relu:
+      return v > 0 ? v : 0;
+    case Activation::Silu:
+      return v / (1 + std::exp(-v));
+    case Activation::Gelu:
+      return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    default:
+      return v;
+  }
+}
+
+double tolerance_for(DType out) { return out == DType::f32 ? 2e-5 : tolerance(out); }
+
+// Checks D (device, rows x ldd, out dtype) against expected (rows x n) and that the padding
+// columns n .. ldd-1 are still NaN.
+void expect_output(const Tensor& d, const std::vector<double>& expected, int64_t rows, int64_t n,
+                   int64_t ldd, DType out) {
+  const std::vector<double> got = to_doubles(d);
+  std::vector<double> inside(static_cast<size_t>(rows * n));
+  int64_t touched = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < n; ++c) inside[r * n + c] = got[r * ldd + c];
+    for (int64_t c = n; c < ldd; ++c) touched += std::isnan(got[r * ldd + c]) ? 0 : 1;
+  }
+  EXPECT_EQ(touched, 0) << "D's padding columns were written";
+  EXPECT_TRUE(all_close(host_tensor(inside, {rows, n}, out), host_tensor(expected, {rows, n}, out),
+                        tolerance_for(out)));
+}
+
+struct Options {
+  Path path = Path::Auto;
+  int block_n = 0, cluster = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  bool bias = false, row_scale = false, col_scale = false, in_place = false;
+  Activation activation = Activation::None;
+  bool f32_out = false;
+  gemm::MathMode math = gemm::MathMode::Default;
+};
+
+std::string describe(const Options& o) {
+  return (::testing::Message() << "path " << gemm::path_name(o.path) << " BN " << o.block_n
+                               << " cluster " << o.cluster << " alpha " << o.alpha << " beta "
+                               << o.beta << " bias " << o.bias << " scales " << o.row_scale
+                               << o.col_scale << " in-place " << o.in_place << " act "
+                               << static_cast<int>(o.activation) << " f32 out " << o.f32_out)
+      .GetString();
+}
+
+// The epilogue's inputs and the expected output of one (grouped) product.
+struct EpilogueInputs {
+  Tensor c, bias, row_scale, col_scale;
+  std::vector<double> c_h, bias_h, rs_h, cs_h;
+};
+
+EpilogueInputs epilogue_inputs(Rng& rng, const Options& o, int64_t rows, int64_t n, int64_t ldc,
+                               DType out) {
+  EpilogueInputs e;
+  std::vector<double> c(static_cast<size_t>(rows * ldc), kNaN), bias(n), rs(rows), cs(n);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) c[r * ldc + j] = rng.normal();
+  for (auto& v : bias) v = rng.normal();
+  for (auto& v : rs) v = rng.uniform(0.5f, 2.0f);
+  for (auto& v : cs) v = rng.uniform(0.5f, 2.0f);
+  e.c = host_tensor(c, {rows, ldc}, out).to(kGpu);
+  e.c_h = to_doubles(host_tensor(c, {rows, ldc}, out));
+  if (o.bias) {
+    e.bias = device_vector(bias, out);
+    e.bias_h = to_doubles(host_tensor(bias, {n}, out));
+  }
+  if (o.row_scale) {
+    e.row_scale = device_vector(rs, DType::f32);
+    e.rs_h = to_doubles(host_tensor(rs, {rows}, DType::f32));
+  }
+  if (o.col_scale) {
+    e.col_scale = device_vector(cs, DType::f32);
+    e.cs_h = to_doubles(host_tensor(cs, {n}, DType::f32));
+  }
+  current_stream(kGpu).synchronize();
+  return e;
+}
+
+double epilogue_value(const Options& o, const EpilogueInputs& e, double acc, int64_t row,
+                      int64_t c_row, int64_t col, int64_t ldc) {
+  double v = o.alpha * acc;
+  if (o.row_scale) v *= e.rs_h[row];
+  if (o.col_scale) v *= e.cs_h[col];
+  if (o.bias) v += e.bias_h[col];
+  if (o.beta != 0.0f) v += o.beta * e.c_h[c_row * ldc + col];
+  return activate(o.activation, v);
+}
+
+gemm::Epilogue epilogue_of(const Options& o, const EpilogueInputs& e, const Tensor& d, int64_t ldd,
+                           DType out) {
+  gemm::Epilogue ep;
+  ep.alpha = o.alpha;
+  ep.beta = o.beta;
+  ep.c = o.in_place ? d.data() : e.c.data();
+  ep.ldc = ldd;
+  ep.bias = o.bias ? e.bias.data() : nullptr;
+  ep.row_scale = o.row_scale ? static_cast<const float*>(e.row_scale.data()) : nullptr;
+  ep.col_scale = o.col_scale ? static_cast<const float*>(e.col_scale.data()) : nullptr;
+  ep.activation = o.activation;
+  if (o.f32_out || out == DType::f32) ep.out_dtype = DType::f32;
+  return ep;
+}
+
+// D: poisoned, or C's values when C is D (in place); ldd = n + 3 (padding columns).
+Tensor output_buffer(const Options& o, const EpilogueInputs& e, int64_t rows, int64_t ldd,
+                     DType out) {
+  if (o.in_place) {
+    const Tensor d = Tensor::empty({rows, ldd}, out, kGpu);
+    d.copy_from(e.c);
+    // The padding columns back to NaN: C's padding is NaN already.
+    current_stream(kGpu).synchronize();
+    return d;
+  }
+  return poisoned({rows, ldd}, out, kGpu);
+}
+
+void check_dense(Rng& rng, DType dtype, int64_t m, int64_t n, int64_t k, Layout la, Layout lb,
+                 const Options& o) {
+  SCOPED_TRACE(::testing::Message()
+               << dtype_name(dtype) << " M=" << m << " N=" << n << " K=" << k << " A "
+               << (la == Layout::RowMajor ? "row" : "col") << " B "
+               << (lb == Layout::RowMajor ? "row" : "col") << " " << describe(o));
+  const DType out = o.f32_out ? DType::f32 : dtype;
+  const Matrix a = make_matrix(rng, m, k, la, dtype, 8);
+  const Matrix b = make_matrix(rng, k, n, lb, dtype, 8);
+  const int64_t ldd = n + 3;
+  const EpilogueInputs e = epilogue_inputs(rng, o, m, n, ldd, out);
+  const Tensor d = output_buffer(o, e, m, ldd, out);
+  gemm::GemmParams p;
+  p.dtype = dtype;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = a.operand();
+  p.b = b.operand();
+  p.d = d.data();
+  p.ldd = ldd;
+  p.epilogue = epilogue_of(o, e, d, ldd, out);
+  p.math = o.math;
+  p.path = o.path;
+  p.tuning.hopper_block_n = o.block_n;
+  p.tuning.hopper_cluster = o.cluster;
+  const Stream stream = current_stream(kGpu);
+  ASSERT_NO_THROW(gemm::gemm(p, stream));
+  stream.synchronize();
+  std::vector<double> expected(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t kk = 0; kk < k; ++kk) s += a.at(i, kk) * b.at(kk, j);
+      expected[i * n + j] = epilogue_value(o, e, s, i, i, j, ldd);
+    }
+  expect_output(d, expected, m, n, ldd, out);
+}
+
+// Grouped by M: rows [off_g, off_g+1) of A and D times B_g (B: [G] matrices k x n in lb).
+void check_grouped_m(Rng& rng, DType dtype, const std::vector<int32_t>& sizes, int64_t n, int64_t k,
+                     Layout lb, const Options& o) {
+  SCOPED_TRACE(::testing::Message()
+               << dtype_name(dtype) << " grouped M, " << sizes.size() << " groups, N=" << n << " K="
+               << k << " B " << (lb == Layout::RowMajor ? "row" : "col") << " " << describe(o));
+  const DType out = o.f32_out ? DType::f32 : dtype;
+  const int64_t groups = static_cast<int64_t>(sizes.size());
+  std::vector<int32_t> offsets(1, 0);
+  for (int32_t s : sizes) offsets.push_back(offsets.back() + s);
+  const int64_t rows = offsets.back() + 5;  // 5 rows past the last group: never written
+  const Tensor offsets_device = Tensor::from_host(offsets, {groups + 1}, kGpu);
+  const Matrix a = make_matrix(rng, rows, k, Layout::RowMajor, dtype, 8);
+  // The G matrices stacked: one (k x n) matrix per group, group stride = one matrix.
+  const Matrix b = make_matrix(rng, lb == Layout::RowMajor ? k * groups : k,
+                               lb == Layout::RowMajor ? n : n * groups, lb, dtype, 8);
+  const int64_t b_stride = lb == Layout::RowMajor ? k * b.ld : n * b.ld;
+  auto b_at = [&](int64_t g, int64_t kk, int64_t j) {
+    return lb == Layout::RowMajor ? b.at(g * k + kk, j) : b.at(kk, g * n + j);
+  };
+  const int64_t ldd = n + 3;
+  const EpilogueInputs e = epilogue_inputs(rng, o, rows, n, ldd, out);
+  const Tensor d = output_buffer(o, e, rows, ldd, out);
+  const std::vector<double> before = to_doubles(d);
+  gemm::GroupedGemmParams p;
+  p.dtype = dtype;
+  p.grouped = GroupedDim::M;
+  p.groups = groups;
+  p.offsets = offsets_device.data_as<int32_t>();
+  p.m = rows;
+  p.n = n;
+  p.k = k;
+  p.a = a.operand();
+  p.b = gemm::Operand{b.device.data(), lb, b.ld};
+  p.b_group_stride = b_stride;
+  p.d = d.data();
+  p.ldd = ldd;
+  p.epilogue = epilogue_of(o, e, d, ldd, out);
+  p.path = o.path;
+  p.tuning.hopper_block_n = o.block_n;
+  p.tuning.hopper_cluster = o.cluster;
+  const Stream stream = current_stream(kGpu);
+  ASSERT_NO_THROW(gemm::grouped_gemm(p, stream));
+  stream.synchronize();
+  std::vector<double> expected(static_cast<size_t>(offsets.back() * n));
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t i = offsets[g]; i < offsets[g + 1]; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t kk = 0; kk < k; ++kk) s += a.at(i, kk) * b_at(g, kk, j);
+        expected[i * n + j] = epilogue_value(o, e, s, i, i, j, ldd);
+      }
+  const Tensor got = d.to_host();
+  expect_output(got.slice(0, 0, offsets.back()), expected, offsets.back(), n, ldd, out);
+  const std::vector<double> after = to_doubles(got);
+  for (int64_t i = offsets.back() * ldd; i < rows * ldd; ++i) {
+    ASSERT_TRUE(std::isnan(after[i]) == std::isnan(before[i]) &&
+                (std::isnan(after[i]) || after[i] == before[i]))
+        << "row " << i / ldd << " past the last group was written";
+  }
+}
+
+// Grouped by K: D_g (m x n) = A[:, K rows of g] . B[K rows of g, :].
+void check_grouped_k(Rng& rng, DType dtype, const std::vector<int32_t>& sizes, int64_t m, int64_t n,
+                     Layout la, Layout lb, const Options& o) {
+  SCOPED_TRACE(::testing::Message()
+               << dtype_name(dtype) << " grouped K, " << sizes.size() << " groups, M=" << m
+               << " N=" << n << " A " << (la == Layout::RowMajor ? "row" : "col") << " B "
+               << (lb == Layout::RowMajor ? "row" : "col") << " " << describe(o));
+  const DType out = o.f32_out ? DType::f32 : dtype;
+  const int64_t groups = static_cast<int64_t>(sizes.size());
+  std::vector<int32_t> offsets(1, 0);
+  for (int32_t s : sizes) offsets.push_back(offsets.back() + s);
+  const int64_t k = offsets.back() + 3;  // rows past the last group: never part of a product
+  const Tensor offsets_device = Tensor::from_host(offsets, {groups + 1}, kGpu);
+  const Matrix a = make_matrix(rng, m, k, la, dtype, 8);
+  const Matrix b = make_matrix(rng, k, n, lb, dtype, 8);
+  const int64_t ldd = n + 3;
+  const EpilogueInputs e = epilogue_inputs(rng, o, groups * m, n, ldd, out);
+  const Tensor d = output_buffer(o, e, groups * m, ldd, out);
+  gemm::GroupedGemmParams p;
+  p.dtype = dtype;
+  p.grouped = GroupedDim::K;
+  p.groups = groups;
+  p.offsets = offsets_device.data_as<int32_t>();
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = a.operand();
+  p.b = b.operand();
+  p.d = d.data();
+  p.ldd = ldd;
+  p.d_group_stride = m * ldd;
+  p.c_group_stride = m * ldd;
+  p.epilogue = epilogue_of(o, e, d, ldd, out);
+  p.path = o.path;
+  p.tuning.hopper_block_n = o.block_n;
+  p.tuning.hopper_cluster = o.cluster;
+  const Stream stream = current_stream(kGpu);
+  ASSERT_NO_THROW(gemm::grouped_gemm(p, stream));
+  stream.synchronize();
+  std::vector<double> expected(static_cast<size_t>(groups * m * n));
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t r = offsets[g]; r < offsets[g + 1]; ++r) s += a.at(i, r) * b.at(r, j);
+        // Row scales index the rows of each group's D (m of them).
+        expected[(g * m + i) * n + j] = epilogue_value(o, e, s, i, g * m + i, j, ldd);
+      }
+  expect_output(d, expected, groups * m, n, ldd, out);
+}
+
+// Every Hopper kernel built, with and without clusters.
+template <class Fn>
+void for_each_hopper_kernel(DType dtype, Fn fn) {
+  for (Layout la : {Layout::RowMajor, Layout::ColMajor})
+    for (Layout lb : {Layout::RowMajor, Layout::ColMajor}) {
+      const int widths = gemm::hopper_block_ns(dtype, la, lb);
+      for (int bn : {128, 192, 256}) {
+        const int bit = bn == 128 ? 1 : bn == 192 ? 2 : 4;
+        if (!(widths & bit)) continue;
+        for (int cluster : {1, 2}) fn(la, lb, bn, cluster);
+      }
+    }
+}
+
+class GemmVariantsGpu : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GemmVariantsGpu, HopperKernelsWithAndWithoutClusters) {
+  RUDNN_REQUIRE_CUDA();
+  if (!hopper()) GTEST_SKIP() << "the wgmma path needs a 9.0 device and an sm_90a build";
+  RUDNN_SEEDED_RNG(rng);
+  const DType dtype = GetParam();
+  for_each_hopper_kernel(dtype, [&](Layout la, Layout lb, int bn, int cluster) {
+    Options o;
+    o.path = Path::Hopper;
+    o.block_n = bn;
+    o.cluster = cluster;
+    // 3 M tiles (a pair's second block past M), N not a multiple of BN, K not of 64.
+    check_dense(rng, dtype, 300, 333, 200, la, lb, o);
+    check_dense(rng, dtype, 1, 17, 8, la, lb, o);
+    if (la == Layout::RowMajor)
+      check_grouped_m(rng, dtype, {0, 129, 1, 0, 300, 256}, 200, 136, lb, o);
+    // Group boundaries inside k-blocks, an empty group, one longer than a k-block.
+    check_grouped_k(rng, dtype, {5, 0, 70, 64, 131}, 136, 200, la, lb, o);
+  });
+}
+
+TEST_P(GemmVariantsGpu, EpilogueOptionsOnEveryPath) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const DType dtype = GetParam();
+  std::vector<Path> paths = {Path::MmaSync};
+  if (hopper()) paths.push_back(Path::Hopper);
+  std::vector<Options> options;
+  for (Path path : paths) {
+    Options o;
+    o.path = path;
+    o.f32_out = true;
+    options.push_back(o);  // f32 output
+    o.f32_out = false;
+    o.alpha = 0.75f;
+    o.row_scale = o.col_scale = o.bias = true;
+    o.activation = Activation::Silu;
+    options.push_back(o);
+    o.activation = Activation::Gelu;
+    o.beta = -0.5f;
+    options.push_back(o);
+    o = Options{};
+    o.path = path;
+    o.activation = Activation::Relu;
+    o.beta = 1.0f;
+    o.in_place = true;  // D += A.B
+    o.f32_out = true;
+    options.push_back(o);
+  }
+  for (const Options& o : options) {
+    check_dense(rng, dtype, 130, 96, 72, Layout::RowMajor, Layout::ColMajor, o);
+    check_grouped_m(rng, dtype, {3, 0, 140}, 72, 64, Layout::ColMajor, o);
+    check_grouped_k(rng, dtype, {33, 0, 64}, 40, 72, Layout::ColMajor, Layout::RowMajor, o);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GemmVariantsGpu, ::testing::Values(DType::bf16, DType::f16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(GemmVariantsF32Gpu, SimtAndTf32WithEpilogue) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (gemm::MathMode math : {gemm::MathMode::Default, gemm::MathMode::Tf32}) {
+    Options o;
+    o.math = math;
+    o.alpha = 1.5f;
+    o.bias = o.row_scale = true;
+    o.activation = Activation::Relu;
+    const bool tf32 = math == gemm::MathMode::Tf32;
+    // TF32 inputs carry 10 mantissa bits: compare against TF32-rounded expectations loosely.
+    for (Layout la : {Layout::RowMajor, Layout::ColMajor})
+      for (Layout lb : {Layout::RowMajor, Layout::ColMajor}) {
+        if (!tf32) {
+          check_dense(rng, DType::f32, 67, 45, 129, la, lb, o);
+          continue;
+        }
+        // Own check: TF32 error is about 1e-3 relative.
+        SCOPED_TRACE("tf32");
+        const Matrix a = make_matrix(rng, 67, 129, la, DType::f32, 8);
+        const Matrix b = make_matrix(rng, 129, 45, lb, DType::f32, 8);
+        const Tensor d = poisoned({67, 45}, DType::f32, kGpu);
+        gemm::GemmParams p;
+        p.dtype = DType::f32;
+        p.m = 67;
+        p.n = 45;
+        p.k = 129;
+        p.a = a.operand();
+        p.b = b.operand();
+        p.d = d.data();
+        p.ldd = 45;
+        p.math = math;
+        const Stream stream = current_stream(kGpu);
+        ASSERT_NO_THROW(gemm::gemm(p, stream));
+        stream.synchronize();
+        std::vector<double> expected(67 * 45);
+        for (int64_t i = 0; i < 67; ++i)
+          for (int64_t j = 0; j < 45; ++j) {
+            double s = 0;
+            for (int64_t kk = 0; kk < 129; ++kk) s += a.at(i, kk) * b.at(kk, j);
+            expected[i * 45 + j] = s;
+          }
+        EXPECT_TRUE(all_close(d.to_host(), host_tensor(expected, {67, 45}, DType::f32), 3e-3));
+      }
+  }
+}
+
+// ---- CUDA graphs
+// ---------------------------------------------------------------------------------
+
+TEST(GroupedGemmGraphGpu, CapturedOnceReplayedWithNewOffsets) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const DType dtype = DType::bf16;
+  const int64_t groups = 8, n = 136, k = 200, rows = 600;
+  const Matrix a = make_matrix(rng, rows, k, Layout::RowMajor, dtype, 0);
+  const Matrix b = make_matrix(rng, n * groups, k, Layout::RowMajor, dtype, 0);  // W [G, N, K]
+  const Tensor offsets_device = Tensor::zeros({groups + 1}, DType::i32, kGpu);
+  const Tensor d = Tensor::empty({rows, n}, dtype, kGpu);
+  const Stream stream = Stream::create(kGpu);
+  auto cs = reinterpret_cast<cudaStream_t>(stream.handle());
+  current_stream(kGpu).synchronize();
+
+  std::vector<std::pair<Path, int>> launches = {{Path::Auto, 0}, {Path::MmaSync, 0}};
+  if (hopper()) launches.push_back({Path::Hopper, 2});
+  for (const auto& [path, cluster] : launches) {
+    SCOPED_TRACE(::testing::Message() << gemm::path_name(path) << " cluster " << cluster);
+    gemm::GroupedGemmParams p;
+    p.dtype = dtype;
+    p.grouped = GroupedDim::M;
+    p.groups = groups;
+    p.offsets = offsets_device.data_as<int32_t>();
+    p.m = rows;
+    p.n = n;
+    p.k = k;
+    p.a = a.operand();
+    p.b = gemm::Operand{b.device.data(), Layout::ColMajor, b.ld};  // B_g = W_g^T
+    p.b_group_stride = n * b.ld;
+    p.d = d.data();
+    p.ldd = n;
+    p.path = path;
+    p.tuning.hopper_cluster = cluster;
+    gemm::grouped_gemm(p, stream);  // first call outside the capture: one-time setup
+    stream.synchronize();
+
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal), cudaSuccess);
+    ASSERT_NO_THROW(gemm::grouped_gemm(p, stream));
+    ASSERT_EQ(cudaStreamEndCapture(cs, &graph), cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+
+    for (int replay = 0; replay < 3; ++replay) {
+      // New routing: sizes summing to at most `rows`, some empty.
+      std::vector<int32_t> offsets(1, 0);
+      for (int64_t g = 0; g < groups; ++g) {
+        const int32_t size = rng.integer(0, 2) == 0 ? 0 : static_cast<int32_t>(rng.integer(1, 140));
+        offsets.push_back(std::min<int32_t>(offsets.back() + size, static_cast<int32_t>(rows)));
+      }
+      ASSERT_EQ(cudaMemcpyAsync(offsets_device.data(), offsets.data(), offsets.size() * 4,
+                                cudaMemcpyHostToDevice, cs),
+                cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(d.data(), 0xFF, static_cast<size_t>(rows * n) * 2, cs),
+                cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(exec, cs), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
+      const int64_t used = offsets.back();
+      std::vector<double> expected(static_cast<size_t>(used * n));
+      for (int64_t g = 0; g < groups; ++g)
+        for (int64_t i = offsets[g]; i < offsets[g + 1]; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double s = 0;
+            for (int64_t kk = 0; kk < k; ++kk) s += a.at(i, kk) * b.at(g * n + j, kk);
+            expected[i * n + j] = s;
+          }
+      if (used > 0)
+        EXPECT_TRUE(
+            all_close(d.slice(0, 0, used).to_host(), host_tensor(expected, {used, n}, dtype)))
+            << "replay " << replay;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+}
+
+}  // namespace
+}  // namespace rudnn::test
