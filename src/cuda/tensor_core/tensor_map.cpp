@@ -129,7 +129,7 @@ CUtensorMap encode_tensor_map(const TensorMapSpec& s) {
   CUtensorMap map{};
   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   const CUresult r = encoder()(&map, s.type, static_cast<cuuint32_t>(s.rank),
-                               const_cast<void*>(s.base), s.dims, s.rank > 1 ? s.strides : nullptr,
+                               const_cast<void*>(s.base), s.dims, s.strides,
                                s.box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, s.swizzle,
                                s.l2_promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   check(r == CUDA_SUCCESS, ErrorCode::Cuda, op, ": cuTensorMapEncodeTiled failed with CUresult ",

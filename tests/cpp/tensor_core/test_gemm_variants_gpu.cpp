@@ -227,7 +227,7 @@ void check_dense(Rng& rng, DType dtype, int64_t m, int64_t n, int64_t k, Layout 
   p.tuning.hopper_cluster = o.cluster;
   const Stream stream = current_stream(kGpu);
   ASSERT_NO_THROW(gemm::gemm(p, stream));
-  stream.synchronize();
+  ASSERT_NO_THROW(stream.synchronize());  // a kernel fault reported with the case's trace
   std::vector<double> expected(static_cast<size_t>(m * n));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
@@ -281,7 +281,7 @@ void check_grouped_m(Rng& rng, DType dtype, const std::vector<int32_t>& sizes, i
   p.tuning.hopper_cluster = o.cluster;
   const Stream stream = current_stream(kGpu);
   ASSERT_NO_THROW(gemm::grouped_gemm(p, stream));
-  stream.synchronize();
+  ASSERT_NO_THROW(stream.synchronize());  // a kernel fault reported with the case's trace
   std::vector<double> expected(static_cast<size_t>(offsets.back() * n));
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t i = offsets[g]; i < offsets[g + 1]; ++i)
@@ -338,7 +338,7 @@ void check_grouped_k(Rng& rng, DType dtype, const std::vector<int32_t>& sizes, i
   p.tuning.hopper_cluster = o.cluster;
   const Stream stream = current_stream(kGpu);
   ASSERT_NO_THROW(gemm::grouped_gemm(p, stream));
-  stream.synchronize();
+  ASSERT_NO_THROW(stream.synchronize());  // a kernel fault reported with the case's trace
   std::vector<double> expected(static_cast<size_t>(groups * m * n));
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t i = 0; i < m; ++i)
