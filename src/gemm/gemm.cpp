@@ -239,6 +239,17 @@ const char* hopper_refusal(const GroupedGemmParams& p, bool dense) {
   if (p.k == 0) return "K = 0";
   if (p.a.ld % 8 != 0 || p.b.ld % 8 != 0) return "leading dimensions not multiples of 8";
   if (!aligned(p.a.data, 16) || !aligned(p.b.data, 16)) return "A or B not 16-byte aligned";
+  // TMA boxes must start on a 16-byte boundary along an operand's contiguous axis (a box at an
+  // unaligned start is an illegal instruction, not an error code). Group starts live on the
+  // device, so a grouped axis that is contiguous in memory cannot be checked: those layouts
+  // go to MmaSync.
+  if (!dense && p.grouped == GroupedDim::M && p.a.layout == Layout::ColMajor)
+    return "grouped M with a column-major A (the group starts would be TMA box starts along "
+           "A's contiguous axis)";
+  if (!dense && p.grouped == GroupedDim::K &&
+      (p.a.layout == Layout::RowMajor || p.b.layout == Layout::ColMajor))
+    return "grouped K with a row-major A or a column-major B (the group starts would be TMA box "
+           "starts along a contiguous axis)";
   if (!dense && p.grouped == GroupedDim::M && p.groups > 1) {
     const int64_t one = p.b.layout == Layout::ColMajor ? p.b.ld * p.n : p.b.ld * p.k;
     if (p.b_group_stride % 8 != 0 || p.b_group_stride < one)

@@ -24,7 +24,10 @@
 //            layout of A and B, optionally clusters of two blocks multicasting B. Needs bf16/f16, a
 //            device of compute capability 9.0, the library built for sm_90a, leading dimensions
 //            (and grouped-M B's group stride) multiples of 8 elements and 16-byte aligned A and B
-//            (TMA's rules), K >= 1.
+//            (TMA's rules), K >= 1, and a grouped axis that is not contiguous in memory (TMA boxes
+//            start on 16 bytes along the contiguous axis; group starts are device data): grouped
+//            M with a row-major A, grouped K with a column-major A and a row-major B (the MoE
+//            layouts); other grouped layouts run MmaSync.
 //   MmaSync  sm_80+: mma.sync m16n8k16 (bf16/f16) or m16n8k8 (TF32) fed by ldmatrix / shared
 //            loads, 3-stage cp.async pipeline, 128 x 128 tiles, persistent, every layout, any
 //            sizes and strides (unaligned operands are loaded element-wise).

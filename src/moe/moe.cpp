@@ -320,7 +320,7 @@ Tensor DispatchedTokens::combine(const Tensor& expert_out, const Stream& stream)
     fail(ErrorCode::InvalidArgument,
          cat(call.op, ": the dispatched tokens are empty; expected ones made by dispatch"));
   }
-  common::require_device(call, "the dispatched tokens", row_of_slot_);
+  common::require_device(call, "the dispatch", row_of_slot_);
   const int64_t slots = tokens_ * top_k_;
   if (expert_out.dim() != 2 || expert_out.size(0) != slots || expert_out.size(1) < 1) {
     fail(ErrorCode::ShapeMismatch,
@@ -353,7 +353,7 @@ int64_t require_slot_rows(const OpCall& call, const DispatchedTokens& d, const T
     fail(ErrorCode::InvalidArgument,
          cat(call.op, ": the dispatched tokens are empty; expected ones made by dispatch"));
   }
-  common::require_device(call, "the dispatched tokens", d.row_of_slot());
+  common::require_device(call, "the dispatch", d.row_of_slot());
   const int64_t slots = d.tokens() * d.top_k();
   if (rows_of.dim() != 2 || rows_of.size(0) != slots || rows_of.size(1) < 1) {
     fail(ErrorCode::ShapeMismatch,

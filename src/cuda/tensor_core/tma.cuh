@@ -5,7 +5,10 @@
 // dims[0] contiguous, the others at byte strides that are multiples of 16, and a box of
 // box[i] elements per dimension. One thread issues a copy of the box whose first element
 // sits at integer coordinates (innermost first: a row-major [rows, cols] matrix takes
-// {col, row}; negative coordinates are allowed).
+// {col, row}; negative coordinates are allowed). The innermost coordinate times the element
+// size must be a multiple of 16 bytes (0, +-16, ...): the hardware raises an illegal
+// instruction (not an error code) for a box that starts elsewhere along the contiguous axis,
+// so callers whose starts come from data (group offsets) must align them or not use TMA.
 //
 // Loads (global -> shared). The box lands in shared memory dense, innermost dimension
 // fastest: element (i0, .., i4) of the box at byte ((((i4 * b3 + i3) * b2 + i2) * b1 + i1) *

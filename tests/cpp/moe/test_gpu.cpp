@@ -224,7 +224,7 @@ TEST(MoeGpu, DeviceRules) {
       [&] {
         d.combine(Tensor::zeros({6, 4}, DType::f32));
       },
-      ErrorCode::DeviceMismatch, {"combine: the dispatched tokens are on cuda:0"}));
+      ErrorCode::DeviceMismatch, {"combine: the dispatch is on cuda:0"}));
   const moe::SwiGluExperts host_experts(Tensor::zeros({8, 6, 4}, DType::f32),
                                         Tensor::zeros({8, 6, 4}, DType::f32),
                                         Tensor::zeros({8, 4, 6}, DType::f32));
@@ -276,9 +276,14 @@ TEST(MoeGpu, TrainingPiecesMatchTheReference) {
         EXPECT_TRUE(all_close(moe::selected_router_weights(on_gpu(logits), on_gpu(indices), o),
                               moe::selected_router_weights(logits, indices, o),
                               tolerance(DType::f32) * 10));
+        // The gradient cancels to (nearly) zero where the renormalised weights cannot move
+        // (k = 1, or a row of one repeated expert): errors are measured against gw's size.
+        double gw_norm = 0;
+        for (double v : to_doubles(gw)) gw_norm += v * v;
         EXPECT_TRUE(
             all_close(moe::selected_router_backward(on_gpu(logits), on_gpu(indices), on_gpu(gw), o),
-                      moe::selected_router_backward(logits, indices, gw, o), tolerance(dt) * 10));
+                      moe::selected_router_backward(logits, indices, gw, o), tolerance(dt) * 10,
+                      std::sqrt(gw_norm)));
         // A row of out-of-range indices: NaN in the GPU result where the reference has it.
         const Tensor one = logits.slice(0, 0, 1).contiguous();
         EXPECT_TRUE(all_close(moe::selected_router_weights(on_gpu(one), on_gpu(bad_row), o),

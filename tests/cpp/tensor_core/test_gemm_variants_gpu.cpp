@@ -382,9 +382,46 @@ TEST_P(GemmVariantsGpu, HopperKernelsWithAndWithoutClusters) {
     check_dense(rng, dtype, 1, 17, 8, la, lb, o);
     if (la == Layout::RowMajor)
       check_grouped_m(rng, dtype, {0, 129, 1, 0, 300, 256}, 200, 136, lb, o);
-    // Group boundaries inside k-blocks, an empty group, one longer than a k-block.
-    check_grouped_k(rng, dtype, {5, 0, 70, 64, 131}, 136, 200, la, lb, o);
+    // Group boundaries inside k-blocks, an empty group, one longer than a k-block. (Grouped K
+    // with K contiguous in A or B is refused:
+    // GemmVariantsGpu.HopperRefusesGroupStartsOnAContiguousAxis.)
+    if (la == Layout::ColMajor && lb == Layout::RowMajor)
+      check_grouped_k(rng, dtype, {5, 0, 70, 64, 131}, 136, 200, la, lb, o);
   });
+}
+
+// Group starts are TMA box starts along the contiguous axis in these layouts, where TMA needs
+// 16-byte alignment that device-side offsets cannot promise: a forced Hopper path is refused,
+// Auto takes MmaSync (checked against the reference in GroupedGemmGpu).
+TEST_P(GemmVariantsGpu, HopperRefusesGroupStartsOnAContiguousAxis) {
+  RUDNN_REQUIRE_CUDA();
+  if (!hopper()) GTEST_SKIP() << "the wgmma path needs a 9.0 device and an sm_90a build";
+  const DType dtype = GetParam();
+  const Tensor offsets = Tensor::from_host(std::vector<int32_t>{0, 5, 16}, {3}, kGpu);
+  const Tensor a = Tensor::zeros({64, 64}, dtype, kGpu), b = Tensor::zeros({64, 64}, dtype, kGpu);
+  const Tensor d = Tensor::zeros({2 * 64, 64}, dtype, kGpu);
+  for (const auto& [grouped, la, lb] :
+       {std::tuple{GroupedDim::M, Layout::ColMajor, Layout::RowMajor},
+        std::tuple{GroupedDim::K, Layout::RowMajor, Layout::RowMajor},
+        std::tuple{GroupedDim::K, Layout::ColMajor, Layout::ColMajor}}) {
+    gemm::GroupedGemmParams p;
+    p.dtype = dtype;
+    p.grouped = grouped;
+    p.groups = 2;
+    p.offsets = offsets.data_as<int32_t>();
+    p.m = grouped == GroupedDim::M ? 16 : 64;
+    p.n = 64;
+    p.k = grouped == GroupedDim::K ? 16 : 64;
+    p.a = {a.data(), la, 64};
+    p.b = {b.data(), lb, 64};
+    p.b_group_stride = grouped == GroupedDim::M ? 64 * 64 : 0;
+    p.d = d.data();
+    p.ldd = 64;
+    p.d_group_stride = grouped == GroupedDim::K ? 64 * 64 : 0;
+    p.path = Path::Hopper;
+    EXPECT_TRUE(throws_error([&] { gemm::grouped_gemm(p, current_stream(kGpu)); },
+                             ErrorCode::InvalidArgument, {"group starts would be TMA box starts"}));
+  }
 }
 
 TEST_P(GemmVariantsGpu, EpilogueOptionsOnEveryPath) {

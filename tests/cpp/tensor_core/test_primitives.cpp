@@ -400,6 +400,7 @@ TEST(TmaGpu, LoadsBoxesOfEveryRankWithZerosOutside) {
     for (int trial = 0; trial < 4; ++trial) {
       std::vector<int> c(5);
       for (int i = 0; i < 5; ++i) c[i] = static_cast<int>(rng.integer(-3, all_dims[i] + 1));
+      c[0] = c[0] / 4 * 4;  // the innermost start on 16 bytes (tma.cuh)
       coord_sets.push_back(c);
     }
     for (auto coords : coord_sets) {
@@ -455,7 +456,7 @@ TEST(TmaGpu, StoresWriteOnlyTheBoxInsideTheTensor) {
   const std::vector<Case> cases = {{{24, 10}, {8, 4}, {4, 3}},
                                    {{24, 10}, {8, 4}, {20, 8}},
                                    {{24, 10}, {8, 4}, {-4, -2}},
-                                   {{12, 5, 3}, {4, 2, 2}, {10, 4, 2}},
+                                   {{12, 5, 3}, {4, 2, 2}, {8, 4, 2}},
                                    {{12, 5, 3}, {4, 2, 2}, {0, 1, 0}}};
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message()
