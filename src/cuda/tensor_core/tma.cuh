@@ -24,7 +24,10 @@
 // the same offset in each of those blocks: every receiving block arms its own barrier.
 //
 // Stores (shared -> global) read a dense (or swizzled) box and write only its elements that
-// fall inside the tensor. They complete in bulk groups: commit, then wait for the group
+// fall inside the tensor. Our stores start at non-negative coordinates (a box may run past
+// the end): with a box starting before the tensor among its cases, the store test still
+// faulted on the H200 after the inner starts were aligned (RESULTS.md, round 28), and no
+// caller needs one. They complete in bulk groups: commit, then wait for the group
 // (wait_read: until the shared memory may be reused; wait: until the writes are done). The
 // shared writes that produced the box must be ordered before the store by
 // fence_proxy_async_shared (pipeline.cuh) and a barrier of the writing threads.
