@@ -7,6 +7,7 @@
 #include "rudnn/dlpack.h"
 #include "rudnn/dtype.h"
 #include "rudnn/error.h"
+#include "rudnn/gated_delta.h"
 #include "rudnn/grid_sample.h"
 #include "rudnn/moe.h"
 #include "rudnn/normalization.h"

@@ -1,0 +1,141 @@
+// The gated delta family's benchmark cases (issue 14 / ANCHORS.md): decode, one token per
+// sequence, B256 Hv32 Hk16 K=V=128, bf16 q/k/v, F32 state. The figure that matters is the
+// state read + write bandwidth against the copy bandwidth of the same run (the GB/s column
+// counts the state twice plus q, k, v, g, beta and y once).
+//
+// - gated_delta decode: a fresh final state per call.
+// - gated_delta_slots decode: the pool [B,Hv,Dv,Dk] updated in place by slot ids.
+//
+// Check: the first and last sequences against the CPU path (the float64 reference).
+//
+// Shape options: --gdn-batch B --gdn-value-heads Hv --gdn-key-heads Hk --gdn-key-dim K
+// --gdn-value-dim V.
+#include <cuda_runtime.h>
+#include <rudnn/rudnn.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "harness.h"
+
+namespace {
+
+using namespace rudnn;
+using rudnn::bench::Bench;
+
+struct Dims {
+  int64_t b, hv, hk, k, v;
+};
+
+Dims dims_of(const Bench& b) {
+  return {b.size("gdn-batch"), b.size("gdn-value-heads"), b.size("gdn-key-heads"),
+          b.size("gdn-key-dim"), b.size("gdn-value-dim")};
+}
+
+struct Inputs {
+  Tensor q, k, v, g, beta;
+};
+
+Inputs make_inputs(const Bench& b, const Dims& d, uint64_t seed) {
+  const DType bf = DType::bf16;
+  Inputs in;
+  in.q = b.normal({d.b, 1, d.hk, d.k}, bf, seed, 0.0f, 0.09f);
+  in.k = b.normal({d.b, 1, d.hk, d.k}, bf, seed + 1, 0.0f, 0.09f);
+  in.v = b.normal({d.b, 1, d.hv, d.v}, bf, seed + 2);
+  in.g = b.normal({d.b, 1, d.hv}, DType::f32, seed + 3, 0.9f, 0.02f);
+  in.beta = b.normal({d.b, 1, d.hv}, bf, seed + 4, 0.5f, 0.1f);
+  return in;
+}
+
+double bytes_of(const Dims& d) {
+  const double state = double(d.b) * d.hv * d.v * d.k * 4;
+  const double io = double(d.b) * (2 * d.hk * d.k + 2 * d.hv * d.v) * 2 + double(d.b) * d.hv * 6;
+  return 2 * state + io;
+}
+
+// Sequences [b0, b1) through the CPU path vs the GPU's y.
+double check_rows(const Inputs& in, const Tensor& state, const Tensor& y, int64_t b0, int64_t b1) {
+  auto host = [&](const Tensor& t) { return t.slice(0, b0, b1).to_host().contiguous(); };
+  const GatedDeltaResult r =
+      gated_delta(host(in.q), host(in.k), host(in.v), host(in.g), host(in.beta), host(state));
+  return bench::relative_l2_error(host(y), r.y);
+}
+
+void bench_decode(Bench& b) {
+  const Dims d = dims_of(b);
+  const Shape state_shape{d.b, d.hv, d.v, d.k};
+  const size_t set_bytes = size_t(bytes_of(d));
+  const int sets = b.sets_for(set_bytes);
+  std::vector<Inputs> ins;
+  for (int s = 0; s < sets; ++s) ins.push_back(make_inputs(b, d, 10 + 8 * s));
+  const std::vector<Tensor> states = b.normals(sets, state_shape, DType::f32, 100);
+  const Shape shape{d.b, d.hv, d.v, d.k};
+
+  if (b.wanted("gated_delta decode")) {
+    Tensor y0;
+    b.run(
+        "gated_delta decode", shape, DType::bf16, bytes_of(d), sets,
+        [&](int s) {
+          const Inputs& in = ins[s];
+          GatedDeltaResult r = gated_delta(in.q, in.k, in.v, in.g, in.beta, states[s], b.stream);
+          if (s == 0 && !y0.defined()) y0 = r.y;
+        },
+        [&] {
+          b.sync();
+          return b.ends(d.b, [&](int64_t r0, int64_t r1) {
+            return check_rows(ins[0], states[0], y0, r0, r1);
+          });
+        },
+        2e-2);
+  }
+
+  if (b.wanted("gated_delta_slots decode")) {
+    std::vector<int64_t> ids(size_t(d.b));
+    for (int64_t i = 0; i < d.b; ++i) ids[size_t(i)] = d.b - 1 - i;  // distinct, not the identity
+    const Tensor slots = Tensor::from_host(ids, {d.b}).to(b.dev, b.stream);
+    // The pools are updated in place on every call: the check runs on the first call alone,
+    // against a copy of the pool taken before it.
+    const Tensor pool0_before = states[0].to_host(b.stream);
+    Tensor y0;
+    b.run(
+        "gated_delta_slots decode", shape, DType::bf16, bytes_of(d), sets,
+        [&](int s) {
+          const Inputs& in = ins[s];
+          Tensor y = gated_delta_slots(in.q, in.k, in.v, in.g, in.beta, states[s], slots, b.stream);
+          if (s == 0 && !y0.defined()) y0 = y;
+        },
+        [&] {
+          b.sync();
+          // Sequence i started from slot ids[i] of the pool before the first call.
+          double err = 0;
+          for (int64_t i : {int64_t(0), d.b - 1}) {
+            const int64_t id = ids[size_t(i)];
+            auto host = [&](const Tensor& t) {
+              return t.slice(0, i, i + 1).to_host().contiguous();
+            };
+            const Inputs& in = ins[0];
+            const GatedDeltaResult r =
+                gated_delta(host(in.q), host(in.k), host(in.v), host(in.g), host(in.beta),
+                            pool0_before.slice(0, id, id + 1).contiguous());
+            err = bench::worst(err, bench::relative_l2_error(host(y0), r.y));
+          }
+          return err;
+        },
+        2e-2);
+  }
+}
+
+bench::Family make_family() {
+  bench::Family f;
+  f.sizes = {{"gdn-batch", 256, "gated delta decode: sequences B"},
+             {"gdn-value-heads", 32, "gated delta: value heads Hv"},
+             {"gdn-key-heads", 16, "gated delta: key heads Hk (Hv a multiple)"},
+             {"gdn-key-dim", 128, "gated delta: key dim K"},
+             {"gdn-value-dim", 128, "gated delta: value dim V"}};
+  f.run = bench_decode;
+  return f;
+}
+
+}  // namespace
+
+RUDNN_BENCH_FAMILY(gated_delta, make_family);

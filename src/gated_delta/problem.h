@@ -1,0 +1,34 @@
+// The validated recurrence problem the CUDA backend receives: both input forms reduce to it
+// through strides (spec 000's [B,H,T,D] and transposed [K,V] state, spec 003's [B,T,H,D]).
+#pragma once
+
+#include <cstdint>
+
+#include "rudnn/dtype.h"
+
+namespace rudnn::gdn {
+
+struct Recurrence {
+  int64_t batch = 0, steps = 0, key_heads = 0, value_heads = 0, key_dim = 0, value_dim = 0;
+  DType dtype = DType::f32;  // q, k, v and y
+  // Element (b, t, h, d) of q/k at q + b*qk_b + t*qk_t + h*qk_h + d; likewise v and y.
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  int64_t qk_b = 0, qk_t = 0, qk_h = 0, v_b = 0, v_t = 0, v_h = 0;
+  void* y = nullptr;  // same strides as v
+  // gate and beta (b, t, h) at + b*g_b + t*g_t + h*g_h.
+  const void *gate = nullptr, *beta = nullptr;
+  DType gate_dtype = DType::f32, beta_dtype = DType::f32;
+  int64_t g_b = 0, g_t = 0, g_h = 0;
+  bool log_gate = false;  // spec 000: decay = exp(log_decay)
+  float scale = 1.0f;     // applied to q
+  // States, dense per (sequence, value head): [Dv, Dk], or [Dk, Dv] when transposed.
+  const void* state_in = nullptr;
+  void* state_out = nullptr;  // the final state (may equal state_in: the pool)
+  DType state_dtype = DType::f32;
+  bool state_transposed = false;
+  void* every_step = nullptr;   // [B,T,Hv,Dv,Dk] in state_dtype, or null
+  const void* slots = nullptr;  // [B] on the device: sequence b's state is slot slots[b]
+  DType slot_dtype = DType::i64;
+};
+
+}  // namespace rudnn::gdn

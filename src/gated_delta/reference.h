@@ -1,0 +1,38 @@
+#pragma once
+// Float64 CPU reference of the gated delta rule: the definition every GPU path of this family
+// is tested against. Plain contiguous double arrays so that it depends on nothing else; the
+// tensor-facing wrappers (to come) convert and permute into these layouts.
+#include <cstdint>
+#include <vector>
+
+namespace rudnn::gdn::reference {
+
+struct Dims {
+  std::int64_t batch = 0;        // B
+  std::int64_t steps = 0;        // T
+  std::int64_t key_heads = 0;    // Hk (spec 000 form: Hk == Hv == H)
+  std::int64_t value_heads = 0;  // Hv, a multiple of Hk; value head h reads key head h / (Hv / Hk)
+  std::int64_t key_dim = 0;      // Dk
+  std::int64_t value_dim = 0;    // Dv
+};
+
+// Spec 003 form ([B,T,H,D] layout, multiplicative gate). For every step t and value head,
+// with S the [Dv, Dk] state: S <- g_t S; S <- S + beta_t (v_t - S k_t) k_t^T; y_t = S q_t.
+// q, k: [B,T,Hk,Dk]; v: [B,T,Hv,Dv]; gate, beta: [B,T,Hv]; state: [B,Hv,Dv,Dk], updated in
+// place to the final state; y: [B,T,Hv,Dv] (resized). When every_step is non-null it receives
+// each step's state, [B,T,Hv,Dv,Dk].
+void gated_delta_bthd(const Dims& dims, const std::vector<double>& q, const std::vector<double>& k,
+                      const std::vector<double>& v, const std::vector<double>& gate,
+                      const std::vector<double>& beta, std::vector<double>& state,
+                      std::vector<double>& y, std::vector<double>* every_step = nullptr);
+
+// Spec 000 form (GatedDeltaInput, [B,H,T,D] layout, one head count H). The state is stored
+// transposed, [B,H,K,V] (state[k][v] = S[v][k]); the decay is exp(log_decay_t) and the
+// read-out uses query_scale * q_t. q, k: [B,H,T,K]; v: [B,H,T,V]; beta, log_decay: [B,H,T];
+// state: [B,H,K,V] updated in place; y: [B,H,T,V] (resized).
+void gated_delta_bhtd(const Dims& dims, const std::vector<double>& q, const std::vector<double>& k,
+                      const std::vector<double>& v, const std::vector<double>& beta,
+                      const std::vector<double>& log_decay, double query_scale,
+                      std::vector<double>& state, std::vector<double>& y);
+
+}  // namespace rudnn::gdn::reference
