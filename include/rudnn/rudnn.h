@@ -5,6 +5,7 @@
 #include "rudnn/allocator.h"
 #include "rudnn/device.h"
 #include "rudnn/dlpack.h"
+#include "rudnn/ctc.h"
 #include "rudnn/dtype.h"
 #include "rudnn/error.h"
 #include "rudnn/gated_delta.h"

@@ -1,0 +1,85 @@
+// CTC loss (connectionist temporal classification) and its gradient with respect to the
+// log-probabilities, with PyTorch's semantics (torch.nn.functional.ctc_loss).
+//
+// NOT IMPLEMENTED YET: the GPU path. Every function below runs on the CPU in float64 only;
+// CUDA operands are refused with ErrorCode::Unsupported ("not implemented on the GPU yet").
+// The planned GPU contract (F32/F16/BF16 log-probabilities, FP32 in log space, lengths and
+// labels read only on the device, an invalid length or label giving a NaN loss for its
+// sample and never an out-of-bounds read) is not provided by this version.
+//
+// Operands:
+// - log_probs [T, N, C]: log-probabilities over C classes for N samples of T steps, F64
+//   (the CPU reference computes in float64). Other dtypes are DTypeMismatch; any strides.
+//   The op does not check that each row is normalised (as torch).
+// - targets: padded [N, S] (sample n's labels are targets[n, 0:target_lengths[n]]) or
+//   concatenated [L] with sum(target_lengths) <= L (sample n's labels follow those of samples
+//   0..n-1), I32 or I64. Labels must lie in [0, C) and differ from `blank`.
+// - input_lengths [N], target_lengths [N]: I32 or I64 (each its own). 0 <= input_lengths[n]
+//   <= T; 0 <= target_lengths[n], and <= S for padded targets.
+// - Every operand on one device (else DeviceMismatch). N = 0 is valid. T = 0 is valid (every
+//   input length is then 0).
+//
+// Options: blank in [0, C) (else InvalidArgument); reduction none (loss [N]), sum (0-d) or
+// mean (0-d: each loss divided by max(target_length, 1), then averaged over N; N = 0 gives
+// NaN, as torch); zero_infinity replaces infinite losses (a target that cannot be aligned in
+// its input length) and their gradients by 0.
+//
+// Precision: the alpha/beta recursions run in float64 in log space. Repeated labels follow
+// CTC: the skip transition from label s-2 to s is taken only when l[s] != l[s-2].
+// Memory: O(T * (2 * S_max + 1)) float64 scratch per sample on the host while it runs.
+#pragma once
+
+#include <cstdint>
+
+#include "rudnn/stream.h"
+#include "rudnn/tensor.h"
+
+namespace rudnn {
+
+enum class CtcReduction { none, mean, sum };
+
+struct CtcLossOptions {
+  int64_t blank = 0;
+  CtcReduction reduction = CtcReduction::mean;
+  bool zero_infinity = false;
+};
+
+// The negative log-likelihood of each target under the CTC alignment model, reduced as
+// options.reduction says. Result: [N] for none, 0-d for mean and sum, log_probs' dtype.
+// Errors: InvalidArgument (undefined operand, blank out of range, a length negative or
+// longer than T or S, a label out of range or equal to blank), ShapeMismatch (ranks, N or
+// S disagreeing, concatenated targets shorter than sum(target_lengths)), DTypeMismatch,
+// DeviceMismatch, Unsupported (CUDA operands: not implemented yet).
+Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                const Tensor& target_lengths, const CtcLossOptions& options = {},
+                const Stream& stream = {});
+// As ctc_loss, into `loss_out` (contiguous, the result's shape and dtype, overlapping no
+// input; else InvalidArgument / ShapeMismatch / DTypeMismatch).
+void ctc_loss_into(const Tensor& loss_out, const Tensor& log_probs, const Tensor& targets,
+                   const Tensor& input_lengths, const Tensor& target_lengths,
+                   const CtcLossOptions& options = {}, const Stream& stream = {});
+
+// The gradient of the reduced loss with respect to log_probs, [T, N, C] in log_probs' dtype,
+// given the upstream gradient grad_loss (the loss's shape and dtype: [N] for none, 0-d
+// otherwise). The loss is recomputed (nothing is saved from the forward).
+//
+// Divergence from the textbook derivative, same as torch: the gradient is the one of the loss
+// with respect to the unnormalised inputs z of log_probs = log_softmax(z),
+//   grad[t, n, c] = g_n * (exp(lp[t, n, c]) - exp(log_alpha + log_beta - lp[t, n, c] + nll_n))
+// (log_alpha + log_beta summed in log space over the states labelled c), where g_n is the
+// upstream gradient times the reduction's factor (1 for sum and none, 1 / (N * max(target
+// length, 1)) for mean). For normalised log_probs this equals the derivative through
+// log_softmax, which is what torch's autograd produces. Steps t >= input_lengths[n] get 0.
+// An infinite loss gives NaN gradients for its sample unless zero_infinity is set (then 0).
+Tensor ctc_loss_backward(const Tensor& log_probs, const Tensor& targets,
+                         const Tensor& input_lengths, const Tensor& target_lengths,
+                         const Tensor& grad_loss, const CtcLossOptions& options = {},
+                         const Stream& stream = {});
+// As ctc_loss_backward, into `grad_out` ([T, N, C], log_probs' dtype, contiguous,
+// overlapping no input).
+void ctc_loss_backward_into(const Tensor& grad_out, const Tensor& log_probs, const Tensor& targets,
+                            const Tensor& input_lengths, const Tensor& target_lengths,
+                            const Tensor& grad_loss, const CtcLossOptions& options = {},
+                            const Stream& stream = {});
+
+}  // namespace rudnn

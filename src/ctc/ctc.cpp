@@ -1,0 +1,180 @@
+// CTC loss: argument rules and dispatch. Lengths and labels live on the host here (the only
+// backend is the CPU reference), so every one of them is checked before the reference runs.
+#include "rudnn/ctc.h"
+
+#include "common/op_call.h"
+#include "common/views.h"
+#include "core/check.h"
+#include "ctc/problem.h"
+
+namespace rudnn {
+
+namespace {
+
+using common::OpCall;
+using detail::cat;
+using detail::fail;
+
+Shape loss_shape(const CtcLossOptions& o, int64_t batch) {
+  return o.reduction == CtcReduction::none ? Shape{batch} : Shape{};
+}
+
+void require_lengths(const OpCall& call, const char* name, const Tensor& t, int64_t batch) {
+  common::require_dtype(call, name, t, {DType::i32, DType::i64});
+  common::require_shape(call, name, t, {batch}, "[N], N the batch of log_probs");
+}
+
+ctc::CtcProblem ctc_problem(OpCall& call, const Tensor& log_probs, const Tensor& targets,
+                            const Tensor& input_lengths, const Tensor& target_lengths,
+                            const CtcLossOptions& o) {
+  common::require_defined(call, "log_probs", log_probs);
+  common::require_device(call, "targets", targets);
+  common::require_device(call, "input_lengths", input_lengths);
+  common::require_device(call, "target_lengths", target_lengths);
+  if (!call.device.is_cpu())
+    fail(ErrorCode::Unsupported, cat(call.op,
+                                     ": CUDA operands are not implemented on the GPU yet; "
+                                     "expected CPU tensors"));
+  common::require_dtype(call, "log_probs", log_probs, {DType::f64});
+  if (log_probs.dim() != 3)
+    fail(ErrorCode::ShapeMismatch, cat(call.op, ": log_probs has shape ",
+                                       shape_str(log_probs.shape()), "; expected [T, N, C]"));
+  ctc::CtcProblem p;
+  p.steps = log_probs.size(0);
+  p.batch = log_probs.size(1);
+  p.classes = log_probs.size(2);
+  if (o.blank < 0 || o.blank >= p.classes)
+    fail(ErrorCode::InvalidArgument,
+         cat(call.op, ": blank is ", o.blank, "; expected 0 <= blank < C = ", p.classes));
+  common::require_dtype(call, "targets", targets, {DType::i32, DType::i64});
+  require_lengths(call, "input_lengths", input_lengths, p.batch);
+  require_lengths(call, "target_lengths", target_lengths, p.batch);
+  if (targets.dim() == 2) {
+    if (targets.size(0) != p.batch)
+      fail(ErrorCode::ShapeMismatch,
+           cat(call.op, ": targets has shape ", shape_str(targets.shape()),
+               "; expected padded [N, S] with N = ", p.batch, " or concatenated [L]"));
+    p.padded = true;
+    p.padded_stride = targets.size(1);
+  } else if (targets.dim() != 1) {
+    fail(ErrorCode::ShapeMismatch, cat(call.op, ": targets has shape ", shape_str(targets.shape()),
+                                       "; expected padded [N, S] or concatenated [L]"));
+  }
+  p.blank = o.blank;
+  p.reduction = o.reduction;
+  p.zero_infinity = o.zero_infinity;
+  p.log_probs = static_cast<const double*>(common::dense_in(call, log_probs));
+  p.targets = common::dense_in(call, targets);
+  p.target_dtype = targets.dtype();
+  p.input_lengths = common::dense_in(call, input_lengths);
+  p.input_length_dtype = input_lengths.dtype();
+  p.target_lengths = common::dense_in(call, target_lengths);
+  p.target_length_dtype = target_lengths.dtype();
+
+  // Values: visible on the host, so checked here and never in the reference.
+  int64_t concat_total = 0;
+  for (int64_t n = 0; n < p.batch; ++n) {
+    const int64_t in_len = ctc::index_at(p.input_lengths, p.input_length_dtype, n);
+    const int64_t tg_len = ctc::index_at(p.target_lengths, p.target_length_dtype, n);
+    if (in_len < 0 || in_len > p.steps)
+      fail(ErrorCode::InvalidArgument, cat(call.op, ": input_lengths[", n, "] is ", in_len,
+                                           "; expected 0 <= length <= T = ", p.steps));
+    if (tg_len < 0)
+      fail(ErrorCode::InvalidArgument,
+           cat(call.op, ": target_lengths[", n, "] is ", tg_len, "; expected a length >= 0"));
+    if (p.padded) {
+      if (tg_len > p.padded_stride)
+        fail(ErrorCode::InvalidArgument, cat(call.op, ": target_lengths[", n, "] is ", tg_len,
+                                             "; expected a length <= S = ", p.padded_stride));
+    } else {
+      concat_total += tg_len;
+      if (concat_total > targets.size(0))
+        fail(ErrorCode::ShapeMismatch, cat(call.op, ": targets has ", targets.size(0),
+                                           " concatenated labels; expected at least "
+                                           "sum(target_lengths), already more by sample ",
+                                           n));
+    }
+    const int64_t first = p.padded ? n * p.padded_stride : concat_total - tg_len;
+    for (int64_t i = 0; i < tg_len; ++i) {
+      const int64_t label = ctc::index_at(p.targets, p.target_dtype, first + i);
+      if (label < 0 || label >= p.classes || label == p.blank)
+        fail(ErrorCode::InvalidArgument,
+             cat(call.op, ": targets holds label ", label, " for sample ", n,
+                 "; expected 0 <= label < C = ", p.classes, " and label != blank = ", p.blank));
+    }
+  }
+  return p;
+}
+
+void loss_impl(OpCall& call, const Tensor& loss_out, const Tensor& log_probs, const Tensor& targets,
+               const Tensor& input_lengths, const Tensor& target_lengths, const CtcLossOptions& o) {
+  ctc::CtcProblem p = ctc_problem(call, log_probs, targets, input_lengths, target_lengths, o);
+  p.loss = static_cast<double*>(
+      common::dense_out(call, "loss_out", loss_out, loss_shape(o, p.batch), log_probs.dtype()));
+  common::require_no_overlap(call, "loss_out", loss_out,
+                             {{"log_probs", &log_probs},
+                              {"targets", &targets},
+                              {"input_lengths", &input_lengths},
+                              {"target_lengths", &target_lengths}});
+  ctc::reference::ctc_loss(p);
+}
+
+void backward_impl(OpCall& call, const Tensor& grad_out, const Tensor& log_probs,
+                   const Tensor& targets, const Tensor& input_lengths, const Tensor& target_lengths,
+                   const Tensor& grad_loss, const CtcLossOptions& o) {
+  ctc::CtcProblem p = ctc_problem(call, log_probs, targets, input_lengths, target_lengths, o);
+  common::require_dtype(call, "grad_loss", grad_loss, {log_probs.dtype()});
+  common::require_shape(
+      call, "grad_loss", grad_loss, loss_shape(o, p.batch),
+      o.reduction == CtcReduction::none ? "[N] (reduction none)" : "0-d (reduction mean or sum)");
+  p.grad_loss = static_cast<const double*>(common::dense_in(call, grad_loss));
+  p.grad = static_cast<double*>(
+      common::dense_out(call, "grad_out", grad_out, log_probs.shape(), log_probs.dtype()));
+  common::require_no_overlap(call, "grad_out", grad_out,
+                             {{"log_probs", &log_probs},
+                              {"targets", &targets},
+                              {"input_lengths", &input_lengths},
+                              {"target_lengths", &target_lengths},
+                              {"grad_loss", &grad_loss}});
+  ctc::reference::ctc_loss(p);
+}
+
+}  // namespace
+
+void ctc_loss_into(const Tensor& loss_out, const Tensor& log_probs, const Tensor& targets,
+                   const Tensor& input_lengths, const Tensor& target_lengths,
+                   const CtcLossOptions& options, const Stream& stream) {
+  OpCall call("ctc_loss", "log_probs", log_probs, stream);
+  loss_impl(call, loss_out, log_probs, targets, input_lengths, target_lengths, options);
+}
+
+Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                const Tensor& target_lengths, const CtcLossOptions& options, const Stream& stream) {
+  OpCall call("ctc_loss", "log_probs", log_probs, stream);
+  ctc_problem(call, log_probs, targets, input_lengths, target_lengths, options);
+  Tensor loss = call.empty(loss_shape(options, log_probs.size(1)), log_probs.dtype());
+  loss_impl(call, loss, log_probs, targets, input_lengths, target_lengths, options);
+  return loss;
+}
+
+void ctc_loss_backward_into(const Tensor& grad_out, const Tensor& log_probs, const Tensor& targets,
+                            const Tensor& input_lengths, const Tensor& target_lengths,
+                            const Tensor& grad_loss, const CtcLossOptions& options,
+                            const Stream& stream) {
+  OpCall call("ctc_loss_backward", "log_probs", log_probs, stream);
+  backward_impl(call, grad_out, log_probs, targets, input_lengths, target_lengths, grad_loss,
+                options);
+}
+
+Tensor ctc_loss_backward(const Tensor& log_probs, const Tensor& targets,
+                         const Tensor& input_lengths, const Tensor& target_lengths,
+                         const Tensor& grad_loss, const CtcLossOptions& options,
+                         const Stream& stream) {
+  OpCall call("ctc_loss_backward", "log_probs", log_probs, stream);
+  ctc_problem(call, log_probs, targets, input_lengths, target_lengths, options);
+  Tensor grad = call.empty(log_probs.shape(), log_probs.dtype());
+  backward_impl(call, grad, log_probs, targets, input_lengths, target_lengths, grad_loss, options);
+  return grad;
+}
+
+}  // namespace rudnn
