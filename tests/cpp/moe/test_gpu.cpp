@@ -3,6 +3,7 @@
 // bytes here), routing indices and the dispatch mapping compared exactly, values at per-dtype
 // tolerances, inputs checked bit-unchanged, two runs bit-equal, a CUDA-graph capture of the
 // whole forward, and the device rules. Without a CUDA device every test here is skipped.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -134,8 +135,9 @@ TEST(MoeGpu, DispatchAndCombineMatchTheReferenceExactly) {
       const Tensor gout = on_gpu(expert_out);
       const Tensor combined = got.combine(gout);
       // The reference combines with the reference plan's weights; the GPU's may differ by an
-      // ulp of the dtype, within the tolerance.
-      EXPECT_TRUE(all_close(combined, want.combine(expert_out), tolerance(dt)));
+      // ulp of the weights' dtype (the logits', bf16 here: round 29 saw one such token at f32).
+      EXPECT_TRUE(all_close(combined, want.combine(expert_out),
+                            std::max(tolerance(dt), tolerance(logits.dtype()))));
       EXPECT_TRUE(bit_equal(combined, got.combine(gout)));
       const auto again = gplan.dispatch(ginput);
       EXPECT_TRUE(bit_equal(again.rows(), got.rows()));
