@@ -12,6 +12,7 @@
 #include "rudnn/grid_sample.h"
 #include "rudnn/moe.h"
 #include "rudnn/normalization.h"
+#include "rudnn/pooling.h"
 #include "rudnn/stream.h"
 #include "rudnn/tensor.h"
 #include "rudnn/transformer.h"
