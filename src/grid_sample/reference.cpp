@@ -2,57 +2,25 @@
 
 #include <vector>
 
+#include "common/host_values.h"
 #include "grid_sample/taps.h"
 
 namespace rudnn::grid_sample_detail::reference {
 
 namespace {
 
-template <class T>
-double load(const void* base, int64_t i) {
-  return static_cast<double>(static_cast<float>(static_cast<const T*>(base)[i]));
-}
-template <>
-double load<double>(const void* base, int64_t i) {
-  return static_cast<const double*>(base)[i];
-}
-template <class T>
-void store(void* base, int64_t i, double v) {
-  static_cast<T*>(base)[i] = T(static_cast<float>(v));
-}
-template <>
-void store<float>(void* base, int64_t i, double v) {
-  static_cast<float*>(base)[i] = static_cast<float>(v);
-}
-template <>
-void store<double>(void* base, int64_t i, double v) {
-  static_cast<double*>(base)[i] = v;
-}
-
-template <class F>
-void with_host_type(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::f32:
-      return f(float{});
-    case DType::f16:
-      return f(half{});
-    case DType::bf16:
-      return f(bfloat16{});
-    case DType::f64:
-      return f(double{});
-    default:
-      return;  // validated away
-  }
-}
+using common::load_value;
+using common::store_value;
+using common::with_host_float_type;
 
 // The taps of one output location on each axis: [0] = x (W), [1] = y (H), [2] = z (D).
 template <class T>
 void location_taps(const SampleShape& s, const void* grid, int64_t location, Taps<double> taps[3]) {
   const int64_t g = location * s.dims;
-  taps[0] = axis_taps(load<T>(grid, g), s.in_w, s.mode, s.padding, s.align_corners);
-  taps[1] = axis_taps(load<T>(grid, g + 1), s.in_h, s.mode, s.padding, s.align_corners);
+  taps[0] = axis_taps(load_value<T>(grid, g), s.in_w, s.mode, s.padding, s.align_corners);
+  taps[1] = axis_taps(load_value<T>(grid, g + 1), s.in_h, s.mode, s.padding, s.align_corners);
   if (s.dims == 3) {
-    taps[2] = axis_taps(load<T>(grid, g + 2), s.in_d, s.mode, s.padding, s.align_corners);
+    taps[2] = axis_taps(load_value<T>(grid, g + 2), s.in_d, s.mode, s.padding, s.align_corners);
   } else {
     taps[2].count = 1;
     taps[2].index[0] = 0;
@@ -92,9 +60,9 @@ void forward_typed(const SampleForward& p) {
         const int64_t plane = (b * s.c + ch) * s.in_spatial();
         double acc = 0.0;
         for_each_tap(s, taps, [&](int64_t offset, double w, double, double, double) {
-          acc += w * load<T>(p.input, plane + offset);
+          acc += w * load_value<T>(p.input, plane + offset);
         });
-        store<T>(p.out, (b * s.c + ch) * s.out_spatial() + o, acc);
+        store_value<T>(p.out, (b * s.c + ch) * s.out_spatial() + o, acc);
       }
     }
   }
@@ -112,11 +80,11 @@ void backward_typed(const SampleBackward& p) {
       double dgrid[3] = {0.0, 0.0, 0.0};
       for (int64_t ch = 0; ch < s.c; ++ch) {
         const int64_t plane = (b * s.c + ch) * s.in_spatial();
-        const double g = load<T>(p.dout, (b * s.c + ch) * s.out_spatial() + o);
+        const double g = load_value<T>(p.dout, (b * s.c + ch) * s.out_spatial() + o);
         for_each_tap(s, taps, [&](int64_t offset, double w, double dx, double dy, double dz) {
           if (p.dinput) dinput[static_cast<size_t>(plane + offset)] += w * g;
           if (p.dgrid) {
-            const double v = load<T>(p.input, plane + offset);
+            const double v = load_value<T>(p.input, plane + offset);
             dgrid[0] += v * dx * g;
             dgrid[1] += v * dy * g;
             dgrid[2] += v * dz * g;
@@ -124,11 +92,12 @@ void backward_typed(const SampleBackward& p) {
         });
       }
       if (p.dgrid) {
-        for (int a = 0; a < s.dims; ++a) store<T>(p.dgrid, location * s.dims + a, dgrid[a]);
+        for (int a = 0; a < s.dims; ++a) store_value<T>(p.dgrid, location * s.dims + a, dgrid[a]);
       }
     }
   }
-  for (size_t i = 0; i < dinput.size(); ++i) store<T>(p.dinput, static_cast<int64_t>(i), dinput[i]);
+  for (size_t i = 0; i < dinput.size(); ++i)
+    store_value<T>(p.dinput, static_cast<int64_t>(i), dinput[i]);
 }
 
 // The base point [x, y, (z,) 1] of grid location (d, h, w).
@@ -157,9 +126,9 @@ void affine_forward_typed(const AffineForward& p) {
           for (int r = 0; r < s.dims; ++r) {
             double acc = 0.0;
             for (int k = 0; k < cols; ++k) {
-              acc += load<T>(p.theta, (b * s.dims + r) * cols + k) * point[k];
+              acc += load_value<T>(p.theta, (b * s.dims + r) * cols + k) * point[k];
             }
-            store<T>(p.grid, out + r, acc);
+            store_value<T>(p.grid, out + r, acc);
           }
         }
       }
@@ -180,14 +149,15 @@ void affine_backward_typed(const AffineBackward& p) {
           base_point(s, d, h, w, point);
           const int64_t at = (((b * s.d + d) * s.h + h) * s.w + w) * s.dims;
           for (int r = 0; r < s.dims; ++r) {
-            const double g = load<T>(p.dgrid, at + r);
+            const double g = load_value<T>(p.dgrid, at + r);
             for (int k = 0; k < cols; ++k) acc[r][k] += g * point[k];
           }
         }
       }
     }
     for (int r = 0; r < s.dims; ++r) {
-      for (int k = 0; k < cols; ++k) store<T>(p.dtheta, (b * s.dims + r) * cols + k, acc[r][k]);
+      for (int k = 0; k < cols; ++k)
+        store_value<T>(p.dtheta, (b * s.dims + r) * cols + k, acc[r][k]);
     }
   }
 }
@@ -195,16 +165,16 @@ void affine_backward_typed(const AffineBackward& p) {
 }  // namespace
 
 void sample_forward(const SampleForward& p) {
-  with_host_type(p.s.dtype, [&](auto tag) { forward_typed<decltype(tag)>(p); });
+  with_host_float_type(p.s.dtype, [&](auto tag) { forward_typed<decltype(tag)>(p); });
 }
 void sample_backward(const SampleBackward& p) {
-  with_host_type(p.s.dtype, [&](auto tag) { backward_typed<decltype(tag)>(p); });
+  with_host_float_type(p.s.dtype, [&](auto tag) { backward_typed<decltype(tag)>(p); });
 }
 void affine_forward(const AffineForward& p) {
-  with_host_type(p.s.dtype, [&](auto tag) { affine_forward_typed<decltype(tag)>(p); });
+  with_host_float_type(p.s.dtype, [&](auto tag) { affine_forward_typed<decltype(tag)>(p); });
 }
 void affine_backward(const AffineBackward& p) {
-  with_host_type(p.s.dtype, [&](auto tag) { affine_backward_typed<decltype(tag)>(p); });
+  with_host_float_type(p.s.dtype, [&](auto tag) { affine_backward_typed<decltype(tag)>(p); });
 }
 
 }  // namespace rudnn::grid_sample_detail::reference

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/host_values.h"
 #include "moe/order_key.h"
 
 namespace rudnn::moe::reference {
@@ -14,35 +15,8 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-double load(DType dtype, const void* data, int64_t i) {
-  switch (dtype) {
-    case DType::f32:
-      return static_cast<const float*>(data)[i];
-    case DType::f16:
-      return static_cast<float>(static_cast<const half*>(data)[i]);
-    case DType::bf16:
-      return static_cast<float>(static_cast<const bfloat16*>(data)[i]);
-    default:
-      return static_cast<const double*>(data)[i];
-  }
-}
-
-// The value stored in `dtype`: through FP32 (what the kernels round from), F64 as is.
-void store(DType dtype, void* data, int64_t i, double v) {
-  switch (dtype) {
-    case DType::f32:
-      static_cast<float*>(data)[i] = static_cast<float>(v);
-      break;
-    case DType::f16:
-      static_cast<half*>(data)[i] = half(static_cast<float>(v));
-      break;
-    case DType::bf16:
-      static_cast<bfloat16*>(data)[i] = bfloat16(static_cast<float>(v));
-      break;
-    default:
-      static_cast<double*>(data)[i] = v;
-  }
-}
+using common::load_value;
+using common::store_value;
 
 // v as stored in `dtype` and read back (through FP32, as the kernels round).
 double stored(DType dtype, double v) {
@@ -78,7 +52,7 @@ void route_softmax(const RouteSoftmax& p) {
     double max = -std::numeric_limits<double>::infinity();
     bool undefined = false;  // NaN, +inf, or only -inf: no probabilities
     for (int64_t e = 0; e < e_count; ++e) {
-      x[e] = load(p.dtype, p.logits, t * e_count + e);
+      x[e] = load_value(p.dtype, p.logits, t * e_count + e);
       if (std::isnan(x[e]) || x[e] == std::numeric_limits<double>::infinity()) undefined = true;
       if (x[e] > max) max = x[e];
       // Ranked as FP32, the precision the kernels compare in (F64 logits round here only).
@@ -99,7 +73,7 @@ void route_softmax(const RouteSoftmax& p) {
       selected_sum += w[j];
     }
     for (int64_t j = 0; j < k; ++j)
-      store(p.dtype, p.weights, t * k + j, p.renormalize ? w[j] / selected_sum : w[j]);
+      store_value(p.dtype, p.weights, t * k + j, p.renormalize ? w[j] / selected_sum : w[j]);
   }
 }
 
@@ -112,7 +86,7 @@ void route_sigmoid_grouped(const RouteSigmoidGrouped& p) {
   std::vector<uint64_t> expert_keys;
   for (int64_t t = 0; t < p.tokens; ++t) {
     for (int64_t e = 0; e < e_count; ++e) {
-      x[e] = load(p.dtype, p.logits, t * e_count + e);
+      x[e] = load_value(p.dtype, p.logits, t * e_count + e);
       // Selection in FP32, as specified (and as the kernels rank).
       corrected[e] = sigmoid_f32(static_cast<float>(x[e])) + (p.bias ? p.bias[e] : 0.0f);
     }
@@ -149,7 +123,7 @@ void route_sigmoid_grouped(const RouteSigmoidGrouped& p) {
     }
     for (int64_t j = 0; j < k; ++j) {
       const double v = p.renormalize ? w[j] / selected_sum : w[j];
-      store(p.dtype, p.weights, t * k + j, v * p.scale);
+      store_value(p.dtype, p.weights, t * k + j, v * p.scale);
     }
   }
 }
@@ -177,12 +151,12 @@ void combine(const Combine& p) {
   for (int64_t t = 0; t < p.tokens; ++t) {
     std::fill(acc.begin(), acc.end(), 0.0);
     for (int64_t j = 0; j < p.top_k; ++j) {
-      const double w = p.weights ? load(p.weight_dtype, p.weights, t * p.top_k + j) : 1.0;
+      const double w = p.weights ? load_value(p.weight_dtype, p.weights, t * p.top_k + j) : 1.0;
       const int64_t row = p.row_of_slot[t * p.top_k + j];
       for (int64_t h = 0; h < p.hidden; ++h)
-        acc[h] += w * load(p.dtype, p.expert_out, row * p.hidden + h);
+        acc[h] += w * load_value(p.dtype, p.expert_out, row * p.hidden + h);
     }
-    for (int64_t h = 0; h < p.hidden; ++h) store(p.dtype, p.out, t * p.hidden + h, acc[h]);
+    for (int64_t h = 0; h < p.hidden; ++h) store_value(p.dtype, p.out, t * p.hidden + h, acc[h]);
   }
 }
 
@@ -192,23 +166,24 @@ void experts_forward(const ExpertsForward& p) {
   for (int64_t e = 0; e < p.experts; ++e) {
     const int64_t gate0 = e * I * H, down0 = e * H * I;
     for (int64_t r = p.offsets[e]; r < p.offsets[e + 1]; ++r) {
-      for (int64_t h = 0; h < H; ++h) x[h] = load(p.dtype, p.x, r * H + h);
+      for (int64_t h = 0; h < H; ++h) x[h] = load_value(p.dtype, p.x, r * H + h);
       for (int64_t i = 0; i < I; ++i) {
         double g = 0.0, u = 0.0;
         for (int64_t h = 0; h < H; ++h) {
-          g += load(p.dtype, p.gate, gate0 + i * H + h) * x[h];
-          u += load(p.dtype, p.up, gate0 + i * H + h) * x[h];
+          g += load_value(p.dtype, p.gate, gate0 + i * H + h) * x[h];
+          u += load_value(p.dtype, p.up, gate0 + i * H + h) * x[h];
         }
         act[i] = g / (1.0 + std::exp(-g)) * u;
         // The training cache, as stored (its values do not feed this definition).
-        if (p.gate_pre) store(p.dtype, p.gate_pre, r * I + i, g);
-        if (p.up_pre) store(p.dtype, p.up_pre, r * I + i, u);
-        if (p.act) store(p.dtype, p.act, r * I + i, act[i]);
+        if (p.gate_pre) store_value(p.dtype, p.gate_pre, r * I + i, g);
+        if (p.up_pre) store_value(p.dtype, p.up_pre, r * I + i, u);
+        if (p.act) store_value(p.dtype, p.act, r * I + i, act[i]);
       }
       for (int64_t h = 0; h < H; ++h) {
         double y = 0.0;
-        for (int64_t i = 0; i < I; ++i) y += load(p.dtype, p.down, down0 + h * I + i) * act[i];
-        store(p.dtype, p.y, r * H + h, y);
+        for (int64_t i = 0; i < I; ++i)
+          y += load_value(p.dtype, p.down, down0 + h * I + i) * act[i];
+        store_value(p.dtype, p.y, r * H + h, y);
       }
     }
   }
@@ -224,32 +199,33 @@ void experts_backward(const ExpertsBackward& p) {
     const int64_t gate0 = e * I * H, down0 = e * H * I;
     for (int64_t r = p.offsets[e]; r < p.offsets[e + 1]; ++r) {
       for (int64_t h = 0; h < H; ++h) {
-        x[h] = load(p.dtype, p.x, r * H + h);
-        dy[h] = load(p.dtype, p.dy, r * H + h);
+        x[h] = load_value(p.dtype, p.x, r * H + h);
+        dy[h] = load_value(p.dtype, p.dy, r * H + h);
       }
       for (int64_t i = 0; i < I; ++i) {
         g[i] = u[i] = 0.0;
         for (int64_t h = 0; h < H; ++h) {
-          g[i] += load(p.dtype, p.gate, gate0 + i * H + h) * x[h];
-          u[i] += load(p.dtype, p.up, gate0 + i * H + h) * x[h];
+          g[i] += load_value(p.dtype, p.gate, gate0 + i * H + h) * x[h];
+          u[i] += load_value(p.dtype, p.up, gate0 + i * H + h) * x[h];
         }
         const double s = 1.0 / (1.0 + std::exp(-g[i]));
         act[i] = g[i] * s * u[i];
         double dact = 0.0;
-        for (int64_t h = 0; h < H; ++h) dact += dy[h] * load(p.dtype, p.down, down0 + h * I + i);
+        for (int64_t h = 0; h < H; ++h)
+          dact += dy[h] * load_value(p.dtype, p.down, down0 + h * I + i);
         dg[i] = dact * u[i] * s * (1.0 + g[i] * (1.0 - s));
         du[i] = dact * g[i] * s;
       }
       for (int64_t h = 0; h < H; ++h) {
         double dx = 0.0;
         for (int64_t i = 0; i < I; ++i) {
-          dx += dg[i] * load(p.dtype, p.gate, gate0 + i * H + h) +
-                du[i] * load(p.dtype, p.up, gate0 + i * H + h);
+          dx += dg[i] * load_value(p.dtype, p.gate, gate0 + i * H + h) +
+                du[i] * load_value(p.dtype, p.up, gate0 + i * H + h);
           dgate[gate0 + i * H + h] += dg[i] * x[h];
           dup[gate0 + i * H + h] += du[i] * x[h];
           ddown[down0 + h * I + i] += dy[h] * act[i];
         }
-        if (p.dx) store(p.dtype, p.dx, r * H + h, dx);
+        if (p.dx) store_value(p.dtype, p.dx, r * H + h, dx);
       }
     }
   }
@@ -264,13 +240,13 @@ void combine_backward(const CombineBackward& p) {
   // Serial and Plane define the same sums; float64 here.
   for (int64_t t = 0; t < p.tokens; ++t) {
     for (int64_t j = 0; j < p.top_k; ++j) {
-      const double w = load(p.weight_dtype, p.weights, t * p.top_k + j);
+      const double w = load_value(p.weight_dtype, p.weights, t * p.top_k + j);
       const int64_t row = p.row_of_slot[t * p.top_k + j];
       double dot = 0.0;
       for (int64_t h = 0; h < p.hidden; ++h) {
-        const double g = load(p.dtype, p.grad_out, t * p.hidden + h);
-        dot += g * load(p.dtype, p.expert_out, row * p.hidden + h);
-        store(p.dtype, p.dexpert, row * p.hidden + h, w * g);
+        const double g = load_value(p.dtype, p.grad_out, t * p.hidden + h);
+        dot += g * load_value(p.dtype, p.expert_out, row * p.hidden + h);
+        store_value(p.dtype, p.dexpert, row * p.hidden + h, w * g);
       }
       p.dweights[t * p.top_k + j] = static_cast<float>(dot);
     }
@@ -303,7 +279,7 @@ void selected_router(const SelectedRouter& p) {
       id[j] = load_index(p.index_dtype, p.indices, t * k + j);
       valid = valid && id[j] >= 0 && id[j] < E;
     }
-    for (int64_t e = 0; e < E; ++e) x[e] = load(p.dtype, p.logits, t * E + e);
+    for (int64_t e = 0; e < E; ++e) x[e] = load_value(p.dtype, p.logits, t * E + e);
     if (!p.sigmoid) {
       double max = -std::numeric_limits<double>::infinity(), sum = 0.0;
       for (double v : x) max = std::max(max, v);
@@ -342,24 +318,24 @@ void selected_router(const SelectedRouter& p) {
     }
     for (int64_t e = 0; e < E; ++e) {
       const double v = !valid ? kNaN : p.sigmoid ? dx[e] : dx[e] - prob[e] * c;
-      store(p.dtype, p.dlogits, t * E + e, v);
+      store_value(p.dtype, p.dlogits, t * E + e, v);
     }
   }
 }
 
 void native_swiglu(const NativeSwiGlu& p) {
   for (int64_t i = 0; i < p.count; ++i) {
-    const double g = load(p.dtype, p.gate, i), u = load(p.dtype, p.up, i);
+    const double g = load_value(p.dtype, p.gate, i), u = load_value(p.dtype, p.up, i);
     const double s = 1.0 / (1.0 + std::exp(-g));
     // The stored SiLU: rounded to the dtype (F64: exact), as the forward multiplies it.
     const double silu_stored = stored(p.dtype, g * s);
     if (p.out) {
-      store(p.dtype, p.out, i, silu_stored * u);
+      store_value(p.dtype, p.out, i, silu_stored * u);
       continue;
     }
-    const double d = load(p.dtype, p.grad, i);
-    if (p.dup) store(p.dtype, p.dup, i, d * silu_stored);
-    if (p.dgate) store(p.dtype, p.dgate, i, d * u * s * (1.0 + g * (1.0 - s)));
+    const double d = load_value(p.dtype, p.grad, i);
+    if (p.dup) store_value(p.dtype, p.dup, i, d * silu_stored);
+    if (p.dgate) store_value(p.dtype, p.dgate, i, d * u * s * (1.0 + g * (1.0 - s)));
   }
 }
 
@@ -374,8 +350,9 @@ void expert_projection(const ExpertProjection& p) {
       for (int64_t n = 0; n < N; ++n) {
         double acc = 0.0;
         for (int64_t kk = 0; valid && kk < K; ++kk)
-          acc += load(p.dtype, p.weights, w0 + n * K + kk) * load(p.dtype, p.x, r * K + kk);
-        store(p.dtype, p.y, r * N + n, valid ? acc : kNaN);
+          acc += load_value(p.dtype, p.weights, w0 + n * K + kk) *
+                 load_value(p.dtype, p.x, r * K + kk);
+        store_value(p.dtype, p.y, r * N + n, valid ? acc : kNaN);
       }
       continue;
     }
@@ -383,14 +360,16 @@ void expert_projection(const ExpertProjection& p) {
       for (int64_t kk = 0; kk < K; ++kk) {
         double acc = 0.0;
         for (int64_t n = 0; valid && n < N; ++n)
-          acc += load(p.dtype, p.dy, r * N + n) * load(p.dtype, p.weights, w0 + n * K + kk);
-        store(p.dtype, p.dx, r * K + kk, valid ? acc : kNaN);
+          acc += load_value(p.dtype, p.dy, r * N + n) *
+                 load_value(p.dtype, p.weights, w0 + n * K + kk);
+        store_value(p.dtype, p.dx, r * K + kk, valid ? acc : kNaN);
       }
     }
     if (p.dweights && valid) {
       for (int64_t n = 0; n < N; ++n)
         for (int64_t kk = 0; kk < K; ++kk)
-          dw[w0 + n * K + kk] += load(p.dtype, p.dy, r * N + n) * load(p.dtype, p.x, r * K + kk);
+          dw[w0 + n * K + kk] +=
+              load_value(p.dtype, p.dy, r * N + n) * load_value(p.dtype, p.x, r * K + kk);
     }
   }
   for (size_t i = 0; i < dw.size(); ++i) p.dweights[i] = static_cast<float>(dw[i]);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/host_values.h"
 #include "pooling/windows.h"
 #include "rudnn/dtype.h"
 
@@ -10,42 +11,9 @@ namespace rudnn::pooling_detail::reference {
 
 namespace {
 
-template <class T>
-double load(const void* base, int64_t i) {
-  return static_cast<double>(static_cast<float>(static_cast<const T*>(base)[i]));
-}
-template <>
-double load<double>(const void* base, int64_t i) {
-  return static_cast<const double*>(base)[i];
-}
-template <class T>
-void store(void* base, int64_t i, double v) {
-  static_cast<T*>(base)[i] = T(static_cast<float>(v));
-}
-template <>
-void store<float>(void* base, int64_t i, double v) {
-  static_cast<float*>(base)[i] = static_cast<float>(v);
-}
-template <>
-void store<double>(void* base, int64_t i, double v) {
-  static_cast<double*>(base)[i] = v;
-}
-
-template <class F>
-void with_host_type(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::f32:
-      return f(float{});
-    case DType::f16:
-      return f(half{});
-    case DType::bf16:
-      return f(bfloat16{});
-    case DType::f64:
-      return f(double{});
-    default:
-      return;  // validated away
-  }
-}
+using common::load_value;
+using common::store_value;
+using common::with_host_float_type;
 
 // Calls f(o, start) for every output position o (flat in a plane) with its window starts.
 template <class F>
@@ -64,7 +32,7 @@ void for_each_output(const PoolShape& s, F&& f) {
 
 void max_forward(const MaxForward& p) {
   const PoolShape& s = p.s;
-  with_host_type(s.dtype, [&](auto tag) {
+  with_host_float_type(s.dtype, [&](auto tag) {
     using T = decltype(tag);
     for (int64_t plane = 0; plane < s.planes; ++plane) {
       const int64_t in_base = plane * s.in_plane(), out_base = plane * s.out_plane();
@@ -87,7 +55,7 @@ void max_forward(const MaxForward& p) {
               const int64_t x = start[2] + kx * s.dilation[2];
               if (x < 0 || x >= s.in[2]) continue;
               const int64_t i = (z * s.in[1] + y) * s.in[2] + x;
-              const double v = load<T>(p.input, in_base + i);
+              const double v = load_value<T>(p.input, in_base + i);
               if (v > best || std::isnan(v)) {
                 best = v;
                 best_index = i;
@@ -95,7 +63,7 @@ void max_forward(const MaxForward& p) {
             }
           }
         }
-        store<T>(p.out, out_base + o, best);
+        store_value<T>(p.out, out_base + o, best);
         p.indices[out_base + o] = best_index;
       });
     }
@@ -104,7 +72,7 @@ void max_forward(const MaxForward& p) {
 
 void avg_forward(const AvgForward& p) {
   const PoolShape& s = p.s;
-  with_host_type(s.dtype, [&](auto tag) {
+  with_host_float_type(s.dtype, [&](auto tag) {
     using T = decltype(tag);
     for (int64_t plane = 0; plane < s.planes; ++plane) {
       const int64_t in_base = plane * s.in_plane(), out_base = plane * s.out_plane();
@@ -119,11 +87,11 @@ void avg_forward(const AvgForward& p) {
             for (int64_t kx = 0; kx < s.kernel[2]; ++kx) {
               const int64_t x = start[2] + kx;
               if (x < 0 || x >= s.in[2]) continue;
-              sum += load<T>(p.input, in_base + (z * s.in[1] + y) * s.in[2] + x);
+              sum += load_value<T>(p.input, in_base + (z * s.in[1] + y) * s.in[2] + x);
             }
           }
         }
-        store<T>(p.out, out_base + o, sum / static_cast<double>(avg_divisor(s, start)));
+        store_value<T>(p.out, out_base + o, sum / static_cast<double>(avg_divisor(s, start)));
       });
     }
   });
@@ -165,16 +133,16 @@ void for_each_input(const PoolShape& s, F&& f) {
 
 void max_backward(const MaxBackward& p) {
   const PoolShape& s = p.s;
-  with_host_type(s.dtype, [&](auto tag) {
+  with_host_float_type(s.dtype, [&](auto tag) {
     using T = decltype(tag);
     for (int64_t plane = 0; plane < s.planes; ++plane) {
       const int64_t in_base = plane * s.in_plane(), out_base = plane * s.out_plane();
       for_each_input(s, [&](int64_t i, const int64_t pos[3]) {
         double sum = 0.0;
         for_each_covering(s, pos, [&](int64_t o, const int64_t*) {
-          if (p.indices[out_base + o] == i) sum += load<T>(p.dout, out_base + o);
+          if (p.indices[out_base + o] == i) sum += load_value<T>(p.dout, out_base + o);
         });
-        store<T>(p.dinput, in_base + i, sum);
+        store_value<T>(p.dinput, in_base + i, sum);
       });
     }
   });
@@ -182,16 +150,16 @@ void max_backward(const MaxBackward& p) {
 
 void avg_backward(const AvgBackward& p) {
   const PoolShape& s = p.s;
-  with_host_type(s.dtype, [&](auto tag) {
+  with_host_float_type(s.dtype, [&](auto tag) {
     using T = decltype(tag);
     for (int64_t plane = 0; plane < s.planes; ++plane) {
       const int64_t in_base = plane * s.in_plane(), out_base = plane * s.out_plane();
       for_each_input(s, [&](int64_t i, const int64_t pos[3]) {
         double sum = 0.0;
         for_each_covering(s, pos, [&](int64_t o, const int64_t* start) {
-          sum += load<T>(p.dout, out_base + o) / static_cast<double>(avg_divisor(s, start));
+          sum += load_value<T>(p.dout, out_base + o) / static_cast<double>(avg_divisor(s, start));
         });
-        store<T>(p.dinput, in_base + i, sum);
+        store_value<T>(p.dinput, in_base + i, sum);
       });
     }
   });
