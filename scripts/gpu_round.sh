@@ -38,6 +38,7 @@
 #   SIDE_ARGS=""        more side_by_side.py arguments (e.g. "--filter cross")
 #   RUDNN_PYTHONPATH    where `import rudnn` comes from (default: the build tree's python/)
 #   CMAKE_EXTRA=""      more configure arguments
+#   BUILD_TARGETS=""    build only these targets (e.g. "rudnn_attention_tests rudnn_bench"); all if empty
 #
 #   scripts/gpu_round.sh --fingerprint   prints only the source fingerprint that the round
 #                                        records, to compare with the developers' tree
@@ -182,7 +183,9 @@ if want build; then
       if ((rc == 0)); then
         # -k 0: build every target that can be built, so that one broken target does not
         # keep the others (and the steps that use them) from running.
-        run_logged "$log" "$(cap "$((t - (SECONDS - t0)))")" cmake --build "$BUILD" -j "$JOBS" -- -k 0
+        targets=()
+        for tg in ${BUILD_TARGETS:-}; do targets+=(--target "$tg"); done
+        run_logged "$log" "$(cap "$((t - (SECONDS - t0)))")" cmake --build "$BUILD" -j "$JOBS" "${targets[@]}" -- -k 0
         rc=$?
       fi
       built=()

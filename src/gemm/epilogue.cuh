@@ -48,6 +48,35 @@ struct RuntimeActivation {
   }
 };
 
+// `act` applied to every value of a register fragment. RuntimeActivation tests its kind once
+// for the whole fragment rather than once per value.
+template <class Activation, int kCount>
+__device__ __forceinline__ void activate_all(const Activation& act, float (&v)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) v[i] = act(v[i]);
+}
+template <int kCount>
+__device__ __forceinline__ void activate_all(const RuntimeActivation& act, float (&v)[kCount]) {
+  switch (act.kind) {
+    case 1:
+      activate_all(Relu{}, v);
+      break;
+    case 2:
+      activate_all(Silu{}, v);
+      break;
+    case 3:
+      activate_all(Gelu{}, v);
+      break;
+    default:
+      break;
+  }
+}
+
+// Where a fragment's pair p lies in the group's D: row, and the even column of (col, col + 1).
+struct PairAt {
+  int64_t row, col;
+};
+
 // A group's D (and C, bias, scales) as the epilogue writes it: rows and columns of the group.
 // T is the operands' element type; D, C and bias are T, or float when args.out_f32.
 template <class T, class Activation>
@@ -118,6 +147,79 @@ struct OutputTile {
     } else {
       out[0] = cuda::from_float<Out>(o0);
       if (second) out[1] = cuda::from_float<Out>(o1);
+    }
+  }
+
+  // A thread's whole accumulator fragment: pair p = (v[2p], v[2p + 1]) sits at at(p). Each
+  // optional step is one pass over the fragment behind one uniform test, so the kernel holds
+  // each step's code once. (Testing every step per value, unrolled over a 128-value
+  // fragment, made the Hopper kernel ~30k instructions, most of them epilogue: the
+  // instruction cache missed throughout, and that cost about as much per tile as 64 k-blocks
+  // of MMAs.) Elements outside the group's m x n are skipped.
+  template <int kCount, class At>
+  __device__ __forceinline__ void store_fragment(float (&v)[kCount], At at) const {
+    if (out_f32)
+      store_fragment_as<float>(v, at);
+    else
+      store_fragment_as<T>(v, at);
+  }
+
+  template <class Out, int kCount, class At>
+  __device__ __forceinline__ void store_fragment_as(float (&v)[kCount], At at) const {
+    constexpr int kPairs = kCount / 2;
+    if (row_scale != nullptr) {
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p) {
+        const PairAt w = at(p);
+        const float s = w.row < m ? alpha * row_scale[row_base + w.row] : 0.0f;
+        v[2 * p] *= s;
+        v[2 * p + 1] *= s;
+      }
+    } else if (alpha != 1.0f) {
+#pragma unroll
+      for (int i = 0; i < kCount; ++i) v[i] *= alpha;
+    }
+    if (col_scale != nullptr) {
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p) {
+        const PairAt w = at(p);
+        if (w.col < n) v[2 * p] *= col_scale[w.col];
+        if (w.col + 1 < n) v[2 * p + 1] *= col_scale[w.col + 1];
+      }
+    }
+    if (bias != nullptr) {
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p) {
+        const PairAt w = at(p);
+        if (w.col < n) v[2 * p] += load<Out>(bias, w.col);
+        if (w.col + 1 < n) v[2 * p + 1] += load<Out>(bias, w.col + 1);
+      }
+    }
+    if (c != nullptr) {
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p) {
+        const PairAt w = at(p);
+        if (w.row >= m) continue;
+        if (w.col < n) v[2 * p] += beta * load<Out>(c, w.row * ldc + w.col);
+        if (w.col + 1 < n) v[2 * p + 1] += beta * load<Out>(c, w.row * ldc + w.col + 1);
+      }
+    }
+    activate_all(act, v);
+#pragma unroll
+    for (int p = 0; p < kPairs; ++p) {
+      const PairAt w = at(p);
+      if (w.row >= m || w.col >= n) continue;
+      Out* out = static_cast<Out*>(d) + w.row * ldd + w.col;
+      if (w.col + 1 < n && pair_stores) {
+        if constexpr (sizeof(Out) == 2) {
+          *reinterpret_cast<unsigned*>(out) = cuda::pack_pair<Out>(v[2 * p], v[2 * p + 1]);
+        } else {
+          *reinterpret_cast<float2*>(out) = make_float2(v[2 * p], v[2 * p + 1]);
+        }
+      } else {
+        out[0] = cuda::from_float<Out>(v[2 * p]);
+        if (w.col + 1 < n) out[1] = cuda::from_float<Out>(v[2 * p + 1]);
+      }
     }
   }
 

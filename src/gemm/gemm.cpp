@@ -18,8 +18,10 @@ using kernels::GemmArgs;
 
 // The Hopper path's default cluster choice (Tuning::hopper_cluster = 0): clusters of two along
 // M when the groups (or the dense problem) hold at least this many rows on average, else one
-// block per tile. Set it above any M to make single blocks the default.
-constexpr int64_t kClusterMinRows = 256;
+// block per tile. Above any M for now: since the epilogue stopped thrashing the instruction
+// cache, single blocks run 1.5-1.6x faster than pairs on every measured shape (RESULTS.md,
+// round 31); pairs stay available through Tuning::hopper_cluster = 2.
+constexpr int64_t kClusterMinRows = int64_t{1} << 62;
 
 const char* layout_name(Layout l) { return l == Layout::RowMajor ? "row-major" : "column-major"; }
 

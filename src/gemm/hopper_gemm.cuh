@@ -282,18 +282,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
 
       const OutputTile<T, Activation> out(args, view, act);
+      // wgmma's m64nBN fragment: pair 2j + h holds row (lane / 4) + 8h, columns
+      // 8j + 2 (lane % 4) + {0, 1} of this warp's 16 rows.
       const int64_t row = int64_t{m_tile} * BM + consumer * 64 + warp * 16 + lane / 4;
       const int64_t col = int64_t{n_tile} * BN + 2 * (lane % 4);
-      if (row < view.m) {
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-          out.store_pair(row, col + 8 * j, acc[4 * j], acc[4 * j + 1]);
-      }
-      if (row + 8 < view.m) {
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-          out.store_pair(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
-      }
+      out.store_fragment(acc, [&](int p) { return PairAt{row + 8 * (p & 1), col + 8 * (p >> 1)}; });
     }
   }
   __syncwarp();

@@ -233,13 +233,14 @@ __global__ void __launch_bounds__(MmaSyncTraits<T>::kThreads)
     const OutputTile<T, Activation> out(args, view, act);
     const int64_t row0 = m0 + warp_m * 64 + lane / 4;
     const int64_t col0 = n0 + warp_n * 32 + 2 * (lane % 4);
+    // Pair p = 2 (4i + j) + h: row 16i + 8h + lane / 4, columns 8j + 2 (lane % 4) + {0, 1}.
+    float v[64];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        out.store_pair(row0 + 16 * i, col0 + 8 * j, acc[i][j][0], acc[i][j][1]);
-        out.store_pair(row0 + 16 * i + 8, col0 + 8 * j, acc[i][j][2], acc[i][j][3]);
-      }
+    for (int i = 0; i < 64; ++i) v[i] = acc[i / 16][(i / 4) % 4][i % 4];
+    out.store_fragment(v, [&](int p) {
+      const int ij = p >> 1;
+      return PairAt{row0 + 16 * (ij >> 2) + 8 * (p & 1), col0 + 8 * (ij & 3)};
+    });
   }
 #elif defined(__CUDA_ARCH__)
   __trap();  // below sm_80: never launched (the library needs sm_80 for its tensor-core paths)
