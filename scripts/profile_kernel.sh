@@ -38,7 +38,11 @@ for k, v in sorted(pairs, key=lambda p: -float(p[1] or 0)):
 ncu -i "$rep" --page source --csv --print-source sass 2>/dev/null | python3 -c '
 import csv, sys
 rows = list(csv.reader(sys.stdin))
-if not rows: sys.exit()
+# The export may open with a line naming the kernel: the header is the first row with "Source".
+start = next((i for i, r in enumerate(rows) if "Source" in r), None)
+if start is None:
+    print("no source table; first rows:", rows[:3]); sys.exit()
+rows = rows[start:]
 head = rows[0]
 def col(*names):
     for n in names:
