@@ -166,6 +166,61 @@ struct OutputTile {
 
   template <class Out, int kCount, class At>
   __device__ __forceinline__ void store_fragment_as(float (&v)[kCount], At at) const {
+    apply_fragment<Out>(v, at);
+    store_pairs<Out>(v, at);
+  }
+
+  // The wgmma m64nBN fragment (pair 2j + h at row row + 8h, columns col + 8j + {0, 1}, where
+  // row and col are this lane's first; the warp's 16 rows start at row - lane / 4). Where the
+  // warp's 16 x BN block lies inside D and rows are 16-byte aligned, the four lanes of each
+  // quad swap values so that each lane holds 8 consecutive columns and stores them as one
+  // 16-byte vector: a quad writes 64 contiguous bytes of a row instead of four lanes
+  // writing 4 bytes each 16 bytes apart. Otherwise the pairs are stored one by one.
+  template <int kBlockN, int kCount, class At>
+  __device__ __forceinline__ void store_wgmma_fragment(float (&v)[kCount], At at, int64_t row,
+                                                       int64_t col, int lane) const {
+    static_assert(kCount == kBlockN / 2);
+    if (out_f32) {
+      store_fragment_as<float>(v, at);
+      return;
+    }
+    apply_fragment<T>(v, at);
+    const int q = lane & 3;
+    const int64_t warp_row = row - lane / 4, tile_col = col - 2 * q;
+    const bool vectors = pair_stores && warp_row + 16 <= m && tile_col + kBlockN <= n &&
+                         ldd % 8 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0;
+    if (!vectors) {  // warp-uniform: every lane of the warp takes the same branch
+      store_pairs<T>(v, at);
+      return;
+    }
+    const int quad_base = lane & ~3;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int j0 = 0; j0 < kBlockN / 8; j0 += 4) {
+        unsigned x[4], y[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj)
+          x[jj] = cuda::pack_pair<T>(v[4 * (j0 + jj) + 2 * h], v[4 * (j0 + jj) + 2 * h + 1]);
+        // Lane q holds columns 8 (j0 + jj) + 2q; it wants 8 (j0 + q) + 2s from lanes s = 0..3.
+        // Round i: lane s sends x[(s + i) % 4] to lane (s + i) % 4, which stores it as y[s].
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int to = (q + i) & 3, from = (q - i) & 3;
+          const unsigned send = to == 0 ? x[0] : to == 1 ? x[1] : to == 2 ? x[2] : x[3];
+          const unsigned got = __shfl_sync(0xffffffffu, send, quad_base | from);
+#pragma unroll
+          for (int s = 0; s < 4; ++s) y[s] = from == s ? got : y[s];
+        }
+        T* out = static_cast<T*>(d) + (warp_row + lane / 4 + 8 * h) * ldd + tile_col + 8 * (j0 + q);
+        *reinterpret_cast<uint4*>(out) = make_uint4(y[0], y[1], y[2], y[3]);
+      }
+    }
+  }
+
+  // The linear part and the activation, in registers.
+  template <class Out, int kCount, class At>
+  __device__ __forceinline__ void apply_fragment(float (&v)[kCount], At at) const {
     constexpr int kPairs = kCount / 2;
     if (row_scale != nullptr) {
 #pragma unroll
@@ -205,6 +260,12 @@ struct OutputTile {
       }
     }
     activate_all(act, v);
+  }
+
+  // Pair by pair, skipping what lies outside the group's m x n.
+  template <class Out, int kCount, class At>
+  __device__ __forceinline__ void store_pairs(const float (&v)[kCount], At at) const {
+    constexpr int kPairs = kCount / 2;
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
       const PairAt w = at(p);

@@ -286,7 +286,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // 8j + 2 (lane % 4) + {0, 1} of this warp's 16 rows.
       const int64_t row = int64_t{m_tile} * BM + consumer * 64 + warp * 16 + lane / 4;
       const int64_t col = int64_t{n_tile} * BN + 2 * (lane % 4);
-      out.store_fragment(acc, [&](int p) { return PairAt{row + 8 * (p & 1), col + 8 * (p >> 1)}; });
+      out.template store_wgmma_fragment<BN>(
+          acc, [&](int p) { return PairAt{row + 8 * (p & 1), col + 8 * (p >> 1)}; }, row, col,
+          lane);
     }
   }
   __syncwarp();
