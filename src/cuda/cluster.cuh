@@ -45,10 +45,11 @@ __device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint64_t* bar, uint
 }
 
 // Blocks until the phase with the given parity (0 for the first, 1 for the second, ...) of
-// `bar` has completed.
-__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+// the barrier at shared-memory address `addr` has completed. Hot loops convert a barrier's
+// address once and call this form (each generic-to-shared conversion reads the shared
+// window's base again).
+__device__ __forceinline__ void mbarrier_wait(uint32_t addr, uint32_t parity) {
 #if __CUDA_ARCH__ >= 900
-  const uint32_t addr = shared_address(bar);
   uint32_t done = 0;
   do {
     asm volatile(
@@ -62,6 +63,10 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
         : "memory");
   } while (!done);
 #endif
+}
+// The same for the barrier `bar`.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  mbarrier_wait(shared_address(bar), parity);
 }
 
 // The address of `local` (this block's shared memory) in block `rank` of the cluster.

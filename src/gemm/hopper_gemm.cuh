@@ -232,6 +232,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     tc::RingPosition<S> ring;
+    // Shared-memory addresses from the array's own (aligned here rather than through the
+    // generic pointer, which the compiler would convert back on every k-block): the `full`
+    // barriers, and stage 0's descriptors (this consumer's 64 rows of A, all of B); a stage's
+    // descriptors are these moved by whole tiles, one add in the k-loop.
+    const uint32_t smem = (tc::shared_address(shared_raw) + 1023u) & ~1023u;
+    const uint32_t full_addr = smem + S * Traits::kStageBytes;
+    const uint64_t desc_a0 = tc::make_descriptor(smem + a_tile.start(consumer * 64, 0),
+                                                 a_tile.lbo(), a_tile.sbo(), 128);
+    const uint64_t desc_b0 = tc::make_descriptor(smem + S * Traits::kATileBytes, b_tile.lbo(),
+                                                 b_tile.sbo(), 128);
 
     for (int tile = cluster_id; tile < scheduler.total_tiles; tile += clusters) {
       int g, m_tile, n_tile;
@@ -240,7 +250,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const int k_blocks = static_cast<int>(ceil_div(view.k, BK));
       int held_stage = -1;  // the stage whose MMAs may still run
       for (int kb = 0; kb < k_blocks; ++kb) {
-        tc::mbarrier_wait(&full[ring.stage], ring.phase);
+        tc::mbarrier_wait(full_addr + 8 * ring.stage, ring.phase);
         uint8_t* as = a_tiles + ring.stage * Traits::kATileBytes;
         uint8_t* bs = b_tiles + ring.stage * Traits::kBTileBytes;
         const int64_t k_left = view.k - int64_t{kb} * BK;
@@ -252,10 +262,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           tc::named_barrier_sync(Traits::kConsumerBarrier, 256);
         }
         const uint64_t desc_a =
-            tc::make_descriptor(tc::shared_address(as) + a_tile.start(consumer * 64, 0),
-                                a_tile.lbo(), a_tile.sbo(), 128);
+            tc::advance_descriptor(desc_a0, static_cast<uint32_t>(ring.stage * Traits::kATileBytes));
         const uint64_t desc_b =
-            tc::make_descriptor(tc::shared_address(bs), b_tile.lbo(), b_tile.sbo(), 128);
+            tc::advance_descriptor(desc_b0, static_cast<uint32_t>(ring.stage * Traits::kBTileBytes));
         tc::fence_operand(acc);
         tc::wgmma_fence();
 #pragma unroll

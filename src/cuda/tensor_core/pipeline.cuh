@@ -52,10 +52,13 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 }
 
 // One arrival on the barrier at the same shared-memory offset as `bar` in block `cta_rank` of
-// this cluster (the own rank included), release semantics at cluster scope.
+// this cluster (the own rank included), with the instruction's default semantics (release at
+// CTA scope), as CUTLASS's cluster barriers arrive. What it announces in the GEMM is that
+// this block's wgmma reads of a stage are complete (their wait has returned), which needs
+// no cluster-scope fence.
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
 #if RUDNN_TC_SM90
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(
                    peer_shared_address(bar, cta_rank))
                : "memory");
 #endif
