@@ -1,0 +1,172 @@
+// The attention family's benchmark cases (issue 11 / ANCHORS.md), bf16, for every strategy
+// built:
+//   forward B4 H16 L4096 D128, causal and not: Flash (tensor cores), Composed, FlashScalar;
+//   forward + backward, causal: Flash and FlashScalar;
+//   decode B64 Hq32 Hkv8 S4096 D128 (one query per sequence): SplitKv.
+// The harness's bytes column counts what a case must move at least (prefill: q, k, v and
+// out once, and for the backward dout, dq, dk, dv too; decode: K and V), so its GB/s is a
+// bandwidth. The prefill rows' compute rate is printed after the family in a second table,
+// TFLOP/s as ANCHORS.md counts it: 4·B·H·Lq·Lk·D, halved when causal, ×3.5 for forward +
+// backward.
+//
+// Check: the last 16 queries of batch 0's first query head (and for decode batch 0's first
+// KV head's query heads) against the CPU reference.
+//
+// Shape options: --attn-batch --attn-heads --attn-len --attn-dim (prefill), --attn-decode-batch
+// --attn-decode-heads --attn-decode-kv-heads --attn-decode-len (decode).
+#include <cuda_runtime.h>
+#include <rudnn/rudnn.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace {
+
+using namespace rudnn;
+using rudnn::bench::Bench;
+
+struct Flops {
+  std::string op, shape;
+  double flops;
+  double median_ms = -1;
+};
+std::vector<Flops> g_flops;
+
+// Runs the case through the harness and remembers its FLOPs and median for the TFLOP/s table.
+void run_case(Bench& b, const std::string& op, const Shape& shape, double bytes, double flops,
+              int sets, const std::function<void(int)>& fn, const std::function<double()>& check) {
+  const size_t before = b.table.rows().size();
+  b.run(op, shape, DType::bf16, bytes, sets, fn, check, 2e-2);
+  if (b.table.rows().size() == before) return;  // filtered out
+  const auto& row = b.table.rows().back();
+  g_flops.push_back({row.op, row.shape, flops, row.status == "ok" ? row.timing.median_ms : -1});
+}
+
+// The GPU's last 16 query rows of batch 0 against the reference on the same rows.
+double check_tail(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                  const AttentionOptions& o, int64_t heads) {
+  const int64_t lq = q.size(2), rows = std::min<int64_t>(16, lq);
+  auto host = [](const Tensor& t) { return t.to_host().contiguous(); };
+  const Tensor qh = host(q.slice(0, 0, 1).slice(1, 0, heads).slice(2, lq - rows, lq));
+  const Tensor kh = host(k.slice(0, 0, 1).slice(1, 0, 1));
+  const Tensor vh = host(v.slice(0, 0, 1).slice(1, 0, 1));
+  const Tensor ref = attention(qh, kh, vh, o).out;
+  return bench::relative_l2_error(
+      host(out.slice(0, 0, 1).slice(1, 0, heads).slice(2, lq - rows, lq)), ref);
+}
+
+void bench_prefill(Bench& b) {
+  const int64_t B = b.size("attn-batch"), H = b.size("attn-heads"), L = b.size("attn-len"),
+                D = b.size("attn-dim");
+  const DType bf = DType::bf16;
+  const Shape shape{B, H, L, D};
+  const double bytes_one = double(B) * H * L * D * 2;
+  const int sets = b.sets_for(size_t(bytes_one * 5));
+  const std::vector<Tensor> q = b.normals(sets, shape, bf, 1), k = b.normals(sets, shape, bf, 2),
+                            v = b.normals(sets, shape, bf, 3), dout = b.normals(sets, shape, bf, 4);
+  const std::vector<Tensor> out = b.empties(sets, shape, bf);
+  std::vector<Tensor> lse;
+  for (int s = 0; s < sets; ++s) lse.push_back(b.empty({B, H, L}, DType::f32));
+  b.sync();
+  const double flops = 4.0 * B * H * L * L * D;
+
+  for (bool causal : {true, false}) {
+    const AttentionOptions o = AttentionOptions{}.set_causal(causal);
+    const double f = causal ? flops / 2 : flops;
+    for (AttentionStrategy st :
+         {AttentionStrategy::Flash, AttentionStrategy::Composed, AttentionStrategy::FlashScalar}) {
+      const std::string op =
+          std::string("attention fwd ") + (causal ? "causal " : "") + attention_strategy_name(st);
+      if (!b.wanted(op)) continue;
+      run_case(
+          b, op, shape, bytes_one * 4, f, sets,
+          [&](int s) { attention_into(out[s], lse[s], q[s], k[s], v[s], o, st, b.stream); },
+          [&] {
+            b.sync();
+            return check_tail(q[0], k[0], v[0], out[0], o, 1);
+          });
+    }
+  }
+
+  for (AttentionStrategy st : {AttentionStrategy::Flash, AttentionStrategy::FlashScalar}) {
+    const std::string op = std::string("attention fwd+bwd causal ") + attention_strategy_name(st);
+    if (!b.wanted(op)) continue;
+    const AttentionOptions o = AttentionOptions{}.set_causal();
+    std::vector<AttentionGrads> grads(static_cast<size_t>(sets));
+    for (int s = 0; s < sets; ++s)
+      grads[size_t(s)] = {b.empty(shape, bf), b.empty(shape, bf), b.empty(shape, bf), {}, {}};
+    run_case(
+        b, op, shape, bytes_one * 8, flops / 2 * 3.5, sets,
+        [&](int s) {
+          attention_into(out[s], lse[s], q[s], k[s], v[s], o, st, b.stream);
+          attention_backward_into(grads[size_t(s)], dout[s], q[s], k[s], v[s], out[s], lse[s], o,
+                                  st, b.stream);
+        },
+        [&] {
+          b.sync();
+          return check_tail(q[0], k[0], v[0], out[0], o, 1);
+        });
+  }
+}
+
+void bench_decode(Bench& b) {
+  const int64_t B = b.size("attn-decode-batch"), Hq = b.size("attn-decode-heads"),
+                Hkv = b.size("attn-decode-kv-heads"), S = b.size("attn-decode-len"), D = 128;
+  const DType bf = DType::bf16;
+  const Shape kv_shape{B, Hkv, S, D};
+  const double kv_bytes = double(B) * Hkv * S * D * 2 * 2;
+  const int sets = b.sets_for(size_t(kv_bytes));
+  const std::vector<Tensor> q = b.normals(sets, {B, Hq, 1, D}, bf, 5),
+                            k = b.normals(sets, kv_shape, bf, 6),
+                            v = b.normals(sets, kv_shape, bf, 7);
+  const std::vector<Tensor> out = b.empties(sets, {B, Hq, 1, D}, bf);
+  b.sync();
+  const std::string op = "attention decode SplitKv [GB/s of K+V]";
+  if (!b.wanted(op)) return;
+  const AttentionOptions o = AttentionOptions{}.set_causal();
+  b.run(
+      op, kv_shape, bf, kv_bytes, sets,
+      [&](int s) {
+        attention_into(out[s], Tensor(), q[s], k[s], v[s], o, AttentionStrategy::SplitKv, b.stream);
+      },
+      [&] {
+        b.sync();
+        return check_tail(q[0], k[0], v[0], out[0], o, Hq / Hkv);
+      },
+      2e-2);
+}
+
+bench::Family make_family() {
+  bench::Family f;
+  f.sizes = {{"attn-batch", 4, "attention prefill: batch B"},
+             {"attn-heads", 16, "attention prefill: heads H"},
+             {"attn-len", 4096, "attention prefill: length L"},
+             {"attn-dim", 128, "attention prefill: head size D"},
+             {"attn-decode-batch", 64, "attention decode: batch B"},
+             {"attn-decode-heads", 32, "attention decode: query heads Hq"},
+             {"attn-decode-kv-heads", 8, "attention decode: KV heads Hkv"},
+             {"attn-decode-len", 4096, "attention decode: cached keys S"}};
+  f.run = [](Bench& b) {
+    g_flops.clear();
+    bench_prefill(b);
+    bench_decode(b);
+    if (g_flops.empty()) return;
+    std::printf("\n%-36s %-20s %10s %10s\n", "attention op", "B x H x L x D", "ms", "TFLOP/s");
+    for (const Flops& f : g_flops) {
+      const double tflops = f.median_ms > 0 ? f.flops / (f.median_ms * 1e-3) / 1e12 : 0;
+      std::printf("%-36s %-20s %10.4f %10.1f\n", f.op.c_str(), f.shape.c_str(), f.median_ms,
+                  tflops);
+    }
+  };
+  return f;
+}
+
+}  // namespace
+
+RUDNN_BENCH_FAMILY(attention, make_family);

@@ -1,0 +1,6 @@
+// FlashScalar and SplitKv forward for bf16 (scalar_forward_launch.cuh).
+#include "attention/cuda/scalar_forward_launch.cuh"
+
+namespace rudnn::attn::cuda {
+template void scalar_forward<__nv_bfloat16>(const AttentionForward&, const Stream&);
+}  // namespace rudnn::attn::cuda

@@ -1,0 +1,87 @@
+// The routing of attention: one function decides, for shapes, dtype, options, strategy and
+// device, which kernel family runs and how its scratch is laid out. plan_attention reports
+// it, the ops run it, and the CUDA backends read their scratch layout from the helpers
+// below, so that the plan's bytes are the bytes the op allocates.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "rudnn/attention.h"
+#include "rudnn/device.h"
+#include "rudnn/dtype.h"
+
+namespace rudnn::attn {
+
+// What the plan depends on, validated by the caller (shapes consistent, options legal).
+struct PlanInput {
+  const char* op = "attention";
+  int64_t batch = 0, heads_q = 0, heads_kv = 0, len_q = 0, len_k = 0, dim_qk = 0, dim_v = 0;
+  bool varlen = false;
+  int64_t total_q = 0;  // varlen: packed query rows
+  DType dtype = DType::f32;
+  std::optional<size_t> max_score_bytes;
+  bool has_sinks = false;
+  bool bias_grad = false;  // backward: dbias wanted
+  AttentionStrategy strategy = AttentionStrategy::Auto;
+  Device device = Device::cpu();
+  bool backward = false;
+};
+
+// Throws rudnn::Error (op-named) when the strategy cannot run the shape or the cap cannot
+// be honoured.
+AttentionPlan make_plan(const PlanInput& in);
+
+// Whether the tensor-core kernel (Flash) has an instance for these head sizes: D = Dv in
+// {64, 96, 128, 192, 256}, or (D, Dv) = (192, 128).
+bool flash_takes_heads(int64_t dim_qk, int64_t dim_v);
+// Whether Flash's backward has an instance: D = Dv in {64, 96, 128}.
+bool flash_backward_takes_heads(int64_t dim_qk, int64_t dim_v);
+
+// Largest head size of the CUDA-core kernels (FlashScalar, SplitKv).
+constexpr int64_t kMaxScalarHeadDim = 1024;
+// Largest query count of the decode kernel.
+constexpr int64_t kMaxDecodeQueries = 8;
+// Keys per tile of the CUDA-core kernels, and warps per block; SplitKv partitions are
+// multiples of their product.
+constexpr int64_t kTileKeys = 32;
+constexpr int64_t kScalarWarps = 4;
+// Query rows per Composed block at most.
+constexpr int64_t kComposedRows = 1024;
+// The default bound on Composed's FP32 score block when no cap is given.
+constexpr size_t kDefaultComposedBytes = size_t{256} << 20;
+
+// Scratch sub-buffers start on this many bytes.
+constexpr size_t kScratchAlign = 256;
+inline size_t align_up(size_t bytes) {
+  return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+}
+
+// ---- Scratch layouts (byte offsets into the one allocation) -----------------------------------
+
+// Composed forward: FP32 scores [block_heads * block_rows, ld], then (below F32) the
+// probabilities in the dtype with the same ld; F32 writes them over the scores.
+struct ComposedLayout {
+  int64_t ld = 0;  // Lk rounded up to 8
+  size_t scores = 0, probs = 0, bytes = 0;
+};
+ComposedLayout composed_layout(const AttentionPlan& plan, int64_t len_k, DType dtype);
+
+// SplitKv: per (row of [B, Hq, Lq], partition) one record of `record` floats: the
+// unnormalised output [Dv], then the running max and sum.
+struct SplitKvLayout {
+  int64_t record = 0;  // floats
+  size_t bytes = 0;
+};
+SplitKvLayout split_kv_layout(int64_t rows, int64_t splits, int64_t dim_v);
+
+// FlashScalar backward: D_i = dO_i · O_i per row, the per-row sink terms (with sinks), and
+// the FP32 dS of every score (with a bias gradient).
+struct BackwardLayout {
+  size_t row_dot = 0, sink_terms = 0, dscores = 0, bytes = 0;
+  bool has_sink_terms = false, has_dscores = false;
+};
+BackwardLayout backward_layout(int64_t stat_rows, bool sinks, int64_t score_elements);
+
+}  // namespace rudnn::attn
