@@ -1,0 +1,588 @@
+// Convolution family entry points: the family's rules (ranks, groups, window and output
+// sizes, strategies) on top of the shared checks, and the strides every backend reads.
+#include "rudnn/conv.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/op_call.h"
+#include "common/views.h"
+#include "conv/problem.h"
+#include "conv/reference.h"
+#if RUDNN_WITH_CUDA
+#include "conv/cuda/launch.h"
+#endif
+
+namespace rudnn {
+
+namespace {
+
+using common::OpCall;
+using common::run_backend;
+using conv_detail::ConvShape;
+using conv_detail::Strides;
+using detail::cat;
+using detail::fail;
+
+const char* layout_shape(ConvLayout layout, int dims, bool weight) {
+  static const char* const names[2][2][3] = {
+      {{"[N, C, L]", "[N, C, H, W]", "[N, C, D, H, W]"},
+       {"[K, C/groups, kL]", "[K, C/groups, kH, kW]", "[K, C/groups, kD, kH, kW]"}},
+      {{"[N, L, C]", "[N, H, W, C]", "[N, D, H, W, C]"},
+       {"[K, kL, C/groups]", "[K, kH, kW, C/groups]", "[K, kD, kH, kW, C/groups]"}}};
+  return names[layout == ConvLayout::Nhwc][weight][dims - 1];
+}
+
+// Axis of the channel and of spatial axis a (0-based) in a layout's shapes.
+int64_t channel_axis(ConvLayout layout, int dims) { return layout == ConvLayout::Nchw ? 1 : dims + 1; }
+int64_t spatial_axis(ConvLayout layout, int a) { return layout == ConvLayout::Nchw ? 2 + a : 1 + a; }
+
+// The validated geometry of a convolution from the input's and the weight's shapes.
+template <int N>
+ConvShape conv_shape(const char* op, const Shape& input, const Shape& weight, DType dtype,
+                     const ConvOptions<N>& o, ConvLayout layout) {
+  if (static_cast<int>(input.size()) != N + 2) {
+    fail(ErrorCode::ShapeMismatch, cat(op, ": input has shape ", shape_str(input), "; expected ",
+                                       N + 2, "-d ", layout_shape(layout, N, false)));
+  }
+  if (static_cast<int>(weight.size()) != N + 2) {
+    fail(ErrorCode::ShapeMismatch, cat(op, ": weight has shape ", shape_str(weight),
+                                       "; expected ", N + 2, "-d ", layout_shape(layout, N, true)));
+  }
+  for (size_t a = 1; a < input.size(); ++a) {
+    if (input[a] < 1) {
+      fail(ErrorCode::InvalidArgument, cat(op, ": input has shape ", shape_str(input),
+                                           "; expected no empty axis but the batch"));
+    }
+  }
+  ConvShape s;
+  s.dtype = dtype;
+  s.dims = N;
+  s.batch = input[0];
+  s.in_channels = input[channel_axis(layout, N)];
+  s.out_channels = weight[0];
+  s.groups = o.groups;
+  if (o.groups < 1) {
+    fail(ErrorCode::InvalidArgument,
+         cat(op, ": options.groups is ", o.groups, "; expected >= 1"));
+  }
+  if (s.in_channels % o.groups != 0) {
+    fail(ErrorCode::InvalidArgument,
+         cat(op, ": input has ", s.in_channels, " channels, options.groups is ", o.groups,
+             "; expected groups to divide the input channels"));
+  }
+  if (s.out_channels < 1 || s.out_channels % o.groups != 0) {
+    fail(ErrorCode::InvalidArgument,
+         cat(op, ": weight has shape ", shape_str(weight), " (K = ", s.out_channels,
+             "), options.groups is ", o.groups, "; expected K >= 1 divisible by groups"));
+  }
+  const int64_t weight_channels = weight[channel_axis(layout, N)];
+  if (weight_channels != s.in_channels / o.groups) {
+    fail(ErrorCode::ShapeMismatch,
+         cat(op, ": weight has shape ", shape_str(weight), "; expected ",
+             layout_shape(layout, N, true), " with C/groups = ", s.in_channels / o.groups,
+             " (C = ", s.in_channels, ", groups = ", o.groups, ")"));
+  }
+  for (int a = 0; a < N; ++a) {
+    const int b = 3 - N + a;
+    s.in[b] = input[spatial_axis(layout, a)];
+    s.kernel[b] = weight[spatial_axis(layout, a)];
+    s.stride[b] = o.stride[a];
+    s.dilation[b] = o.dilation[a];
+    s.pad[b] = o.padding[a];
+    const int64_t pad_end = o.padding_end[a] == -1 ? o.padding[a] : o.padding_end[a];
+    if (s.kernel[b] < 1) {
+      fail(ErrorCode::ShapeMismatch, cat(op, ": weight has shape ", shape_str(weight),
+                                         "; expected kernel sizes >= 1"));
+    }
+    if (o.stride[a] < 1 || o.dilation[a] < 1) {
+      fail(ErrorCode::InvalidArgument,
+           cat(op, ": options.stride is ", o.stride[a], ", options.dilation is ", o.dilation[a],
+               " on spatial axis ", a, "; expected both >= 1"));
+    }
+    if (o.padding[a] < 0 || pad_end < 0) {
+      fail(ErrorCode::InvalidArgument,
+           cat(op, ": options.padding is ", o.padding[a], ", options.padding_end is ",
+               o.padding_end[a], " on spatial axis ", a,
+               "; expected padding >= 0 and padding_end >= 0 (or -1: as padding)"));
+    }
+    const int64_t span = s.in[b] + o.padding[a] + pad_end - s.dilation[b] * (s.kernel[b] - 1) - 1;
+    if (span < 0) {
+      fail(ErrorCode::InvalidArgument,
+           cat(op, ": input size ", s.in[b], " with padding ", o.padding[a], " + ", pad_end,
+               " and kernel ", s.kernel[b], " dilation ", s.dilation[b], " on spatial axis ", a,
+               " gives output size < 1; expected the dilated kernel to fit the padded input"));
+    }
+    s.out[b] = span / s.stride[b] + 1;
+  }
+  return s;
+}
+
+// The output's (or dout's) shape in a layout.
+Shape out_shape(const ConvShape& s, ConvLayout layout) {
+  Shape shape{s.batch};
+  if (layout == ConvLayout::Nchw) shape.push_back(s.out_channels);
+  for (int b = 3 - s.dims; b < 3; ++b) shape.push_back(s.out[b]);
+  if (layout == ConvLayout::Nhwc) shape.push_back(s.out_channels);
+  return shape;
+}
+
+// Strides of an activation or weight tensor in a layout, as [n, c, z, y, x].
+Strides strides_of(const Tensor& t, ConvLayout layout, int dims) {
+  Strides st;
+  st.n = t.strides()[0];
+  st.c = t.strides()[channel_axis(layout, dims)];
+  for (int a = 0; a < dims; ++a) st.sp[3 - dims + a] = t.strides()[spatial_axis(layout, a)];
+  return st;
+}
+
+// Whether a logical [N, C, spatial...] tensor is dense in channels-last memory order.
+bool channels_last_dense(const Tensor& t) {
+  if (t.dim() < 3) return false;
+  Shape order;  // axes from innermost: C, then spatial from last to first, then N
+  order.push_back(1);
+  for (int64_t a = t.dim() - 1; a >= 2; --a) order.push_back(a);
+  order.push_back(0);
+  int64_t expected = 1;
+  for (int64_t a : order) {
+    if (t.shape()[a] != 1 && t.strides()[a] != expected) return false;
+    expected *= t.shape()[a];
+  }
+  return true;
+}
+
+// An output of the given shape and dtype whose elements do not overlap: dense in logical
+// order, or (NCHW-style shapes) in channels-last order.
+void require_conv_out(const OpCall& call, const char* name, const Tensor& out, const Shape& shape,
+                      DType dtype, ConvLayout layout) {
+  common::require_out(call, name, out, shape, dtype);
+  if (out.is_contiguous()) return;
+  if (layout == ConvLayout::Nchw && channels_last_dense(out)) return;
+  fail(ErrorCode::InvalidArgument,
+       cat(call.op, ": ", name, " has strides ", shape_str(out.strides()),
+           layout == ConvLayout::Nchw ? "; expected contiguous or channels-last dense"
+                                      : "; expected contiguous"));
+}
+
+// A functional output in `like`'s memory order: channels-last when `like` is channels-last
+// dense (and not also contiguous), else contiguous.
+Tensor empty_like_order(const OpCall& call, const Shape& shape, DType dtype, const Tensor& like,
+                        ConvLayout layout) {
+  if (layout == ConvLayout::Nchw && !like.is_contiguous() && channels_last_dense(like)) {
+    Shape memory{shape[0]};
+    for (size_t a = 2; a < shape.size(); ++a) memory.push_back(shape[a]);
+    memory.push_back(shape[1]);
+    Tensor t = call.empty(memory, dtype);
+    Shape strides(shape.size());
+    int64_t step = 1;
+    strides[1] = step;
+    step *= shape[1];
+    for (size_t a = shape.size() - 1; a >= 2; --a) {
+      strides[a] = step;
+      step *= shape[a];
+    }
+    strides[0] = step;
+    return t.as_strided(shape, strides, 0);
+  }
+  return call.empty(shape, dtype);
+}
+
+void require_same_dtype(const OpCall& call, const char* name, const Tensor& t, DType dtype) {
+  common::require_float(call, name, t);
+  if (t.dtype() != dtype) {
+    fail(ErrorCode::DTypeMismatch, cat(call.op, ": ", name, " has dtype ", dtype_name(t.dtype()),
+                                       "; expected the input's dtype ", dtype_name(dtype)));
+  }
+}
+
+// Whether an operand (activation or weight) can feed the implicit GEMM's 16-byte copies:
+// channel stride 1, every other stride a multiple of 8 elements, a 16-byte aligned base.
+bool gemm_operand_fits(const Tensor& t, ConvLayout layout, int dims) {
+  const Strides st = strides_of(t, layout, dims);
+  bool ok = st.c == 1 && st.n % 8 == 0 && reinterpret_cast<uintptr_t>(t.data()) % 16 == 0;
+  for (int a = 0; a < 3; ++a) ok = ok && st.sp[a] % 8 == 0;
+  return ok;
+}
+
+// `gemm_fits`: the operands suit the implicit GEMM's loads (channels-last input and weight,
+// aligned; C % 8 == 0 is checked here).
+ConvPlan plan_for(const char* op, const ConvShape& s, Device device, ConvDirection direction,
+                  ConvStrategy strategy, bool gemm_fits) {
+  ConvPlan plan;
+  const bool grouped = s.groups > 1;
+  const bool depthwise = s.groups == s.in_channels && s.dims <= 2;
+  bool gemm = false;
+  if (strategy == ConvStrategy::ImplicitGemm) {
+    if (s.dims == 3 && s.dtype == DType::f32) {
+      plan.why = "ImplicitGemm: 3-D F32 convolution runs Direct";
+    } else if (grouped) {
+      plan.why = "ImplicitGemm: grouped convolution runs Direct";
+    } else if (direction != ConvDirection::Forward) {
+      fail(ErrorCode::Unsupported,
+           cat(op, ": strategy ImplicitGemm: the implicit-GEMM data and weight gradient kernels "
+                   "are not built yet; expected Direct or Auto"));
+    } else if (s.dtype != DType::bf16 && s.dtype != DType::f16) {
+      fail(ErrorCode::Unsupported,
+           cat(op, ": strategy ImplicitGemm: the ", dtype_name(s.dtype),
+               " implicit-GEMM kernel (TF32) is not built yet; expected bf16 or f16, or Direct "
+               "or Auto"));
+    } else if (s.in_channels % 8 != 0 || !gemm_fits) {
+      fail(ErrorCode::Unsupported,
+           cat(op, ": strategy ImplicitGemm: input with ", s.in_channels,
+               " channels; expected channels-last input and weight (channel stride 1, pixel "
+               "strides multiples of 8, 16-byte aligned) with C % 8 == 0, or Direct or Auto"));
+    } else {
+      gemm = true;
+      plan.why = "ImplicitGemm: tensor cores (mma.sync), no im2col buffer";
+    }
+  }
+  if (device.is_cpu()) {
+    plan.kernel = ConvKernel::Reference;
+    plan.why = "CPU: the float64 reference, whatever the strategy";
+    return plan;
+  }
+  if (gemm) {
+    plan.kernel = ConvKernel::ImplicitGemm;
+    return plan;
+  }
+  if (direction == ConvDirection::Forward && depthwise && strategy != ConvStrategy::ImplicitGemm) {
+    plan.kernel = ConvKernel::Depthwise;
+    if (plan.why.empty()) plan.why = "depthwise (groups == C, 1-D or 2-D): memory-bound kernel";
+    return plan;
+  }
+  plan.kernel = ConvKernel::Direct;
+  if (plan.why.empty()) {
+    plan.why = strategy == ConvStrategy::Auto
+                   ? "Auto: Direct (ImplicitGemm is taken only on request until tested)"
+                   : "Direct as requested";
+  }
+  return plan;
+}
+
+conv_detail::Activation activation_of(ConvActivation a) {
+  switch (a) {
+    case ConvActivation::Relu:
+      return conv_detail::Activation::Relu;
+    case ConvActivation::Silu:
+      return conv_detail::Activation::Silu;
+    case ConvActivation::Gelu:
+      return conv_detail::Activation::Gelu;
+    default:
+      return conv_detail::Activation::None;
+  }
+}
+
+template <int N>
+ConvShape forward_shape(const OpCall& call, const Tensor& input, const Tensor& weight,
+                        const ConvOptions<N>& o, ConvLayout layout) {
+  common::require_float(call, "input", input);
+  require_same_dtype(call, "weight", weight, input.dtype());
+  return conv_shape<N>(call.op, input.shape(), weight.shape(), input.dtype(), o, layout);
+}
+
+template <int N>
+void forward_impl(OpCall& call, const Tensor& out, const Tensor& input, const Tensor& weight,
+                  const Tensor& bias, const ConvOptions<N>& o, ConvStrategy strategy,
+                  const ConvEpilogue& epilogue, ConvLayout layout) {
+  conv_detail::Forward p;
+  p.s = forward_shape<N>(call, input, weight, o, layout);
+  const Shape oshape = out_shape(p.s, layout);
+  if (bias.defined()) {
+    require_same_dtype(call, "bias", bias, input.dtype());
+    common::require_shape(call, "bias", bias, {p.s.out_channels}, "[K]");
+  }
+  if (epilogue.residual.defined()) {
+    require_same_dtype(call, "residual", epilogue.residual, input.dtype());
+    common::require_shape(call, "residual", epilogue.residual, oshape, "the output's shape");
+  }
+  const ConvPlan plan =
+      plan_for(call.op, p.s, call.device, ConvDirection::Forward, strategy,
+               gemm_operand_fits(input, layout, N) && gemm_operand_fits(weight, layout, N));
+  require_conv_out(call, "out", out, oshape, input.dtype(), layout);
+  common::require_no_overlap(call, "out", out,
+                             {{"input", &input},
+                              {"weight", &weight},
+                              {"bias", &bias},
+                              {"residual", &epilogue.residual}});
+  if (out.numel() == 0) return;
+  p.input = input.data();
+  p.input_st = strides_of(input, layout, N);
+  p.weight = weight.data();
+  p.weight_st = strides_of(weight, layout, N);
+  p.out = out.data();
+  p.out_st = strides_of(out, layout, N);
+  if (bias.defined()) p.bias = common::dense_in(call, bias);
+  if (epilogue.residual.defined()) {
+    p.residual = epilogue.residual.data();
+    p.residual_st = strides_of(epilogue.residual, layout, N);
+  }
+  p.activation = activation_of(epilogue.activation);
+  p.depthwise_kernel = plan.kernel == ConvKernel::Depthwise;
+  p.implicit_gemm_kernel = plan.kernel == ConvKernel::ImplicitGemm;
+  run_backend(call, p, RUDNN_BACKENDS(conv_detail, forward));
+}
+
+template <int N>
+ConvShape data_shape(const OpCall& call, const Tensor& dout, const Tensor& weight,
+                     const Shape& input_shape, const ConvOptions<N>& o, ConvLayout layout) {
+  common::require_float(call, "dout", dout);
+  require_same_dtype(call, "weight", weight, dout.dtype());
+  const ConvShape s = conv_shape<N>(call.op, input_shape, weight.shape(), dout.dtype(), o, layout);
+  common::require_shape(call, "dout", dout, out_shape(s, layout),
+                        "the convolution output's shape");
+  return s;
+}
+
+template <int N>
+void data_impl(OpCall& call, const Tensor& dinput, const Tensor& dout, const Tensor& weight,
+               const ConvOptions<N>& o, ConvStrategy strategy, ConvLayout layout) {
+  common::require_defined(call, "dinput_out", dinput);
+  conv_detail::DataBackward p;
+  p.s = data_shape<N>(call, dout, weight, dinput.shape(), o, layout);
+  plan_for(call.op, p.s, call.device, ConvDirection::DataBackward, strategy, false);
+  require_conv_out(call, "dinput_out", dinput, dinput.shape(), dout.dtype(), layout);
+  common::require_no_overlap(call, "dinput_out", dinput, {{"dout", &dout}, {"weight", &weight}});
+  if (dinput.numel() == 0) return;
+  p.dout = dout.data();
+  p.dout_st = strides_of(dout, layout, N);
+  p.weight = weight.data();
+  p.weight_st = strides_of(weight, layout, N);
+  p.dinput = dinput.data();
+  p.dinput_st = strides_of(dinput, layout, N);
+  run_backend(call, p, RUDNN_BACKENDS(conv_detail, data_backward));
+}
+
+template <int N>
+ConvShape weight_shape_of(const OpCall& call, const Tensor& dout, const Tensor& input,
+                          const Shape& weight_shape, const ConvOptions<N>& o, ConvLayout layout) {
+  common::require_float(call, "dout", dout);
+  require_same_dtype(call, "input", input, dout.dtype());
+  const ConvShape s = conv_shape<N>(call.op, input.shape(), weight_shape, dout.dtype(), o, layout);
+  common::require_shape(call, "dout", dout, out_shape(s, layout),
+                        "the convolution output's shape");
+  return s;
+}
+
+template <int N>
+void weight_impl(OpCall& call, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                 const Tensor& input, const ConvOptions<N>& o, ConvStrategy strategy,
+                 ConvLayout layout) {
+  common::require_defined(call, "dweight_out", dweight);
+  conv_detail::WeightBackward p;
+  p.s = weight_shape_of<N>(call, dout, input, dweight.shape(), o, layout);
+  plan_for(call.op, p.s, call.device, ConvDirection::WeightBackward, strategy, false);
+  require_conv_out(call, "dweight_out", dweight, dweight.shape(), dout.dtype(), ConvLayout::Nhwc);
+  common::require_no_overlap(call, "dweight_out", dweight,
+                             {{"dout", &dout}, {"input", &input}, {"dbias_out", &dbias}});
+  if (dbias.defined()) {
+    p.dbias = common::dense_out(call, "dbias_out", dbias, {p.s.out_channels}, dout.dtype());
+    common::require_no_overlap(call, "dbias_out", dbias, {{"dout", &dout}, {"input", &input}});
+  }
+  p.dout = dout.data();
+  p.dout_st = strides_of(dout, layout, N);
+  p.input = input.data();
+  p.input_st = strides_of(input, layout, N);
+  p.dweight = dweight.data();
+  p.dweight_st = strides_of(dweight, layout, N);
+  run_backend(call, p, RUDNN_BACKENDS(conv_detail, weight_backward));
+}
+
+}  // namespace
+
+const char* conv_kernel_name(ConvKernel kernel) {
+  switch (kernel) {
+    case ConvKernel::Reference:
+      return "Reference";
+    case ConvKernel::Direct:
+      return "Direct";
+    case ConvKernel::Depthwise:
+      return "Depthwise";
+    case ConvKernel::ImplicitGemm:
+      return "ImplicitGemm";
+  }
+  return "?";
+}
+
+template <int N>
+ConvPlan plan_conv(ConvDirection direction, const Shape& input_shape, const Shape& weight_shape,
+                   DType dtype, Device device, const ConvOptions<N>& options,
+                   ConvStrategy strategy, ConvLayout layout) {
+  const bool host_f64 = dtype == DType::f64 && device.is_cpu();
+  if (!common::is_float_dtype(dtype) && !host_f64) {
+    fail(ErrorCode::DTypeMismatch,
+         cat("plan_conv: dtype is ", dtype_name(dtype),
+             "; expected f32, f16 or bf16 (f64 on the CPU)"));
+  }
+  const ConvShape s =
+      conv_shape<N>("plan_conv", input_shape, weight_shape, dtype, options, layout);
+  // Shapes only: tensors are taken to be contiguous in `layout` (allocator-aligned).
+  return plan_for("plan_conv", s, device, direction, strategy, layout == ConvLayout::Nhwc);
+}
+
+template <int N>
+Tensor conv_forward(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                    const ConvOptions<N>& options, ConvStrategy strategy,
+                    const ConvEpilogue& epilogue, const Stream& stream) {
+  OpCall call("conv_forward", "input", input, stream);
+  const ConvShape s = forward_shape<N>(call, input, weight, options, ConvLayout::Nchw);
+  Tensor out = empty_like_order(call, out_shape(s, ConvLayout::Nchw), input.dtype(), input,
+                                ConvLayout::Nchw);
+  forward_impl<N>(call, out, input, weight, bias, options, strategy, epilogue, ConvLayout::Nchw);
+  return out;
+}
+
+template <int N>
+void conv_forward_into(const Tensor& out, const Tensor& input, const Tensor& weight,
+                       const Tensor& bias, const ConvOptions<N>& options, ConvStrategy strategy,
+                       const ConvEpilogue& epilogue, const Stream& stream) {
+  OpCall call("conv_forward", "input", input, stream);
+  forward_impl<N>(call, out, input, weight, bias, options, strategy, epilogue, ConvLayout::Nchw);
+}
+
+template <int N>
+Tensor conv_forward_nhwc(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                         const ConvOptions<N>& options, ConvStrategy strategy,
+                         const ConvEpilogue& epilogue, const Stream& stream) {
+  OpCall call("conv_forward_nhwc", "input", input, stream);
+  const ConvShape s = forward_shape<N>(call, input, weight, options, ConvLayout::Nhwc);
+  Tensor out = call.empty(out_shape(s, ConvLayout::Nhwc), input.dtype());
+  forward_impl<N>(call, out, input, weight, bias, options, strategy, epilogue, ConvLayout::Nhwc);
+  return out;
+}
+
+template <int N>
+void conv_forward_nhwc_into(const Tensor& out, const Tensor& input, const Tensor& weight,
+                            const Tensor& bias, const ConvOptions<N>& options,
+                            ConvStrategy strategy, const ConvEpilogue& epilogue,
+                            const Stream& stream) {
+  OpCall call("conv_forward_nhwc", "input", input, stream);
+  forward_impl<N>(call, out, input, weight, bias, options, strategy, epilogue, ConvLayout::Nhwc);
+}
+
+template <int N>
+Tensor conv_data_backward(const Tensor& dout, const Tensor& weight, const Shape& input_shape,
+                          const ConvOptions<N>& options, ConvStrategy strategy,
+                          const Stream& stream) {
+  OpCall call("conv_data_backward", "dout", dout, stream);
+  data_shape<N>(call, dout, weight, input_shape, options, ConvLayout::Nchw);
+  Tensor dinput = empty_like_order(call, input_shape, dout.dtype(), dout, ConvLayout::Nchw);
+  data_impl<N>(call, dinput, dout, weight, options, strategy, ConvLayout::Nchw);
+  return dinput;
+}
+
+template <int N>
+void conv_data_backward_into(const Tensor& dinput_out, const Tensor& dout, const Tensor& weight,
+                             const ConvOptions<N>& options, ConvStrategy strategy,
+                             const Stream& stream) {
+  OpCall call("conv_data_backward", "dout", dout, stream);
+  data_impl<N>(call, dinput_out, dout, weight, options, strategy, ConvLayout::Nchw);
+}
+
+template <int N>
+Tensor conv_data_backward_nhwc(const Tensor& dout, const Tensor& weight, const Shape& input_shape,
+                               const ConvOptions<N>& options, ConvStrategy strategy,
+                               const Stream& stream) {
+  OpCall call("conv_data_backward_nhwc", "dout", dout, stream);
+  data_shape<N>(call, dout, weight, input_shape, options, ConvLayout::Nhwc);
+  Tensor dinput = call.empty(input_shape, dout.dtype());
+  data_impl<N>(call, dinput, dout, weight, options, strategy, ConvLayout::Nhwc);
+  return dinput;
+}
+
+template <int N>
+void conv_data_backward_nhwc_into(const Tensor& dinput_out, const Tensor& dout,
+                                  const Tensor& weight, const ConvOptions<N>& options,
+                                  ConvStrategy strategy, const Stream& stream) {
+  OpCall call("conv_data_backward_nhwc", "dout", dout, stream);
+  data_impl<N>(call, dinput_out, dout, weight, options, strategy, ConvLayout::Nhwc);
+}
+
+template <int N>
+ConvWeightGrads conv_weight_backward(const Tensor& dout, const Tensor& input,
+                                     const Shape& weight_shape, const ConvOptions<N>& options,
+                                     bool with_bias, ConvStrategy strategy,
+                                     const Stream& stream) {
+  OpCall call("conv_weight_backward", "dout", dout, stream);
+  const ConvShape s = weight_shape_of<N>(call, dout, input, weight_shape, options, ConvLayout::Nchw);
+  ConvWeightGrads g;
+  g.dweight = call.empty(weight_shape, dout.dtype());
+  if (with_bias) g.dbias = call.empty({s.out_channels}, dout.dtype());
+  weight_impl<N>(call, g.dweight, g.dbias, dout, input, options, strategy, ConvLayout::Nchw);
+  return g;
+}
+
+template <int N>
+void conv_weight_backward_into(const Tensor& dweight_out, const Tensor& dbias_out,
+                               const Tensor& dout, const Tensor& input,
+                               const ConvOptions<N>& options, ConvStrategy strategy,
+                               const Stream& stream) {
+  OpCall call("conv_weight_backward", "dout", dout, stream);
+  weight_impl<N>(call, dweight_out, dbias_out, dout, input, options, strategy, ConvLayout::Nchw);
+}
+
+template <int N>
+ConvWeightGrads conv_weight_backward_nhwc(const Tensor& dout, const Tensor& input,
+                                          const Shape& weight_shape, const ConvOptions<N>& options,
+                                          bool with_bias, ConvStrategy strategy,
+                                          const Stream& stream) {
+  OpCall call("conv_weight_backward_nhwc", "dout", dout, stream);
+  const ConvShape s = weight_shape_of<N>(call, dout, input, weight_shape, options, ConvLayout::Nhwc);
+  ConvWeightGrads g;
+  g.dweight = call.empty(weight_shape, dout.dtype());
+  if (with_bias) g.dbias = call.empty({s.out_channels}, dout.dtype());
+  weight_impl<N>(call, g.dweight, g.dbias, dout, input, options, strategy, ConvLayout::Nhwc);
+  return g;
+}
+
+template <int N>
+void conv_weight_backward_nhwc_into(const Tensor& dweight_out, const Tensor& dbias_out,
+                                    const Tensor& dout, const Tensor& input,
+                                    const ConvOptions<N>& options, ConvStrategy strategy,
+                                    const Stream& stream) {
+  OpCall call("conv_weight_backward_nhwc", "dout", dout, stream);
+  weight_impl<N>(call, dweight_out, dbias_out, dout, input, options, strategy, ConvLayout::Nhwc);
+}
+
+#define RUDNN_CONV_INSTANTIATE(N)                                                                \
+  template ConvPlan plan_conv<N>(ConvDirection, const Shape&, const Shape&, DType, Device,       \
+                                 const ConvOptions<N>&, ConvStrategy, ConvLayout);               \
+  template Tensor conv_forward<N>(const Tensor&, const Tensor&, const Tensor&,                   \
+                                  const ConvOptions<N>&, ConvStrategy, const ConvEpilogue&,      \
+                                  const Stream&);                                                \
+  template void conv_forward_into<N>(const Tensor&, const Tensor&, const Tensor&, const Tensor&, \
+                                     const ConvOptions<N>&, ConvStrategy, const ConvEpilogue&,   \
+                                     const Stream&);                                             \
+  template Tensor conv_forward_nhwc<N>(const Tensor&, const Tensor&, const Tensor&,              \
+                                       const ConvOptions<N>&, ConvStrategy, const ConvEpilogue&, \
+                                       const Stream&);                                           \
+  template void conv_forward_nhwc_into<N>(const Tensor&, const Tensor&, const Tensor&,           \
+                                          const Tensor&, const ConvOptions<N>&, ConvStrategy,    \
+                                          const ConvEpilogue&, const Stream&);                   \
+  template Tensor conv_data_backward<N>(const Tensor&, const Tensor&, const Shape&,              \
+                                        const ConvOptions<N>&, ConvStrategy, const Stream&);     \
+  template void conv_data_backward_into<N>(const Tensor&, const Tensor&, const Tensor&,          \
+                                           const ConvOptions<N>&, ConvStrategy, const Stream&);  \
+  template Tensor conv_data_backward_nhwc<N>(const Tensor&, const Tensor&, const Shape&,         \
+                                             const ConvOptions<N>&, ConvStrategy,               \
+                                             const Stream&);                                     \
+  template void conv_data_backward_nhwc_into<N>(const Tensor&, const Tensor&, const Tensor&,     \
+                                                const ConvOptions<N>&, ConvStrategy,            \
+                                                const Stream&);                                  \
+  template ConvWeightGrads conv_weight_backward<N>(const Tensor&, const Tensor&, const Shape&,   \
+                                                   const ConvOptions<N>&, bool, ConvStrategy,    \
+                                                   const Stream&);                               \
+  template void conv_weight_backward_into<N>(const Tensor&, const Tensor&, const Tensor&,        \
+                                             const Tensor&, const ConvOptions<N>&,              \
+                                             ConvStrategy, const Stream&);                       \
+  template ConvWeightGrads conv_weight_backward_nhwc<N>(const Tensor&, const Tensor&,            \
+                                                        const Shape&, const ConvOptions<N>&,     \
+                                                        bool, ConvStrategy, const Stream&);      \
+  template void conv_weight_backward_nhwc_into<N>(const Tensor&, const Tensor&, const Tensor&,   \
+                                                  const Tensor&, const ConvOptions<N>&,         \
+                                                  ConvStrategy, const Stream&);
+RUDNN_CONV_INSTANTIATE(1)
+RUDNN_CONV_INSTANTIATE(2)
+RUDNN_CONV_INSTANTIATE(3)
+#undef RUDNN_CONV_INSTANTIATE
+
+}  // namespace rudnn

@@ -1,0 +1,383 @@
+// The CUDA kernels against the float64 CPU reference: Direct forward (with every epilogue),
+// data and weight gradients, Depthwise forward, causal conv1d forward (state, decode,
+// varlen) and backward, over odd sizes, 1x1, 7x7 stride 2, groups, dilation, strides,
+// asymmetric padding, three layouts and every dtype. Fresh random inputs (the seed is
+// printed on failure), outputs poisoned before the op, inputs checked unchanged, gradients
+// checked bit-identical run to run. Skipped without a GPU.
+#include <sstream>
+
+#include "conv_test_util.h"
+
+namespace rudnn::test {
+namespace {
+
+using conv::opts;
+const Device kGpu = Device::cuda(0);
+const DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
+
+enum class Layout { Nchw, ChannelsLastView, Nhwc };
+const char* layout_name(Layout l) {
+  return l == Layout::Nchw ? "nchw" : l == Layout::Nhwc ? "nhwc shapes" : "channels-last view";
+}
+
+template <int N>
+struct Case {
+  Shape input, weight;  // NCHW-style
+  ConvOptions<N> o;
+};
+
+template <int N>
+std::string describe(const Case<N>& c, DType dt, Layout layout, ConvStrategy strategy) {
+  std::ostringstream s;
+  s << N << "-D " << dtype_name(dt) << " " << layout_name(layout) << " input "
+    << shape_str(c.input) << " weight " << shape_str(c.weight) << " stride [";
+  for (int a = 0; a < N; ++a) s << c.o.stride[a] << (a + 1 < N ? ", " : "]");
+  s << " padding [";
+  for (int a = 0; a < N; ++a) s << c.o.padding[a] << (a + 1 < N ? ", " : "]");
+  s << " padding_end [";
+  for (int a = 0; a < N; ++a) s << c.o.padding_end[a] << (a + 1 < N ? ", " : "]");
+  s << " dilation [";
+  for (int a = 0; a < N; ++a) s << c.o.dilation[a] << (a + 1 < N ? ", " : "]");
+  s << " groups " << c.o.groups << " strategy "
+    << (strategy == ConvStrategy::Direct ? "Direct" : "Auto");
+  return s.str();
+}
+
+// One case in one layout: forward (bias, residual, activation), data and weight gradients,
+// all against the reference computed from the same rounded values.
+template <int N>
+void check_case(Rng& rng, DType dt, const Case<N>& c, Layout layout,
+                ConvStrategy strategy = ConvStrategy::Auto,
+                ConvActivation activation = ConvActivation::None, bool residual = false) {
+  SCOPED_TRACE(describe(c, dt, layout, strategy) + " activation " +
+               std::to_string(static_cast<int>(activation)) + " residual " +
+               std::to_string(residual));
+  const Tensor x = random_tensor(rng, c.input, dt), w = random_tensor(rng, c.weight, dt);
+  const int64_t K = c.weight[0];
+  const Tensor b = random_tensor(rng, {K}, dt);
+  ConvEpilogue e;
+  e.activation = activation;
+  const Tensor y_shape_probe = conv_forward<N>(Tensor::zeros(c.input, DType::f64),
+                                               Tensor::zeros(c.weight, DType::f64), {}, c.o);
+  const Shape ys = y_shape_probe.shape();
+  if (residual) e.residual = random_tensor(rng, ys, dt);
+  const Tensor expected = conv_forward<N>(x, w, b, c.o, ConvStrategy::Auto, e);
+  const Tensor dy = random_tensor(rng, ys, dt);
+  const Tensor expected_dx = conv_data_backward<N>(dy, w, c.input, c.o);
+  const ConvWeightGrads expected_g = conv_weight_backward<N>(dy, x, c.weight, c.o, true);
+
+  const bool nhwc = layout == Layout::Nhwc;
+  auto up = [&](const Tensor& t) {
+    if (layout == Layout::Nchw) return t.to(kGpu);
+    if (layout == Layout::ChannelsLastView) return conv::channels_last_view(t, kGpu);
+    return conv::to_nhwc(t).to(kGpu);
+  };
+  auto down = [&](const Tensor& t) {
+    return nhwc ? conv::from_nhwc(t.to_host()) : t.to_host().contiguous();
+  };
+  const Tensor d_x = up(x), d_dy = up(dy);
+  const Tensor d_w = nhwc ? conv::to_nhwc(w).to(kGpu) : w.to(kGpu);
+  const Tensor d_b = b.to(kGpu);
+  ConvEpilogue d_e;
+  d_e.activation = activation;
+  if (residual) d_e.residual = up(e.residual);
+
+  const Tensor y = poisoned(d_dy.shape(), dt, kGpu);
+  if (nhwc) {
+    conv_forward_nhwc_into<N>(y, d_x, d_w, d_b, c.o, strategy, d_e);
+  } else {
+    conv_forward_into<N>(y, d_x, d_w, d_b, c.o, strategy, d_e);
+  }
+  EXPECT_TRUE(all_close(down(y), expected)) << "forward";
+  if (layout == Layout::ChannelsLastView) {
+    // The functional form keeps channels-last.
+    const Tensor f = conv_forward<N>(d_x, d_w, d_b, c.o, strategy, d_e);
+    EXPECT_EQ(f.strides()[1], 1);
+    EXPECT_TRUE(all_close(down(f), expected)) << "forward, functional";
+  }
+
+  const Tensor dx = poisoned(d_x.shape(), dt, kGpu);
+  if (nhwc) {
+    conv_data_backward_nhwc_into<N>(dx, d_dy, d_w, c.o, strategy);
+  } else {
+    conv_data_backward_into<N>(dx, d_dy, d_w, c.o, strategy);
+  }
+  EXPECT_TRUE(all_close(down(dx), expected_dx)) << "data gradient";
+
+  const Tensor dw = poisoned(d_w.shape(), dt, kGpu), db = poisoned({K}, dt, kGpu);
+  const Tensor dw2 = poisoned(d_w.shape(), dt, kGpu), db2 = poisoned({K}, dt, kGpu);
+  if (nhwc) {
+    conv_weight_backward_nhwc_into<N>(dw, db, d_dy, d_x, c.o, strategy);
+    conv_weight_backward_nhwc_into<N>(dw2, db2, d_dy, d_x, c.o, strategy);
+  } else {
+    conv_weight_backward_into<N>(dw, db, d_dy, d_x, c.o, strategy);
+    conv_weight_backward_into<N>(dw2, db2, d_dy, d_x, c.o, strategy);
+  }
+  const Tensor dw_host = nhwc ? conv::from_nhwc(dw.to_host()) : dw.to_host();
+  EXPECT_TRUE(all_close(dw_host, expected_g.dweight)) << "weight gradient";
+  EXPECT_TRUE(all_close(db.to_host(), expected_g.dbias)) << "bias gradient";
+  EXPECT_TRUE(bit_equal(dw.to_host(), dw2.to_host())) << "weight gradient run to run";
+  EXPECT_TRUE(bit_equal(db.to_host(), db2.to_host())) << "bias gradient run to run";
+
+  EXPECT_TRUE(all_close(down(d_x), x, 0.0)) << "input changed";
+  EXPECT_TRUE(all_close(down(d_dy), dy, 0.0)) << "dout changed";
+}
+
+template <int N>
+Case<N> make(Shape input, Shape weight, ConvOptions<N> o) {
+  return {std::move(input), std::move(weight), o};
+}
+
+TEST(ConvGpu, Conv2dMatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  ConvOptions<2> asym = opts<2>({1, 2}, {0, 2}, {1, 1});
+  asym.padding_end = {1, 0};
+  const std::vector<Case<2>> cases = {
+      make<2>({2, 3, 13, 11}, {5, 3, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1})),
+      make<2>({1, 8, 9, 7}, {16, 8, 1, 1}, opts<2>({1, 1}, {0, 0}, {1, 1})),         // 1x1
+      make<2>({2, 3, 23, 21}, {8, 3, 7, 7}, opts<2>({2, 2}, {3, 3}, {1, 1})),         // 7x7 s2
+      make<2>({2, 6, 10, 9}, {9, 2, 3, 3}, opts<2>({1, 1}, {2, 2}, {2, 2}, 3)),       // groups, dilation
+      make<2>({1, 4, 11, 12}, {6, 4, 2, 3}, asym),                                    // asymmetric
+      make<2>({3, 5, 6, 5}, {7, 5, 3, 2}, opts<2>({3, 2}, {1, 0}, {1, 2})),           // strides
+  };
+  for (DType dt : kDtypes)
+    for (const auto& c : cases)
+      for (Layout l : {Layout::Nchw, Layout::ChannelsLastView, Layout::Nhwc}) check_case<2>(rng, dt, c, l);
+}
+
+TEST(ConvGpu, Conv1dAndConv3dMatchReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const std::vector<Case<1>> c1 = {
+      make<1>({3, 4, 31}, {6, 2, 5}, opts<1>({2}, {2}, {1}, 2)),
+      make<1>({2, 3, 17}, {4, 3, 3}, opts<1>({1}, {0}, {3})),
+  };
+  const std::vector<Case<3>> c3 = {
+      make<3>({2, 3, 5, 7, 6}, {4, 3, 3, 3, 3}, opts<3>({1, 1, 1}, {1, 1, 1}, {1, 1, 1})),
+      make<3>({1, 4, 6, 5, 7}, {6, 2, 2, 3, 1}, opts<3>({2, 1, 2}, {0, 1, 0}, {1, 2, 1}, 2)),
+  };
+  for (DType dt : kDtypes) {
+    for (const auto& c : c1)
+      for (Layout l : {Layout::Nchw, Layout::Nhwc}) check_case<1>(rng, dt, c, l);
+    for (const auto& c : c3)
+      for (Layout l : {Layout::Nchw, Layout::ChannelsLastView, Layout::Nhwc}) check_case<3>(rng, dt, c, l);
+  }
+}
+
+TEST(ConvGpu, EpilogueMatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const Case<2> c = make<2>({2, 4, 9, 8}, {6, 4, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}));
+  for (DType dt : kDtypes)
+    for (ConvActivation a : {ConvActivation::None, ConvActivation::Relu, ConvActivation::Silu,
+                             ConvActivation::Gelu})
+      for (bool residual : {false, true})
+        check_case<2>(rng, dt, c, Layout::Nhwc, ConvStrategy::Direct, a, residual);
+}
+
+TEST(ConvGpu, DepthwiseMatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  ConvOptions<2> asym = opts<2>({1, 1}, {1, 0}, {1, 1}, 8);
+  asym.padding_end = {0, 2};
+  const std::vector<Case<2>> c2 = {
+      make<2>({2, 8, 13, 11}, {8, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 8)),
+      make<2>({1, 8, 20, 19}, {16, 1, 5, 5}, opts<2>({2, 2}, {2, 2}, {1, 1}, 8)),   // multiplier 2
+      make<2>({2, 40, 15, 14}, {40, 1, 7, 7}, opts<2>({2, 2}, {3, 3}, {1, 1}, 40)),  // 7x7 s2
+      make<2>({1, 8, 9, 10}, {8, 1, 3, 2}, opts<2>({1, 1}, {2, 1}, {2, 3}, 8)),      // dilation
+      make<2>({1, 8, 6, 7}, {8, 1, 2, 4}, asym),
+  };
+  const std::vector<Case<1>> c1 = {
+      make<1>({2, 33, 40}, {33, 1, 9}, opts<1>({1}, {4}, {1}, 33)),
+      make<1>({1, 4, 18}, {12, 1, 3}, opts<1>({3}, {0}, {2}, 4)),
+  };
+  for (DType dt : kDtypes) {
+    for (const auto& c : c2) {
+      EXPECT_EQ(plan_conv<2>(ConvDirection::Forward, c.input, c.weight, dt, kGpu, c.o).kernel,
+                ConvKernel::Depthwise);
+      for (Layout l : {Layout::Nchw, Layout::ChannelsLastView, Layout::Nhwc}) {
+        check_case<2>(rng, dt, c, l);
+        check_case<2>(rng, dt, c, l, ConvStrategy::Auto, ConvActivation::Silu, true);
+      }
+    }
+    for (const auto& c : c1)
+      for (Layout l : {Layout::Nchw, Layout::Nhwc}) check_case<1>(rng, dt, c, l);
+  }
+}
+
+TEST(ConvGpu, StrategiesOnTheGpu) {
+  RUDNN_REQUIRE_CUDA();
+  const Tensor x = Tensor::zeros({1, 4, 8, 8}, DType::bf16, kGpu);
+  const Tensor w = Tensor::zeros({4, 4, 3, 3}, DType::bf16, kGpu);
+  EXPECT_TRUE(throws_error([&] { conv_forward<2>(x, w, {}, ConvOptions<2>{}, ConvStrategy::ImplicitGemm); },
+                           ErrorCode::Unsupported, {"conv_forward: strategy ImplicitGemm", "channels-last"}));
+  EXPECT_TRUE(throws_error([&] { conv_data_backward<2>(Tensor::zeros({1, 4, 6, 6}, DType::bf16, kGpu), w, {1, 4, 8, 8}, ConvOptions<2>{}, ConvStrategy::ImplicitGemm); },
+                           ErrorCode::Unsupported, {"conv_data_backward: strategy ImplicitGemm", "not built yet"}));
+  RUDNN_SEEDED_RNG(rng);
+  // Grouped under ImplicitGemm runs Direct (documented), and matches the reference.
+  check_case<2>(rng, DType::bf16, make<2>({1, 4, 7, 6}, {4, 2, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 2)),
+                Layout::Nhwc, ConvStrategy::Direct);
+  const Tensor xg = random_tensor(rng, {1, 4, 7, 6}, DType::bf16), wg = random_tensor(rng, {4, 2, 3, 3}, DType::bf16);
+  const ConvOptions<2> g = opts<2>({1, 1}, {1, 1}, {1, 1}, 2);
+  EXPECT_TRUE(all_close(conv_forward<2>(xg.to(kGpu), wg.to(kGpu), {}, g, ConvStrategy::ImplicitGemm).to_host(),
+                        conv_forward<2>(xg, wg, {}, g)));
+}
+
+// The ImplicitGemm forward (tensor cores) in _nhwc shapes and as channels-last views, with
+// the epilogue, against the reference; the plan must report the kernel.
+template <int N>
+void check_gemm_forward(Rng& rng, DType dt, const Case<N>& c, ConvActivation activation,
+                        bool residual) {
+  SCOPED_TRACE(describe(c, dt, Layout::Nhwc, ConvStrategy::Auto) + " ImplicitGemm activation " +
+               std::to_string(static_cast<int>(activation)) + " residual " +
+               std::to_string(residual));
+  const Tensor x = random_tensor(rng, c.input, dt), w = random_tensor(rng, c.weight, dt);
+  const Tensor b = random_tensor(rng, {c.weight[0]}, dt);
+  ConvEpilogue e;
+  e.activation = activation;
+  const Shape ys = conv_forward<N>(Tensor::zeros(c.input, DType::f64),
+                                   Tensor::zeros(c.weight, DType::f64), {}, c.o)
+                       .shape();
+  if (residual) e.residual = random_tensor(rng, ys, dt);
+  const Tensor expected = conv_forward<N>(x, w, b, c.o, ConvStrategy::Auto, e);
+  const Tensor xn = conv::to_nhwc(x).to(kGpu), wn = conv::to_nhwc(w).to(kGpu), bd = b.to(kGpu);
+  EXPECT_EQ(plan_conv<N>(ConvDirection::Forward, xn.shape(), wn.shape(), dt, kGpu, c.o,
+                         ConvStrategy::ImplicitGemm, ConvLayout::Nhwc)
+                .kernel,
+            ConvKernel::ImplicitGemm);
+  ConvEpilogue d_e;
+  d_e.activation = activation;
+  if (residual) d_e.residual = conv::to_nhwc(e.residual).to(kGpu);
+  const Tensor y = poisoned(conv::to_nhwc(expected).shape(), dt, kGpu);
+  conv_forward_nhwc_into<N>(y, xn, wn, bd, c.o, ConvStrategy::ImplicitGemm, d_e);
+  EXPECT_TRUE(all_close(conv::from_nhwc(y.to_host()), expected)) << "nhwc";
+  EXPECT_TRUE(bit_equal(xn.to_host(), conv::to_nhwc(x))) << "input changed";
+  if (N >= 2) {
+    ConvEpilogue v_e;
+    v_e.activation = activation;
+    if (residual) v_e.residual = conv::channels_last_view(e.residual, kGpu);
+    const Tensor yv = conv_forward<N>(conv::channels_last_view(x, kGpu),
+                                      conv::channels_last_view(w, kGpu), bd, c.o,
+                                      ConvStrategy::ImplicitGemm, v_e);
+    EXPECT_TRUE(all_close(yv.to_host().contiguous(), expected)) << "channels-last views";
+  }
+}
+
+TEST(ConvGpu, ImplicitGemmForwardMatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  ConvOptions<2> asym = opts<2>({1, 2}, {0, 2}, {1, 1});
+  asym.padding_end = {2, 1};
+  const std::vector<Case<2>> c2 = {
+      make<2>({2, 16, 13, 11}, {24, 16, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1})),
+      make<2>({1, 64, 9, 10}, {130, 64, 1, 1}, opts<2>({1, 1}, {0, 0}, {1, 1})),   // 1x1, K > 128
+      make<2>({2, 8, 23, 21}, {16, 8, 7, 7}, opts<2>({2, 2}, {3, 3}, {1, 1})),      // 7x7 s2
+      make<2>({1, 40, 12, 10}, {8, 40, 3, 3}, opts<2>({1, 1}, {2, 2}, {2, 2})),     // dilation
+      make<2>({1, 24, 9, 8}, {10, 24, 3, 4}, asym),                                 // asymmetric
+      make<2>({3, 24, 5, 6}, {200, 24, 3, 2}, opts<2>({2, 1}, {1, 0}, {1, 1})),     // strides
+      make<2>({2, 32, 20, 20}, {136, 32, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1})),   // M, K > tile
+  };
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (const auto& c : c2) check_gemm_forward<2>(rng, dt, c, ConvActivation::None, false);
+    check_gemm_forward<2>(rng, dt, c2[0], ConvActivation::Relu, true);
+    check_gemm_forward<2>(rng, dt, c2[6], ConvActivation::Gelu, false);
+    check_gemm_forward<1>(rng, dt, make<1>({2, 32, 37}, {48, 32, 5}, opts<1>({2}, {2}, {1})),
+                          ConvActivation::Silu, false);
+    check_gemm_forward<3>(rng, dt, make<3>({1, 16, 5, 7, 6}, {20, 16, 3, 3, 3},
+                                           opts<3>({1, 1, 1}, {1, 1, 1}, {1, 1, 1})),
+                          ConvActivation::None, true);
+  }
+}
+
+// ---- Causal conv1d -------------------------------------------------------------------------
+
+void check_causal(Rng& rng, DType dt, int64_t B, int64_t L, int64_t C, int64_t W, bool with_bias,
+                  bool with_state, bool silu, const std::vector<int32_t>& cu = {}) {
+  SCOPED_TRACE(::testing::Message() << "causal_conv1d " << dtype_name(dt) << " B " << B << " L " << L
+                                    << " C " << C << " W " << W << " bias " << with_bias << " state "
+                                    << with_state << " silu " << silu << " varlen sequences "
+                                    << (cu.empty() ? 0 : cu.size() - 1));
+  const int64_t seqs = cu.empty() ? B : static_cast<int64_t>(cu.size()) - 1;
+  const Tensor x = random_tensor(rng, {B, L, C}, dt), w = random_tensor(rng, {C, W}, dt);
+  const Tensor b = with_bias ? random_tensor(rng, {C}, dt) : Tensor{};
+  const Tensor s0 = with_state ? random_tensor(rng, {seqs, C, W - 1}, dt) : Tensor{};
+  const Tensor cu_host = cu.empty() ? Tensor{} : Tensor::from_host(cu, {static_cast<int64_t>(cu.size())});
+  const Tensor state_ref = with_state ? s0.to(Device::cpu()) : Tensor{};
+  const Tensor expected = causal_conv1d(x, w, b, state_ref, cu_host, silu);
+  const Tensor dy = random_tensor(rng, {B, L, C}, dt);
+  const CausalConv1dGrads eg = causal_conv1d_backward(dy, x, w, b, s0, cu_host, silu);
+
+  const Tensor d_x = x.to(kGpu), d_w = w.to(kGpu), d_dy = dy.to(kGpu);
+  const Tensor d_b = with_bias ? b.to(kGpu) : Tensor{};
+  const Tensor d_cu = cu.empty() ? Tensor{} : cu_host.to(kGpu);
+  const Tensor d_state = with_state ? s0.to(kGpu) : Tensor{};
+  const Tensor d_s0 = with_state ? s0.to(kGpu) : Tensor{};
+  const Tensor out = poisoned({B, L, C}, dt, kGpu);
+  causal_conv1d_into(out, d_x, d_w, d_b, d_state, d_cu, silu);
+  EXPECT_TRUE(all_close(out.to_host(), expected)) << "forward";
+  if (with_state) {
+    EXPECT_TRUE(bit_equal(d_state.to_host(), state_ref)) << "state update";
+  }
+
+  auto run_backward = [&] {
+    CausalConv1dGrads g;
+    g.dx = poisoned({B, L, C}, dt, kGpu);
+    g.dweight = poisoned({C, W}, dt, kGpu);
+    if (with_bias) g.dbias = poisoned({C}, dt, kGpu);
+    if (with_state) g.dinitial_state = poisoned({seqs, C, W - 1}, dt, kGpu);
+    causal_conv1d_backward_into(g.dx, g.dweight, g.dbias, g.dinitial_state, d_dy, d_x, d_w, d_b,
+                                d_s0, d_cu, silu);
+    return g;
+  };
+  const CausalConv1dGrads g = run_backward(), g2 = run_backward();
+  EXPECT_TRUE(all_close(g.dx.to_host(), eg.dx)) << "dx";
+  EXPECT_TRUE(all_close(g.dweight.to_host(), eg.dweight)) << "dweight";
+  EXPECT_TRUE(bit_equal(g.dweight.to_host(), g2.dweight.to_host())) << "dweight run to run";
+  if (with_bias) {
+    EXPECT_TRUE(all_close(g.dbias.to_host(), eg.dbias)) << "dbias";
+    EXPECT_TRUE(bit_equal(g.dbias.to_host(), g2.dbias.to_host())) << "dbias run to run";
+  }
+  if (with_state) {
+    EXPECT_TRUE(all_close(g.dinitial_state.to_host(), eg.dinitial_state)) << "dstate";
+  }
+  EXPECT_TRUE(bit_equal(d_x.to_host(), x));
+  EXPECT_TRUE(bit_equal(d_dy.to_host(), dy));
+  if (with_state) {
+    EXPECT_TRUE(bit_equal(d_s0.to_host(), s0));
+  }
+}
+
+TEST(CausalConv1dGpu, MatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kDtypes)
+    for (int64_t W : {1, 2, 3, 4, 5, 8, 11})
+      for (int mode = 0; mode < 4; ++mode) {
+        const bool bias = mode & 1, state = mode & 2;
+        check_causal(rng, dt, 2, 37, 70, W, bias, state && W > 1, mode == 3);
+      }
+}
+
+TEST(CausalConv1dGpu, DecodeAndShortSequences) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kDtypes)
+    for (int64_t W : {2, 4, 8, 9}) {
+      check_causal(rng, dt, 3, 1, 33, W, true, true, true);   // decode
+      check_causal(rng, dt, 2, 2, 16, W, false, true, false);  // L < W - 1
+    }
+}
+
+TEST(CausalConv1dGpu, Varlen) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kDtypes)
+    for (int64_t W : {1, 3, 4, 10}) {
+      check_causal(rng, dt, 1, 30, 40, W, true, W > 1, true, {0, 7, 7, 8, 30});
+      check_causal(rng, dt, 1, 19, 5, W, false, false, false, {0, 19});
+    }
+}
+
+}  // namespace
+}  // namespace rudnn::test
