@@ -35,7 +35,71 @@ void axis_list(const OpCall& call, const char* name, const std::vector<int64_t>&
   for (int a = 0; a < dims; ++a) out[3 - dims + a] = values[a];
 }
 
-PoolShape pool_shape(const OpCall& call, const Tensor& input, const PoolOptions& o, bool is_max) {
+// Channels-last dense: C innermost, then the spatial axes in order, then N; axes of size 1
+// may carry any stride (torch's rule for what is channels-last).
+bool dense_channels_last(const Tensor& t) {
+  if (t.dim() < 3) return false;
+  int64_t expected = 1;
+  auto fits = [&](int64_t axis) {
+    const bool ok = t.shape()[axis] == 1 || t.strides()[axis] == expected;
+    expected *= t.shape()[axis];
+    return ok;
+  };
+  if (!fits(1)) return false;
+  for (int64_t a = t.dim() - 1; a >= 2; --a) {
+    if (!fits(a)) return false;
+  }
+  return fits(0);
+}
+
+// A contiguous input runs in NCHW order even when it is channels-last too (C = 1 or one
+// spatial position): both orders are the same memory then.
+bool runs_channels_last(const Tensor& input) {
+  return !input.is_contiguous() && dense_channels_last(input);
+}
+
+// An uninitialised tensor of `shape` in the problem's layout.
+Tensor empty_in_layout(const OpCall& call, const Shape& shape, DType dtype, bool channels_last) {
+  if (!channels_last) return call.empty(shape, dtype);
+  Shape stored{shape[0]};
+  for (size_t a = 2; a < shape.size(); ++a) stored.push_back(shape[a]);
+  stored.push_back(shape[1]);
+  const Tensor t = call.empty(stored, dtype);
+  Shape strides(shape.size());
+  int64_t step = shape[1];
+  strides[1] = 1;
+  for (size_t a = shape.size() - 1; a >= 2; --a) {
+    strides[a] = step;
+    step *= shape[a];
+  }
+  strides[0] = step;
+  return t.as_strided(shape, strides, t.offset());
+}
+
+// An input operand in the problem's layout: in place when it fits, else one copy into it.
+const void* layout_in(OpCall& call, const Tensor& t, bool channels_last) {
+  if (!channels_last) return common::dense_in(call, t);
+  if (dense_channels_last(t)) return t.data();
+  const Tensor copy = empty_in_layout(call, t.shape(), t.dtype(), true);
+  copy.copy_from(t, call.stream);
+  return call.keep(copy).data();
+}
+
+// An _into output: contiguous for an NCHW problem, channels-last dense for a channels-last one.
+void* layout_out(const OpCall& call, const char* name, const Tensor& out, const Shape& shape,
+                 DType dtype, bool channels_last) {
+  if (!channels_last) return common::dense_out(call, name, out, shape, dtype);
+  common::require_out(call, name, out, shape, dtype);
+  if (!dense_channels_last(out)) {
+    fail(ErrorCode::InvalidArgument,
+         cat(call.op, ": ", name, " has strides ", shape_str(out.strides()),
+             "; expected channels-last dense (the input is channels-last)"));
+  }
+  return out.data();
+}
+
+// The rules every pooling op shares: dtype, rank, no empty axis but the batch, the layout.
+PoolShape base_shape(const OpCall& call, const Tensor& input) {
   common::require_float(call, "input", input);
   if (input.dim() < 3 || input.dim() > 5) {
     fail(ErrorCode::ShapeMismatch,
@@ -52,7 +116,17 @@ PoolShape pool_shape(const OpCall& call, const Tensor& input, const PoolOptions&
   PoolShape s;
   s.dtype = input.dtype();
   s.planes = input.shape()[0] * input.shape()[1];
+  s.channels = input.shape()[1];
+  s.channels_last = runs_channels_last(input);
   for (int a = 0; a < dims; ++a) s.in[3 - dims + a] = input.shape()[2 + a];
+  return s;
+}
+
+enum class Kind { max, avg, lp };
+
+PoolShape pool_shape(const OpCall& call, const Tensor& input, const PoolOptions& o, Kind kind) {
+  PoolShape s = base_shape(call, input);
+  const int dims = static_cast<int>(input.dim()) - 2;
   axis_list(call, "kernel", o.kernel, dims, nullptr, s.kernel);
   axis_list(call, "stride", o.stride, dims, s.kernel, s.stride);
   const int64_t zeros[3] = {0, 0, 0}, ones[3] = {1, 1, 1};
@@ -69,9 +143,14 @@ PoolShape pool_shape(const OpCall& call, const Tensor& input, const PoolOptions&
            cat(call.op, ": options.padding is ", s.padding[a], " on spatial axis ", a - (3 - dims),
                "; expected 0 <= padding <= kernel / 2 = ", s.kernel[a] / 2));
     }
-    if (!is_max && s.dilation[a] != 1) {
-      fail(ErrorCode::InvalidArgument, cat(call.op, ": options.dilation is ", s.dilation[a],
-                                           "; expected 1 (average pooling has no dilation)"));
+    if (kind == Kind::lp && s.padding[a] != 0) {
+      fail(ErrorCode::InvalidArgument, cat(call.op, ": options.padding is ", s.padding[a],
+                                           "; expected 0 (LP pooling has no padding)"));
+    }
+    if (kind != Kind::max && s.dilation[a] != 1) {
+      fail(ErrorCode::InvalidArgument,
+           cat(call.op, ": options.dilation is ", s.dilation[a], "; expected 1 (",
+               kind == Kind::avg ? "average" : "LP", " pooling has no dilation)"));
     }
     const int64_t span = s.in[a] + 2 * s.padding[a] - s.dilation[a] * (s.kernel[a] - 1) - 1;
     int64_t size =
@@ -87,7 +166,7 @@ PoolShape pool_shape(const OpCall& call, const Tensor& input, const PoolOptions&
     }
     s.out[a] = size;
   }
-  if (!is_max) {
+  if (kind == Kind::avg) {
     if (o.divisor_override < 0) {
       fail(ErrorCode::InvalidArgument, cat(call.op, ": options.divisor_override is ",
                                            o.divisor_override, "; expected 0 (none) or > 0"));
@@ -95,6 +174,38 @@ PoolShape pool_shape(const OpCall& call, const Tensor& input, const PoolOptions&
     s.count_include_pad = o.count_include_pad;
     s.divisor_override = o.divisor_override;
   }
+  if (kind == Kind::lp && o.divisor_override != 0) {
+    fail(ErrorCode::InvalidArgument, cat(call.op, ": options.divisor_override is ",
+                                         o.divisor_override, "; expected 0 (LP pooling has none)"));
+  }
+  return s;
+}
+
+PoolShape lp_shape(const OpCall& call, const Tensor& input, double norm_type,
+                   const PoolOptions& o) {
+  PoolShape s = pool_shape(call, input, o, Kind::lp);
+  common::require_finite_positive(call, "norm_type", norm_type);
+  s.norm = norm_type;
+  return s;
+}
+
+PoolShape adaptive_shape(const OpCall& call, const Tensor& input,
+                         const std::vector<int64_t>& output_size) {
+  PoolShape s = base_shape(call, input);
+  const int dims = static_cast<int>(input.dim()) - 2;
+  if (static_cast<int>(output_size.size()) != dims) {
+    fail(ErrorCode::InvalidArgument,
+         cat(call.op, ": output_size has ", output_size.size(), " entries; expected ", dims,
+             " (one per spatial axis)"));
+  }
+  for (int a = 0; a < dims; ++a) {
+    if (output_size[a] < 1) {
+      fail(ErrorCode::InvalidArgument, cat(call.op, ": output_size[", a, "] is ", output_size[a],
+                                           "; expected >= 1"));
+    }
+    s.out[3 - dims + a] = output_size[a];
+  }
+  s.adaptive = true;
   return s;
 }
 
@@ -116,120 +227,246 @@ void require_like_input(const OpCall& call, const char* name, const Tensor& t, c
   common::require_shape(call, name, t, shape, "the pooled output's shape [N, C, out...]");
 }
 
-void max_pool_impl(OpCall& call, const Tensor& out, const Tensor& indices, const Tensor& input,
-                   const PoolOptions& options) {
+void max_impl(OpCall& call, const PoolShape& s, const Tensor& out, const Tensor& indices,
+              const Tensor& input) {
   pooling_detail::MaxForward p;
-  p.s = pool_shape(call, input, options, true);
-  const Shape shape = out_shape(input, p.s);
-  p.out = common::dense_out(call, "out", out, shape, p.s.dtype);
-  p.indices =
-      static_cast<int64_t*>(common::dense_out(call, "indices_out", indices, shape, DType::i64));
+  p.s = s;
+  const Shape shape = out_shape(input, s);
+  p.out = layout_out(call, "out", out, shape, s.dtype, s.channels_last);
+  p.indices = static_cast<int64_t*>(
+      layout_out(call, "indices_out", indices, shape, DType::i64, s.channels_last));
   common::require_no_overlap(call, "out", out, {{"input", &input}, {"indices_out", &indices}});
   common::require_no_overlap(call, "indices_out", indices, {{"input", &input}});
   if (out.numel() == 0) return;
-  p.input = common::dense_in(call, input);
+  p.input = layout_in(call, input, s.channels_last);
   run_backend(call, p, RUDNN_BACKENDS(pooling_detail, max_forward));
 }
 
-void max_pool_backward_impl(OpCall& call, const Tensor& dinput, const Tensor& dout,
-                            const Tensor& indices, const Tensor& input,
-                            const PoolOptions& options) {
+void max_backward_impl(OpCall& call, const PoolShape& s, const Tensor& dinput, const Tensor& dout,
+                       const Tensor& indices, const Tensor& input) {
   pooling_detail::MaxBackward p;
-  p.s = pool_shape(call, input, options, true);
-  const Shape shape = out_shape(input, p.s);
+  p.s = s;
+  const Shape shape = out_shape(input, s);
   require_like_input(call, "dout", dout, input, shape);
   common::require_dtype(call, "indices", indices, {DType::i64});
   common::require_shape(call, "indices", indices, shape,
                         "the pooled output's shape [N, C, out...]");
-  p.dinput = common::dense_out(call, "dinput_out", dinput, input.shape(), p.s.dtype);
+  p.dinput = layout_out(call, "dinput_out", dinput, input.shape(), s.dtype, s.channels_last);
   common::require_no_overlap(call, "dinput_out", dinput,
                              {{"dout", &dout}, {"indices", &indices}, {"input", &input}});
   if (dinput.numel() == 0) return;
-  p.dout = common::dense_in(call, dout);
-  p.indices = static_cast<const int64_t*>(common::dense_in(call, indices));
+  p.dout = layout_in(call, dout, s.channels_last);
+  p.indices = static_cast<const int64_t*>(layout_in(call, indices, s.channels_last));
   run_backend(call, p, RUDNN_BACKENDS(pooling_detail, max_backward));
 }
 
-void avg_pool_impl(OpCall& call, const Tensor& out, const Tensor& input,
-                   const PoolOptions& options) {
+void avg_impl(OpCall& call, const PoolShape& s, const Tensor& out, const Tensor& input) {
   pooling_detail::AvgForward p;
-  p.s = pool_shape(call, input, options, false);
-  p.out = common::dense_out(call, "out", out, out_shape(input, p.s), p.s.dtype);
+  p.s = s;
+  p.out = layout_out(call, "out", out, out_shape(input, s), s.dtype, s.channels_last);
   common::require_no_overlap(call, "out", out, {{"input", &input}});
   if (out.numel() == 0) return;
-  p.input = common::dense_in(call, input);
+  p.input = layout_in(call, input, s.channels_last);
   run_backend(call, p, RUDNN_BACKENDS(pooling_detail, avg_forward));
 }
 
-void avg_pool_backward_impl(OpCall& call, const Tensor& dinput, const Tensor& dout,
-                            const Tensor& input, const PoolOptions& options) {
+void avg_backward_impl(OpCall& call, const PoolShape& s, const Tensor& dinput, const Tensor& dout,
+                       const Tensor& input) {
   pooling_detail::AvgBackward p;
-  p.s = pool_shape(call, input, options, false);
-  require_like_input(call, "dout", dout, input, out_shape(input, p.s));
-  p.dinput = common::dense_out(call, "dinput_out", dinput, input.shape(), p.s.dtype);
+  p.s = s;
+  require_like_input(call, "dout", dout, input, out_shape(input, s));
+  p.dinput = layout_out(call, "dinput_out", dinput, input.shape(), s.dtype, s.channels_last);
   common::require_no_overlap(call, "dinput_out", dinput, {{"dout", &dout}, {"input", &input}});
   if (dinput.numel() == 0) return;
-  p.dout = common::dense_in(call, dout);
+  p.dout = layout_in(call, dout, s.channels_last);
   run_backend(call, p, RUDNN_BACKENDS(pooling_detail, avg_backward));
+}
+
+void lp_impl(OpCall& call, const PoolShape& s, const Tensor& out, const Tensor& input) {
+  pooling_detail::LpForward p;
+  p.s = s;
+  p.out = layout_out(call, "out", out, out_shape(input, s), s.dtype, s.channels_last);
+  common::require_no_overlap(call, "out", out, {{"input", &input}});
+  if (out.numel() == 0) return;
+  p.input = layout_in(call, input, s.channels_last);
+  run_backend(call, p, RUDNN_BACKENDS(pooling_detail, lp_forward));
+}
+
+void lp_backward_impl(OpCall& call, const PoolShape& s, const Tensor& dinput, const Tensor& dout,
+                      const Tensor& input, const Tensor& out) {
+  pooling_detail::LpBackward p;
+  p.s = s;
+  const Shape shape = out_shape(input, s);
+  require_like_input(call, "dout", dout, input, shape);
+  require_like_input(call, "out", out, input, shape);
+  p.dinput = layout_out(call, "dinput_out", dinput, input.shape(), s.dtype, s.channels_last);
+  common::require_no_overlap(call, "dinput_out", dinput,
+                             {{"dout", &dout}, {"input", &input}, {"out", &out}});
+  if (dinput.numel() == 0) return;
+  p.dout = layout_in(call, dout, s.channels_last);
+  p.input = layout_in(call, input, s.channels_last);
+  p.out = layout_in(call, out, s.channels_last);
+  run_backend(call, p, RUDNN_BACKENDS(pooling_detail, lp_backward));
 }
 
 }  // namespace
 
 MaxPoolResult max_pool(const Tensor& input, const PoolOptions& options, const Stream& stream) {
   OpCall call("max_pool", "input", input, stream);
-  const Shape shape = out_shape(input, pool_shape(call, input, options, true));
-  MaxPoolResult r{call.empty(shape, input.dtype()), call.empty(shape, DType::i64)};
-  max_pool_impl(call, r.out, r.indices, input, options);
+  const PoolShape s = pool_shape(call, input, options, Kind::max);
+  const Shape shape = out_shape(input, s);
+  MaxPoolResult r{empty_in_layout(call, shape, input.dtype(), s.channels_last),
+                  empty_in_layout(call, shape, DType::i64, s.channels_last)};
+  max_impl(call, s, r.out, r.indices, input);
   return r;
 }
 
 void max_pool_into(const Tensor& out, const Tensor& indices_out, const Tensor& input,
                    const PoolOptions& options, const Stream& stream) {
   OpCall call("max_pool", "input", input, stream);
-  max_pool_impl(call, out, indices_out, input, options);
+  max_impl(call, pool_shape(call, input, options, Kind::max), out, indices_out, input);
 }
 
 Tensor max_pool_backward(const Tensor& dout, const Tensor& indices, const Tensor& input,
                          const PoolOptions& options, const Stream& stream) {
   OpCall call("max_pool_backward", "input", input, stream);
-  pool_shape(call, input, options, true);
-  Tensor dinput = call.empty(input.shape(), input.dtype());
-  max_pool_backward_impl(call, dinput, dout, indices, input, options);
+  const PoolShape s = pool_shape(call, input, options, Kind::max);
+  Tensor dinput = empty_in_layout(call, input.shape(), input.dtype(), s.channels_last);
+  max_backward_impl(call, s, dinput, dout, indices, input);
   return dinput;
 }
 
 void max_pool_backward_into(const Tensor& dinput_out, const Tensor& dout, const Tensor& indices,
                             const Tensor& input, const PoolOptions& options, const Stream& stream) {
   OpCall call("max_pool_backward", "input", input, stream);
-  max_pool_backward_impl(call, dinput_out, dout, indices, input, options);
+  max_backward_impl(call, pool_shape(call, input, options, Kind::max), dinput_out, dout, indices,
+                    input);
 }
 
 Tensor avg_pool(const Tensor& input, const PoolOptions& options, const Stream& stream) {
   OpCall call("avg_pool", "input", input, stream);
-  Tensor out = call.empty(out_shape(input, pool_shape(call, input, options, false)), input.dtype());
-  avg_pool_impl(call, out, input, options);
+  const PoolShape s = pool_shape(call, input, options, Kind::avg);
+  Tensor out = empty_in_layout(call, out_shape(input, s), input.dtype(), s.channels_last);
+  avg_impl(call, s, out, input);
   return out;
 }
 
 void avg_pool_into(const Tensor& out, const Tensor& input, const PoolOptions& options,
                    const Stream& stream) {
   OpCall call("avg_pool", "input", input, stream);
-  avg_pool_impl(call, out, input, options);
+  avg_impl(call, pool_shape(call, input, options, Kind::avg), out, input);
 }
 
 Tensor avg_pool_backward(const Tensor& dout, const Tensor& input, const PoolOptions& options,
                          const Stream& stream) {
   OpCall call("avg_pool_backward", "input", input, stream);
-  pool_shape(call, input, options, false);
-  Tensor dinput = call.empty(input.shape(), input.dtype());
-  avg_pool_backward_impl(call, dinput, dout, input, options);
+  const PoolShape s = pool_shape(call, input, options, Kind::avg);
+  Tensor dinput = empty_in_layout(call, input.shape(), input.dtype(), s.channels_last);
+  avg_backward_impl(call, s, dinput, dout, input);
   return dinput;
 }
 
 void avg_pool_backward_into(const Tensor& dinput_out, const Tensor& dout, const Tensor& input,
                             const PoolOptions& options, const Stream& stream) {
   OpCall call("avg_pool_backward", "input", input, stream);
-  avg_pool_backward_impl(call, dinput_out, dout, input, options);
+  avg_backward_impl(call, pool_shape(call, input, options, Kind::avg), dinput_out, dout, input);
+}
+
+MaxPoolResult adaptive_max_pool(const Tensor& input, const std::vector<int64_t>& output_size,
+                                const Stream& stream) {
+  OpCall call("adaptive_max_pool", "input", input, stream);
+  const PoolShape s = adaptive_shape(call, input, output_size);
+  const Shape shape = out_shape(input, s);
+  MaxPoolResult r{empty_in_layout(call, shape, input.dtype(), s.channels_last),
+                  empty_in_layout(call, shape, DType::i64, s.channels_last)};
+  max_impl(call, s, r.out, r.indices, input);
+  return r;
+}
+
+void adaptive_max_pool_into(const Tensor& out, const Tensor& indices_out, const Tensor& input,
+                            const std::vector<int64_t>& output_size, const Stream& stream) {
+  OpCall call("adaptive_max_pool", "input", input, stream);
+  max_impl(call, adaptive_shape(call, input, output_size), out, indices_out, input);
+}
+
+Tensor adaptive_max_pool_backward(const Tensor& dout, const Tensor& indices, const Tensor& input,
+                                  const std::vector<int64_t>& output_size, const Stream& stream) {
+  OpCall call("adaptive_max_pool_backward", "input", input, stream);
+  const PoolShape s = adaptive_shape(call, input, output_size);
+  Tensor dinput = empty_in_layout(call, input.shape(), input.dtype(), s.channels_last);
+  max_backward_impl(call, s, dinput, dout, indices, input);
+  return dinput;
+}
+
+void adaptive_max_pool_backward_into(const Tensor& dinput_out, const Tensor& dout,
+                                     const Tensor& indices, const Tensor& input,
+                                     const std::vector<int64_t>& output_size,
+                                     const Stream& stream) {
+  OpCall call("adaptive_max_pool_backward", "input", input, stream);
+  max_backward_impl(call, adaptive_shape(call, input, output_size), dinput_out, dout, indices,
+                    input);
+}
+
+Tensor adaptive_avg_pool(const Tensor& input, const std::vector<int64_t>& output_size,
+                         const Stream& stream) {
+  OpCall call("adaptive_avg_pool", "input", input, stream);
+  const PoolShape s = adaptive_shape(call, input, output_size);
+  Tensor out = empty_in_layout(call, out_shape(input, s), input.dtype(), s.channels_last);
+  avg_impl(call, s, out, input);
+  return out;
+}
+
+void adaptive_avg_pool_into(const Tensor& out, const Tensor& input,
+                            const std::vector<int64_t>& output_size, const Stream& stream) {
+  OpCall call("adaptive_avg_pool", "input", input, stream);
+  avg_impl(call, adaptive_shape(call, input, output_size), out, input);
+}
+
+Tensor adaptive_avg_pool_backward(const Tensor& dout, const Tensor& input,
+                                  const std::vector<int64_t>& output_size, const Stream& stream) {
+  OpCall call("adaptive_avg_pool_backward", "input", input, stream);
+  const PoolShape s = adaptive_shape(call, input, output_size);
+  Tensor dinput = empty_in_layout(call, input.shape(), input.dtype(), s.channels_last);
+  avg_backward_impl(call, s, dinput, dout, input);
+  return dinput;
+}
+
+void adaptive_avg_pool_backward_into(const Tensor& dinput_out, const Tensor& dout,
+                                     const Tensor& input, const std::vector<int64_t>& output_size,
+                                     const Stream& stream) {
+  OpCall call("adaptive_avg_pool_backward", "input", input, stream);
+  avg_backward_impl(call, adaptive_shape(call, input, output_size), dinput_out, dout, input);
+}
+
+Tensor lp_pool(const Tensor& input, double norm_type, const PoolOptions& options,
+               const Stream& stream) {
+  OpCall call("lp_pool", "input", input, stream);
+  const PoolShape s = lp_shape(call, input, norm_type, options);
+  Tensor out = empty_in_layout(call, out_shape(input, s), input.dtype(), s.channels_last);
+  lp_impl(call, s, out, input);
+  return out;
+}
+
+void lp_pool_into(const Tensor& out, const Tensor& input, double norm_type,
+                  const PoolOptions& options, const Stream& stream) {
+  OpCall call("lp_pool", "input", input, stream);
+  lp_impl(call, lp_shape(call, input, norm_type, options), out, input);
+}
+
+Tensor lp_pool_backward(const Tensor& dout, const Tensor& input, const Tensor& out,
+                        double norm_type, const PoolOptions& options, const Stream& stream) {
+  OpCall call("lp_pool_backward", "input", input, stream);
+  const PoolShape s = lp_shape(call, input, norm_type, options);
+  Tensor dinput = empty_in_layout(call, input.shape(), input.dtype(), s.channels_last);
+  lp_backward_impl(call, s, dinput, dout, input, out);
+  return dinput;
+}
+
+void lp_pool_backward_into(const Tensor& dinput_out, const Tensor& dout, const Tensor& input,
+                           const Tensor& out, double norm_type, const PoolOptions& options,
+                           const Stream& stream) {
+  OpCall call("lp_pool_backward", "input", input, stream);
+  lp_backward_impl(call, lp_shape(call, input, norm_type, options), dinput_out, dout, input, out);
 }
 
 }  // namespace rudnn

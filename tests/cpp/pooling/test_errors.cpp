@@ -1,5 +1,8 @@
 // Every rule of the pooling family's entry points: a rudnn::Error naming the op, the argument
 // and the rule.
+#include <limits>
+
+#include "layouts.h"
 #include "support/test_support.h"
 
 namespace rudnn::test {
@@ -193,6 +196,109 @@ TEST(PoolingErrors, IntoOutputs) {
       ErrorCode::InvalidArgument, {"avg_pool: out", "overlaps"}));
 }
 
+TEST(PoolingErrors, AdaptiveOutputSize) {
+  const Tensor x = zeros({1, 2, 4, 4});
+  EXPECT_TRUE(throws_error([&] { adaptive_avg_pool(x, {2}); }, ErrorCode::InvalidArgument,
+                           {"adaptive_avg_pool: output_size has 1 entries", "expected 2"}));
+  EXPECT_TRUE(throws_error([&] { adaptive_max_pool(x, {2, 2, 2}); }, ErrorCode::InvalidArgument,
+                           {"adaptive_max_pool: output_size has 3 entries"}));
+  EXPECT_TRUE(throws_error([&] { adaptive_max_pool(x, {2, 0}); }, ErrorCode::InvalidArgument,
+                           {"adaptive_max_pool: output_size[1] is 0", "expected >= 1"}));
+  EXPECT_TRUE(throws_error([&] { adaptive_avg_pool(x, {-1, 2}); }, ErrorCode::InvalidArgument,
+                           {"adaptive_avg_pool: output_size[0] is -1"}));
+  EXPECT_TRUE(throws_error([&] { adaptive_avg_pool(zeros({4, 4}), {2}); },
+                           ErrorCode::ShapeMismatch, {"adaptive_avg_pool: input", "3-d"}));
+  EXPECT_TRUE(throws_error([&] { adaptive_max_pool(zeros({1, 2, 4, 4}, DType::i64), {2, 2}); },
+                           ErrorCode::DTypeMismatch, {"adaptive_max_pool: input", "i64"}));
+  EXPECT_TRUE(throws_error([&] { adaptive_avg_pool(zeros({1, 2, 0}), {2}); },
+                           ErrorCode::InvalidArgument, {"adaptive_avg_pool: input", "empty axis"}));
+}
+
+TEST(PoolingErrors, AdaptiveBackwardOperands) {
+  const Tensor x = zeros({1, 2, 4, 4});
+  const Tensor dy = zeros({1, 2, 3, 3});
+  const Tensor idx = Tensor::zeros({1, 2, 3, 3}, DType::i64);
+  EXPECT_TRUE(throws_error([&] { adaptive_max_pool_backward(zeros({1, 2, 2, 3}), idx, x, {3, 3}); },
+                           ErrorCode::ShapeMismatch, {"adaptive_max_pool_backward: dout"}));
+  EXPECT_TRUE(throws_error([&] { adaptive_max_pool_backward(dy, zeros({1, 2, 3, 3}), x, {3, 3}); },
+                           ErrorCode::DTypeMismatch, {"adaptive_max_pool_backward: indices"}));
+  EXPECT_TRUE(throws_error([&] { adaptive_max_pool_backward(dy, idx, x, {3, 0}); },
+                           ErrorCode::InvalidArgument,
+                           {"adaptive_max_pool_backward: output_size[1] is 0"}));
+  EXPECT_TRUE(throws_error([&] { adaptive_avg_pool_backward(dy, x, {2, 3}); },
+                           ErrorCode::ShapeMismatch, {"adaptive_avg_pool_backward: dout"}));
+  EXPECT_TRUE(throws_error([&] { adaptive_avg_pool_backward(zeros({1, 2, 3, 3}, DType::bf16), x, {3, 3}); },
+                           ErrorCode::DTypeMismatch, {"adaptive_avg_pool_backward: dout", "bf16"}));
+  EXPECT_TRUE(throws_error([&] { adaptive_avg_pool_backward_into(zeros({1, 2, 4, 3}), dy, x, {3, 3}); },
+                           ErrorCode::ShapeMismatch, {"adaptive_avg_pool_backward: dinput_out"}));
+}
+
+TEST(PoolingErrors, LpOptions) {
+  const Tensor x = zeros({1, 2, 6, 6});
+  EXPECT_TRUE(throws_error([&] { lp_pool(x, 2.0, opts({2, 2}, {}, {1, 1})); },
+                           ErrorCode::InvalidArgument,
+                           {"lp_pool: options.padding is 1", "LP pooling has no padding"}));
+  EXPECT_TRUE(throws_error([&] { lp_pool(x, 2.0, opts({2, 2}, {}, {}, {2, 2})); },
+                           ErrorCode::InvalidArgument,
+                           {"lp_pool: options.dilation is 2", "LP pooling has no dilation"}));
+  PoolOptions o = opts({2, 2});
+  o.divisor_override = 3;
+  EXPECT_TRUE(throws_error([&] { lp_pool(x, 2.0, o); }, ErrorCode::InvalidArgument,
+                           {"lp_pool: options.divisor_override is 3", "LP pooling has none"}));
+  for (double p : {0.0, -1.0, std::numeric_limits<double>::infinity(),
+                   std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_TRUE(throws_error([&] { lp_pool(x, p, opts({2, 2})); }, ErrorCode::InvalidArgument,
+                             {"lp_pool: norm_type must be finite and > 0"}));
+  }
+  EXPECT_TRUE(throws_error([&] { lp_pool(x, 2.0, opts({7, 7})); }, ErrorCode::InvalidArgument,
+                           {"lp_pool: input", "output size 0"}));
+  EXPECT_TRUE(throws_error([&] { lp_pool(x, 2.0, opts({2})); }, ErrorCode::InvalidArgument,
+                           {"lp_pool: options.kernel has 1 entries"}));
+}
+
+TEST(PoolingErrors, LpBackwardOperands) {
+  const Tensor x = zeros({1, 2, 6, 6});
+  const PoolOptions o = opts({2, 2});
+  const Tensor dy = zeros({1, 2, 3, 3});
+  EXPECT_TRUE(throws_error([&] { lp_pool_backward(dy, x, Tensor{}, 2.0, o); },
+                           ErrorCode::InvalidArgument, {"lp_pool_backward: out", "undefined"}));
+  EXPECT_TRUE(throws_error([&] { lp_pool_backward(dy, x, zeros({1, 2, 3, 2}), 2.0, o); },
+                           ErrorCode::ShapeMismatch, {"lp_pool_backward: out"}));
+  EXPECT_TRUE(throws_error([&] { lp_pool_backward(dy, x, zeros({1, 2, 3, 3}, DType::f16), 2.0, o); },
+                           ErrorCode::DTypeMismatch, {"lp_pool_backward: out", "f16"}));
+  EXPECT_TRUE(throws_error([&] { lp_pool_backward(zeros({1, 2, 2, 3}), x, dy, 2.0, o); },
+                           ErrorCode::ShapeMismatch, {"lp_pool_backward: dout"}));
+  EXPECT_TRUE(throws_error([&] { lp_pool_backward(dy, x, dy, -2.0, o); },
+                           ErrorCode::InvalidArgument, {"lp_pool_backward: norm_type"}));
+  EXPECT_TRUE(throws_error([&] { lp_pool_backward_into(dy, dy, x, dy, 2.0, opts({1, 1})); },
+                           ErrorCode::ShapeMismatch, {"lp_pool_backward: dout"}));
+  const Tensor dx = zeros({1, 2, 6, 6});
+  EXPECT_TRUE(throws_error([&] { lp_pool_backward_into(dx, dy, x, dx.slice(2, 0, 3).slice(3, 0, 3), 2.0, o); },
+                           ErrorCode::InvalidArgument, {"lp_pool_backward: dinput_out", "overlaps"}));
+}
+
+TEST(PoolingErrors, OutputLayoutFollowsTheInput) {
+  const Tensor x = channels_last(zeros({1, 2, 4, 4}));
+  const PoolOptions o = opts({2, 2});
+  EXPECT_TRUE(throws_error([&] { avg_pool_into(zeros({1, 2, 2, 2}), x, o); },
+                           ErrorCode::InvalidArgument,
+                           {"avg_pool: out", "expected channels-last dense"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        max_pool_into(channels_last(zeros({1, 2, 2, 2})), Tensor::zeros({1, 2, 2, 2}, DType::i64),
+                      x, o);
+      },
+      ErrorCode::InvalidArgument, {"max_pool: indices_out", "channels-last"}));
+  EXPECT_TRUE(throws_error([&] { avg_pool_backward_into(zeros({1, 2, 4, 4}), zeros({1, 2, 2, 2}), x, o); },
+                           ErrorCode::InvalidArgument, {"avg_pool_backward: dinput_out", "channels-last"}));
+  // An NCHW problem takes contiguous outputs only.
+  EXPECT_TRUE(throws_error(
+      [&] {
+        adaptive_avg_pool_into(channels_last(zeros({1, 2, 2, 2})), zeros({1, 2, 4, 4}), {2, 2});
+      },
+      ErrorCode::InvalidArgument, {"adaptive_avg_pool: out", "must be contiguous"}));
+}
+
 TEST(PoolingErrors, DeviceMismatch) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device: device mismatch needs two devices";
   const Tensor x = zeros({1, 2, 4, 4});
@@ -205,6 +311,18 @@ TEST(PoolingErrors, DeviceMismatch) {
         max_pool(Tensor::zeros({1, 2, 4, 4}, DType::f64, Device::cuda(0)), o);
       },
       ErrorCode::DTypeMismatch, {"max_pool: input", "f64"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        lp_pool_backward(zeros({1, 2, 2, 2}), x, dy_gpu, 2.0, o);
+      },
+      ErrorCode::DeviceMismatch, {"lp_pool_backward: out"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        adaptive_max_pool_backward(zeros({1, 2, 2, 2}),
+                                   Tensor::zeros({1, 2, 2, 2}, DType::i64, Device::cuda(0)), x,
+                                   {2, 2});
+      },
+      ErrorCode::DeviceMismatch, {"adaptive_max_pool_backward: indices"}));
 }
 
 }  // namespace

@@ -1,10 +1,15 @@
-// The CUDA kernels against the float64 CPU reference: max and average, 1-D/2-D/3-D, padding,
-// stride, dilation, ceil_mode, count_include_pad, divisor_override, each float dtype, fresh
-// random inputs (the seed is printed on failure), outputs poisoned before the op, inputs
-// checked unchanged. Skipped without a GPU.
+// The CUDA kernels against the float64 CPU reference: max, average, adaptive and LP pooling,
+// 1-D/2-D/3-D, padding, stride, dilation, ceil_mode, count_include_pad, divisor_override,
+// NCHW and channels-last, the strip kernels' shapes (and the misaligned and odd-sized ones
+// they leave to the general kernel), each float dtype, fresh random inputs (the seed is
+// printed on failure), outputs poisoned before the op, inputs checked unchanged. Skipped
+// without a GPU.
 #include <cmath>
 #include <limits>
+#include <sstream>
+#include <string>
 
+#include "layouts.h"
 #include "support/test_support.h"
 
 namespace rudnn::test {
@@ -26,20 +31,42 @@ PoolOptions opts(std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
 
 // Max: values and indices exact (a max of stored values needs no rounding); backward sums
 // at most a few dout entries in FP32, compared at the dtype's tolerance.
-void check_max(Rng& rng, DType dt, const Shape& shape, const PoolOptions& o) {
-  SCOPED_TRACE(::testing::Message() << "max " << dtype_name(dt) << " input " << shape_str(shape));
+// x on the GPU in NCHW order or channels-last.
+Tensor on_gpu(const Tensor& x, bool cl) { return cl ? channels_last(x.to(kGpu)) : x.to(kGpu); }
+Tensor poisoned_in(const Shape& shape, DType dt, bool cl) {
+  return cl ? channels_last(poisoned(shape, dt, kGpu)) : poisoned(shape, dt, kGpu);
+}
+
+std::string options_str(const PoolOptions& o) {
+  std::ostringstream s;
+  auto list = [&](const char* name, const std::vector<int64_t>& v) {
+    s << " " << name << " [";
+    for (int64_t e : v) s << e << ",";
+    s << "]";
+  };
+  list("kernel", o.kernel);
+  list("stride", o.stride);
+  list("padding", o.padding);
+  list("dilation", o.dilation);
+  s << " ceil_mode " << o.ceil_mode;
+  return s.str();
+}
+
+void check_max(Rng& rng, DType dt, const Shape& shape, const PoolOptions& o, bool cl = false) {
+  SCOPED_TRACE(::testing::Message() << "max " << dtype_name(dt) << " input " << shape_str(shape)
+                                    << options_str(o) << (cl ? " channels-last" : " NCHW"));
   const Tensor x = random_tensor(rng, shape, dt);
   const MaxPoolResult expected = max_pool(x, o);
   const Tensor dout = random_tensor(rng, expected.out.shape(), dt);
   const Tensor expected_dx = max_pool_backward(dout, expected.indices, x, o);
 
-  const Tensor d_x = x.to(kGpu), d_dout = dout.to(kGpu), d_idx = expected.indices.to(kGpu);
-  const Tensor out = poisoned(expected.out.shape(), dt, kGpu);
-  const Tensor idx = poisoned(expected.out.shape(), DType::i64, kGpu);
+  const Tensor d_x = on_gpu(x, cl), d_dout = on_gpu(dout, cl), d_idx = on_gpu(expected.indices, cl);
+  const Tensor out = poisoned_in(expected.out.shape(), dt, cl);
+  const Tensor idx = poisoned_in(expected.out.shape(), DType::i64, cl);
   max_pool_into(out, idx, d_x, o);
   EXPECT_TRUE(bit_equal(out.to_host(), expected.out));
   EXPECT_TRUE(bit_equal(idx.to_host(), expected.indices));
-  const Tensor dx = poisoned(shape, dt, kGpu);
+  const Tensor dx = poisoned_in(shape, dt, cl);
   max_pool_backward_into(dx, d_dout, d_idx, d_x, o);
   EXPECT_TRUE(all_close(dx.to_host(), expected_dx));
   EXPECT_TRUE(bit_equal(d_x.to_host(), x));
@@ -47,20 +74,21 @@ void check_max(Rng& rng, DType dt, const Shape& shape, const PoolOptions& o) {
   EXPECT_TRUE(bit_equal(d_idx.to_host(), expected.indices));
 }
 
-void check_avg(Rng& rng, DType dt, const Shape& shape, const PoolOptions& o) {
+void check_avg(Rng& rng, DType dt, const Shape& shape, const PoolOptions& o, bool cl = false) {
   SCOPED_TRACE(::testing::Message()
-               << "avg " << dtype_name(dt) << " input " << shape_str(shape) << " count_include_pad "
-               << o.count_include_pad << " divisor_override " << o.divisor_override);
+               << "avg " << dtype_name(dt) << " input " << shape_str(shape) << options_str(o)
+               << " count_include_pad " << o.count_include_pad << " divisor_override "
+               << o.divisor_override << (cl ? " channels-last" : " NCHW"));
   const Tensor x = random_tensor(rng, shape, dt);
   const Tensor expected = avg_pool(x, o);
   const Tensor dout = random_tensor(rng, expected.shape(), dt);
   const Tensor expected_dx = avg_pool_backward(dout, x, o);
 
-  const Tensor d_x = x.to(kGpu), d_dout = dout.to(kGpu);
-  const Tensor out = poisoned(expected.shape(), dt, kGpu);
+  const Tensor d_x = on_gpu(x, cl), d_dout = on_gpu(dout, cl);
+  const Tensor out = poisoned_in(expected.shape(), dt, cl);
   avg_pool_into(out, d_x, o);
   EXPECT_TRUE(all_close(out.to_host(), expected));
-  const Tensor dx = poisoned(shape, dt, kGpu);
+  const Tensor dx = poisoned_in(shape, dt, cl);
   avg_pool_backward_into(dx, d_dout, d_x, o);
   EXPECT_TRUE(all_close(dx.to_host(), expected_dx));
   EXPECT_TRUE(bit_equal(d_x.to_host(), x));
@@ -119,6 +147,206 @@ TEST(PoolingGpu, BenchShapes) {
   RUDNN_SEEDED_RNG(rng);
   check_max(rng, DType::f32, {2, 8, 128, 128}, opts({3, 3}, {2, 2}, {1, 1}));
   check_avg(rng, DType::f32, {2, 8, 128, 128}, opts({2, 2}));
+}
+
+void check_adaptive(Rng& rng, DType dt, const Shape& shape, const std::vector<int64_t>& size,
+                    bool cl) {
+  ::testing::Message m;
+  m << "adaptive " << dtype_name(dt) << " input " << shape_str(shape) << " output_size [";
+  for (int64_t e : size) m << e << ",";
+  SCOPED_TRACE(m << "]" << (cl ? " channels-last" : " NCHW"));
+  const Tensor x = random_tensor(rng, shape, dt);
+  const MaxPoolResult em = adaptive_max_pool(x, size);
+  const Tensor ea = adaptive_avg_pool(x, size);
+  const Tensor dout = random_tensor(rng, em.out.shape(), dt);
+  const Tensor edm = adaptive_max_pool_backward(dout, em.indices, x, size);
+  const Tensor eda = adaptive_avg_pool_backward(dout, x, size);
+
+  const Tensor d_x = on_gpu(x, cl), d_dout = on_gpu(dout, cl), d_idx = on_gpu(em.indices, cl);
+  const Tensor out = poisoned_in(em.out.shape(), dt, cl);
+  const Tensor idx = poisoned_in(em.out.shape(), DType::i64, cl);
+  adaptive_max_pool_into(out, idx, d_x, size);
+  EXPECT_TRUE(bit_equal(out.to_host(), em.out));
+  EXPECT_TRUE(bit_equal(idx.to_host(), em.indices));
+  const Tensor avg = poisoned_in(em.out.shape(), dt, cl);
+  adaptive_avg_pool_into(avg, d_x, size);
+  EXPECT_TRUE(all_close(avg.to_host(), ea));
+  const Tensor dxm = poisoned_in(shape, dt, cl), dxa = poisoned_in(shape, dt, cl);
+  adaptive_max_pool_backward_into(dxm, d_dout, d_idx, d_x, size);
+  EXPECT_TRUE(all_close(dxm.to_host(), edm));
+  adaptive_avg_pool_backward_into(dxa, d_dout, d_x, size);
+  EXPECT_TRUE(all_close(dxa.to_host(), eda));
+  EXPECT_TRUE(bit_equal(d_x.to_host(), x));
+  EXPECT_TRUE(bit_equal(d_dout.to_host(), dout));
+  EXPECT_TRUE(bit_equal(d_idx.to_host(), em.indices));
+}
+
+// mean: positive inputs keep x^p defined for a non-integer p.
+void check_lp(Rng& rng, DType dt, const Shape& shape, double p, const PoolOptions& o, bool cl,
+              float mean) {
+  SCOPED_TRACE(::testing::Message() << "lp p " << p << " " << dtype_name(dt) << " input "
+                                    << shape_str(shape) << options_str(o)
+                                    << (cl ? " channels-last" : " NCHW") << " input mean " << mean);
+  const Tensor x = random_tensor(rng, shape, dt, mean);
+  const Tensor expected = lp_pool(x, p, o);
+  const Tensor dout = random_tensor(rng, expected.shape(), dt);
+  const Tensor expected_dx = lp_pool_backward(dout, x, expected, p, o);
+
+  const Tensor d_x = on_gpu(x, cl), d_dout = on_gpu(dout, cl), d_y = on_gpu(expected, cl);
+  const Tensor out = poisoned_in(expected.shape(), dt, cl);
+  lp_pool_into(out, d_x, p, o);
+  EXPECT_TRUE(all_close(out.to_host(), expected));
+  const Tensor dx = poisoned_in(shape, dt, cl);
+  lp_pool_backward_into(dx, d_dout, d_x, d_y, p, o);
+  EXPECT_TRUE(all_close(dx.to_host(), expected_dx));
+  EXPECT_TRUE(bit_equal(d_x.to_host(), x));
+  EXPECT_TRUE(bit_equal(d_y.to_host(), expected));
+}
+
+TEST(PoolingGpu, AdaptiveMatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    for (bool cl : {false, true}) {
+      check_adaptive(rng, dt, {2, 3, 17}, {5}, cl);
+      check_adaptive(rng, dt, {2, 3, 4}, {7}, cl);
+      check_adaptive(rng, dt, {2, 5, 13, 15}, {4, 6}, cl);
+      check_adaptive(rng, dt, {2, 5, 13, 15}, {1, 1}, cl);  // global pooling
+      check_adaptive(rng, dt, {1, 4, 3, 5}, {5, 8}, cl);
+      check_adaptive(rng, dt, {2, 2, 5, 7, 6}, {2, 3, 4}, cl);
+      // Global pooling of large planes: the block-per-plane reduction (NCHW).
+      check_adaptive(rng, dt, {2, 3, 40, 50}, {1, 1}, cl);
+      check_adaptive(rng, dt, {3, 2, 1000}, {1}, cl);
+    }
+  }
+}
+
+TEST(PoolingGpu, LpMatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    for (bool cl : {false, true}) {
+      check_lp(rng, dt, {2, 3, 17}, 2.0, opts({3}, {2}), cl, 0.0f);
+      check_lp(rng, dt, {2, 3, 19}, 3.0, opts({3}, {2}, {}, {}, true), cl, 2.0f);
+      check_lp(rng, dt, {2, 5, 13, 15}, 2.0, opts({3, 3}, {2, 2}, {}, {}, true), cl, 0.0f);
+      check_lp(rng, dt, {2, 5, 12, 10}, 1.5, opts({2, 2}), cl, 2.0f);
+      check_lp(rng, dt, {2, 4, 8, 6}, 1.0, opts({2, 3}, {1, 2}), cl, 0.0f);
+      check_lp(rng, dt, {1, 2, 5, 7, 6}, 2.0, opts({2, 3, 2}, {2, 1, 2}), cl, 0.0f);
+    }
+  }
+}
+
+TEST(PoolingGpu, ChannelsLastMatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    check_max(rng, dt, {2, 3, 17}, opts({3}, {2}, {1}), true);
+    check_max(rng, dt, {2, 5, 13, 15}, opts({3, 3}, {2, 2}, {1, 1}), true);
+    check_max(rng, dt, {1, 4, 12, 9}, opts({2, 3}, {1, 2}, {1, 0}, {2, 1}, true), true);
+    check_max(rng, dt, {2, 2, 5, 7, 6}, opts({2, 3, 2}, {2, 1, 2}, {1, 1, 0}, {1, 2, 1}), true);
+    PoolOptions o = opts({3, 3}, {2, 2}, {1, 1}, {}, true);
+    o.count_include_pad = false;
+    check_avg(rng, dt, {2, 3, 14, 11}, o, true);
+    check_avg(rng, dt, {2, 64, 16, 16}, opts({2, 2}), true);
+    check_avg(rng, dt, {1, 2, 5, 7, 5}, opts({2, 3, 2}, {1, 2, 2}, {1, 1, 0}), true);
+  }
+}
+
+// The strip kernels' shapes: 2-D, W a multiple of 8, Wo = W / 2, including odd H, several
+// row groups, ceil_mode rows, one strip per row, divisor_override; and the shapes they leave
+// to the general kernel (W not a multiple of 8, ceil_mode columns).
+TEST(PoolingGpu, StripShapesMatchReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    for (const Shape& shape : {Shape{2, 3, 16, 16}, Shape{1, 2, 9, 24}, Shape{2, 2, 34, 8},
+                               Shape{1, 3, 1, 64}, Shape{1, 2, 21, 40}, Shape{1, 2, 16, 12}}) {
+      check_max(rng, dt, shape, opts({3, 3}, {2, 2}, {1, 1}));
+      check_max(rng, dt, shape, opts({3, 3}, {2, 2}, {1, 1}, {}, true));
+      if (shape[2] >= 2) {
+        check_max(rng, dt, shape, opts({2, 2}));
+        check_max(rng, dt, shape, opts({2, 2}, {}, {}, {}, true));
+        check_avg(rng, dt, shape, opts({2, 2}));
+        PoolOptions o = opts({2, 2}, {}, {}, {}, true);
+        o.divisor_override = 3;
+        check_avg(rng, dt, shape, o);
+      }
+    }
+  }
+}
+
+// Ties and NaNs everywhere: the strip kernels' row-then-column reduction must pick torch's
+// index (the last NaN in scan order, else the first maximum).
+TEST(PoolingGpu, StripTiesAndNansMatchReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const Shape shape{2, 3, 18, 32};
+  std::vector<double> v(2 * 3 * 18 * 32);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double& e : v) {
+    const int64_t r = rng.integer(0, 9);
+    e = r == 0 ? nan : r == 1 ? -inf : static_cast<double>(r % 3);
+  }
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor x = host_tensor(v, shape, dt);
+    for (const PoolOptions& o : {opts({3, 3}, {2, 2}, {1, 1}), opts({2, 2})}) {
+      SCOPED_TRACE(options_str(o));
+      const MaxPoolResult expected = max_pool(x, o);
+      const MaxPoolResult got = max_pool(x.to(kGpu), o);
+      EXPECT_TRUE(bit_equal(got.indices.to_host(), expected.indices));
+      EXPECT_TRUE(all_close(got.out.to_host(), expected.out));
+    }
+  }
+}
+
+// The global reduction's (value, index) tree must pick torch's index too.
+TEST(PoolingGpu, GlobalTiesAndNansMatchReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const Shape shape{2, 3, 33, 31};
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int64_t nan_odds : {0, 200, 5}) {
+    std::vector<double> v(2 * 3 * 33 * 31);
+    for (double& e : v) {
+      const int64_t r = rng.integer(0, 9);
+      e = nan_odds != 0 && rng.integer(0, nan_odds) == 0 ? nan
+          : r == 1                                        ? -inf
+                                                          : static_cast<double>(r % 3);
+    }
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " nan odds 1/" << nan_odds);
+      const Tensor x = host_tensor(v, shape, dt);
+      const MaxPoolResult expected = adaptive_max_pool(x, {1, 1});
+      const MaxPoolResult got = adaptive_max_pool(x.to(kGpu), {1, 1});
+      EXPECT_TRUE(bit_equal(got.indices.to_host(), expected.indices));
+      EXPECT_TRUE(all_close(got.out.to_host(), expected.out));
+    }
+  }
+  // All -inf: index 0, as torch's scan from -inf keeps its first tap.
+  const Tensor all_inf = host_tensor(std::vector<double>(300, -inf), {1, 1, 300}, DType::f32);
+  EXPECT_EQ(adaptive_max_pool(all_inf.to(kGpu), {1}).indices.to_host().to_vector<int64_t>(),
+            (std::vector<int64_t>{0}));
+}
+
+// A contiguous input at an address not 16-byte aligned goes to the general kernel.
+TEST(PoolingGpu, MisalignedInputMatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const Shape shape{2, 3, 16, 32};
+  const Tensor x = random_tensor(rng, shape, DType::f32);
+  const Tensor buffer = Tensor::zeros({2 * 3 * 16 * 32 + 1}, DType::f32, kGpu);
+  const Tensor d_x = buffer.as_strided(shape, {3 * 16 * 32, 16 * 32, 32, 1}, 1);
+  d_x.copy_from(x);
+  ASSERT_TRUE(d_x.is_contiguous());
+  const PoolOptions mo = opts({3, 3}, {2, 2}, {1, 1});
+  const MaxPoolResult expected = max_pool(x, mo);
+  const MaxPoolResult got = max_pool(d_x, mo);
+  EXPECT_TRUE(bit_equal(got.out.to_host(), expected.out));
+  EXPECT_TRUE(bit_equal(got.indices.to_host(), expected.indices));
+  EXPECT_TRUE(all_close(avg_pool(d_x, opts({2, 2})).to_host(), avg_pool(x, opts({2, 2}))));
 }
 
 }  // namespace
