@@ -2,13 +2,15 @@
 // f32 input [32, 64, 128, 128] sampled on a [32, 128, 128, 2] grid (a mild rotation and
 // zoom per batch entry, made by affine_grid: the access pattern of a spatial transformer).
 // Forward: GB/s over input + grid + output, against the copy bandwidth of the same run.
-// Forward + backward (dinput and dgrid): milliseconds, the anchor's unit.
+// Forward + backward (dinput and dgrid): milliseconds, the anchor's unit; once with the atomic
+// input gradient (the default) and once with options.deterministic (sort + gather).
 // Shape options: --gs-batch N --gs-channels C --gs-size S (input S x S, grid S x S).
 #include <cuda_runtime.h>
 #include <rudnn/rudnn.h>
 
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "harness.h"
@@ -65,7 +67,12 @@ void run_all(Bench& b) {
         [&](int s) { grid_sample_into(out[s], input[s], grids[s], o, b.stream); },
         [&] { return check_forward(out[0]); }, 1e-4);
   }
-  if (b.wanted("grid_sample bilinear fwd+bwd")) {
+  for (bool deterministic : {false, true}) {
+    const std::string name = deterministic ? "grid_sample bilinear fwd+bwd deterministic"
+                                           : "grid_sample bilinear fwd+bwd";
+    if (!b.wanted(name)) continue;
+    GridSampleOptions ob = o;
+    ob.deterministic = deterministic;
     const auto out = b.empties(sets, in_shape, f32);
     const auto dinput = b.empties(sets, in_shape, f32);
     const auto dgrid = b.empties(sets, grid_shape, f32);
@@ -73,10 +80,10 @@ void run_all(Bench& b) {
     // written.
     const double bytes = (2 * input_bytes + grid_bytes) + (4 * input_bytes + 2 * grid_bytes);
     b.run(
-        "grid_sample bilinear fwd+bwd", in_shape, f32, bytes, sets,
+        name, in_shape, f32, bytes, sets,
         [&](int s) {
-          grid_sample_into(out[s], input[s], grids[s], o, b.stream);
-          grid_sample_backward_into(dinput[s], dgrid[s], dout[s], input[s], grids[s], o, b.stream);
+          grid_sample_into(out[s], input[s], grids[s], ob, b.stream);
+          grid_sample_backward_into(dinput[s], dgrid[s], dout[s], input[s], grids[s], ob, b.stream);
         },
         [&] {
           const double forward = check_forward(out[0]);

@@ -27,8 +27,13 @@
 // torch's bicubic path skips that guard (a NaN coordinate gives NaN or an undefined read);
 // here bicubic takes the same -100 rule.
 //
-// Not implemented (yet): a deterministic input gradient (see grid_sample_backward); the
-// Python bindings.
+// Precision on the GPU: the source coordinate of each sample (unnormalising, padding, the
+// floor that picks the taps) is computed in FP64, the weights and sums in FP32. In FP32 a
+// pixel coordinate near 32768 is only known to 2^-8 pixels (1e-3 relative error in the output
+// at W = 40000), and one that lands an ulp below an integer floors to the other pixel, where
+// the grid gradient jumps; the FP64 floors are the reference's. torch computes them in FP32.
+//
+// Not implemented (yet): the Python bindings.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +50,9 @@ struct GridSampleOptions {
   GridSampleMode mode = GridSampleMode::bilinear;
   GridSamplePadding padding = GridSamplePadding::zeros;
   bool align_corners = false;
+  // grid_sample_backward on the GPU: the input gradient without atomics, identical bits run to
+  // run (see grid_sample_backward for the method and its cost). No effect elsewhere.
+  bool deterministic = false;
 };
 
 // out[n, c, (do,) ho, wo] = input sampled at grid[n, (do,) ho, wo].
@@ -69,13 +77,20 @@ struct GridSampleGrads {
 // Gradients of grid_sample given dout (out's shape and dtype). The grid gradient is computed
 // per output location with no atomics (deterministic); it is zero for nearest, and carries
 // torch's derivative conventions at clamped and reflected borders (zero past a clamped edge).
-// The input gradient is scattered with atomic adds (FP32 atomics into dinput for F32, into an
-// FP32 accumulator for F16/BF16, rounded once at the end): fast, but the order of the sums,
-// and so the last bits, can vary from run to run, as with torch's CUDA kernel. It is the
-// default because a deterministic gather needs the inverse map of an arbitrary grid; a
-// deterministic mode is not implemented yet. On the CPU both are deterministic.
-// Memory: F16/BF16 hold N * C * D * H * W * 4 bytes of FP32 accumulator while they run
-// (allocated on the stream).
+// The input gradient is scattered with atomic adds by default (FP32 atomics into dinput for
+// F32, into an FP32 accumulator for F16/BF16, rounded once at the end): fast, but the order of
+// the sums, and so the last bits, can vary from run to run, as with torch's CUDA kernel.
+// options.deterministic (GPU) gathers instead: every (location, tap) pair becomes an entry
+// keyed by the input cell it feeds, a stable device radix sort (CUB) groups each cell's
+// entries in a fixed order, and one thread per cell sums its entries for 8 channels at a time,
+// writing dinput in its dtype directly. Identical bits run to run on one device. Cost: the
+// sort and the gather's scattered reads of dout, and scratch of 36 bytes per entry (entries
+// = N * grid locations * taps: 4 bilinear, 8 trilinear, 16 bicubic, 1 nearest) plus 16 bytes
+// per input cell of one channel (N * D * H * W), plus CUB's temporary storage (for the bench
+// shape [32, 64, 128, 128]: 2.1M entries, about 85 MB). On the CPU both modes are the same
+// deterministic float64 sums.
+// Memory: F16/BF16 with atomics hold N * C * D * H * W * 4 bytes of FP32 accumulator while
+// they run (allocated on the stream); the deterministic scratch above is allocated likewise.
 // The _into form takes either output undefined (Tensor{}) to skip that gradient.
 GridSampleGrads grid_sample_backward(const Tensor& dout, const Tensor& input, const Tensor& grid,
                                      const GridSampleOptions& options = {},

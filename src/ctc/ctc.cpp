@@ -1,11 +1,18 @@
-// CTC loss: argument rules and dispatch. Lengths and labels live on the host here (the only
-// backend is the CPU reference), so every one of them is checked before the reference runs.
+// CTC loss: argument rules and dispatch. On the CPU the lengths and labels are read here and
+// every one is checked before the reference runs; on the GPU they stay on the device (reading
+// them would synchronise the host), and the kernels check them per sample (ctc/cuda).
 #include "rudnn/ctc.h"
+
+#include <algorithm>
+#include <cstdint>
 
 #include "common/op_call.h"
 #include "common/views.h"
 #include "core/check.h"
 #include "ctc/problem.h"
+#if RUDNN_WITH_CUDA
+#include "ctc/cuda/launch.h"
+#endif
 
 namespace rudnn {
 
@@ -27,15 +34,10 @@ void require_lengths(const OpCall& call, const char* name, const Tensor& t, int6
 ctc::CtcProblem ctc_problem(OpCall& call, const Tensor& log_probs, const Tensor& targets,
                             const Tensor& input_lengths, const Tensor& target_lengths,
                             const CtcLossOptions& o) {
-  common::require_defined(call, "log_probs", log_probs);
+  common::require_float(call, "log_probs", log_probs);
   common::require_device(call, "targets", targets);
   common::require_device(call, "input_lengths", input_lengths);
   common::require_device(call, "target_lengths", target_lengths);
-  if (!call.device.is_cpu())
-    fail(ErrorCode::Unsupported, cat(call.op,
-                                     ": CUDA operands are not implemented on the GPU yet; "
-                                     "expected CPU tensors"));
-  common::require_dtype(call, "log_probs", log_probs, {DType::f64});
   if (log_probs.dim() != 3)
     fail(ErrorCode::ShapeMismatch, cat(call.op, ": log_probs has shape ",
                                        shape_str(log_probs.shape()), "; expected [T, N, C]"));
@@ -60,10 +62,12 @@ ctc::CtcProblem ctc_problem(OpCall& call, const Tensor& log_probs, const Tensor&
     fail(ErrorCode::ShapeMismatch, cat(call.op, ": targets has shape ", shape_str(targets.shape()),
                                        "; expected padded [N, S] or concatenated [L]"));
   }
+  p.target_count = targets.numel();
   p.blank = o.blank;
   p.reduction = o.reduction;
   p.zero_infinity = o.zero_infinity;
-  p.log_probs = static_cast<const double*>(common::dense_in(call, log_probs));
+  p.dtype = log_probs.dtype();
+  p.log_probs = common::dense_in(call, log_probs);
   p.targets = common::dense_in(call, targets);
   p.target_dtype = targets.dtype();
   p.input_lengths = common::dense_in(call, input_lengths);
@@ -71,6 +75,21 @@ ctc::CtcProblem ctc_problem(OpCall& call, const Tensor& log_probs, const Tensor&
   p.target_lengths = common::dense_in(call, target_lengths);
   p.target_length_dtype = target_lengths.dtype();
 
+  if (!call.device.is_cpu()) {
+    p.max_target = std::min(p.padded ? p.padded_stride : p.target_count, p.steps);
+    if (p.classes > INT32_MAX)
+      fail(ErrorCode::Unsupported, cat(call.op, ": log_probs has ", p.classes,
+                                       " classes; expected at most 2^31 - 1 on the GPU"));
+#if RUDNN_WITH_CUDA
+    const int64_t longest = ctc::cuda::longest_target(call.device);
+    if (p.max_target > longest)
+      fail(ErrorCode::Unsupported,
+           cat(call.op, ": targets allow ", p.max_target,
+               " labels per sample (min(S or L, T)); expected at most ", longest,
+               " on this GPU (the recursion keeps its rows in shared memory)"));
+#endif
+    return p;
+  }
   // Values: visible on the host, so checked here and never in the reference.
   int64_t concat_total = 0;
   for (int64_t n = 0; n < p.batch; ++n) {
@@ -109,14 +128,15 @@ ctc::CtcProblem ctc_problem(OpCall& call, const Tensor& log_probs, const Tensor&
 void loss_impl(OpCall& call, const Tensor& loss_out, const Tensor& log_probs, const Tensor& targets,
                const Tensor& input_lengths, const Tensor& target_lengths, const CtcLossOptions& o) {
   ctc::CtcProblem p = ctc_problem(call, log_probs, targets, input_lengths, target_lengths, o);
-  p.loss = static_cast<double*>(
-      common::dense_out(call, "loss_out", loss_out, loss_shape(o, p.batch), log_probs.dtype()));
+  p.loss = common::dense_out(call, "loss_out", loss_out, loss_shape(o, p.batch), log_probs.dtype());
   common::require_no_overlap(call, "loss_out", loss_out,
                              {{"log_probs", &log_probs},
                               {"targets", &targets},
                               {"input_lengths", &input_lengths},
                               {"target_lengths", &target_lengths}});
-  ctc::reference::ctc_loss(p);
+  if (!call.device.is_cpu())
+    p.scratch = call.keep(call.empty({ctc::scratch_layout(p, false).bytes}, DType::u8)).data();
+  common::run_backend(call, p, RUDNN_BACKENDS(ctc, ctc_loss));
 }
 
 void backward_impl(OpCall& call, const Tensor& grad_out, const Tensor& log_probs,
@@ -127,16 +147,18 @@ void backward_impl(OpCall& call, const Tensor& grad_out, const Tensor& log_probs
   common::require_shape(
       call, "grad_loss", grad_loss, loss_shape(o, p.batch),
       o.reduction == CtcReduction::none ? "[N] (reduction none)" : "0-d (reduction mean or sum)");
-  p.grad_loss = static_cast<const double*>(common::dense_in(call, grad_loss));
-  p.grad = static_cast<double*>(
-      common::dense_out(call, "grad_out", grad_out, log_probs.shape(), log_probs.dtype()));
+  p.grad_loss = common::dense_in(call, grad_loss);
+  p.grad = common::dense_out(call, "grad_out", grad_out, log_probs.shape(), log_probs.dtype());
   common::require_no_overlap(call, "grad_out", grad_out,
                              {{"log_probs", &log_probs},
                               {"targets", &targets},
                               {"input_lengths", &input_lengths},
                               {"target_lengths", &target_lengths},
                               {"grad_loss", &grad_loss}});
-  ctc::reference::ctc_loss(p);
+  if (grad_out.numel() == 0) return;
+  if (!call.device.is_cpu())
+    p.scratch = call.keep(call.empty({ctc::scratch_layout(p, true).bytes}, DType::u8)).data();
+  common::run_backend(call, p, RUDNN_BACKENDS(ctc, ctc_loss_backward));
 }
 
 }  // namespace

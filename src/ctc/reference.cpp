@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/host_values.h"
 #include "ctc/problem.h"
 
 namespace rudnn::ctc::reference {
@@ -29,11 +30,18 @@ int64_t state_label(const Sample& smp, int64_t blank, int64_t s) {
   return (s % 2 == 0) ? blank : smp.labels[(s - 1) / 2];
 }
 
-}  // namespace
-
-void ctc_loss(const CtcProblem& p) {
+// T: the dtype of log_probs, grad_loss, the loss and the gradient (all read as double).
+template <class T>
+void ctc_loss_typed(const CtcProblem& p) {
+  using common::load_value;
+  using common::store_value;
   const int64_t N = p.batch, C = p.classes;
-  auto lp = [&](int64_t t, int64_t n, int64_t c) { return p.log_probs[(t * N + n) * C + c]; };
+  auto lp = [&](int64_t t, int64_t n, int64_t c) {
+    return load_value<T>(p.log_probs, (t * N + n) * C + c);
+  };
+  auto set_grad = [&](int64_t t, int64_t n, int64_t c, double v) {
+    store_value<T>(p.grad, (t * N + n) * C + c, v);
+  };
 
   std::vector<double> nll(N);
   std::vector<double> factor(N, 1.0);  // the reduction's weight of sample n's loss
@@ -76,9 +84,9 @@ void ctc_loss(const CtcProblem& p) {
 
     if (p.grad == nullptr) continue;
     const double g =
-        (p.reduction == CtcReduction::none ? p.grad_loss[n] : p.grad_loss[0]) * factor[n];
+        load_value<T>(p.grad_loss, p.reduction == CtcReduction::none ? n : 0) * factor[n];
     for (int64_t t = 0; t < p.steps; ++t)
-      for (int64_t c = 0; c < C; ++c) p.grad[(t * N + n) * C + c] = 0.0;
+      for (int64_t c = 0; c < C; ++c) set_grad(t, n, c, 0.0);
     if (zeroed || Tn == 0) continue;
 
     // beta(t, s) includes lp(t, label(s)), as torch's, hence the "- lp" below.
@@ -105,21 +113,27 @@ void ctc_loss(const CtcProblem& p) {
       }
       for (int64_t c = 0; c < C; ++c) {
         const double x = lp(t, n, c);
-        p.grad[(t * N + n) * C + c] = g * (std::exp(x) - std::exp(occupancy[c] - x + nll[n]));
+        set_grad(t, n, c, g * (std::exp(x) - std::exp(occupancy[c] - x + nll[n])));
       }
     }
   }
 
   if (p.loss == nullptr) return;
   if (p.reduction == CtcReduction::none) {
-    for (int64_t n = 0; n < N; ++n) p.loss[n] = nll[n];
+    for (int64_t n = 0; n < N; ++n) store_value<T>(p.loss, n, nll[n]);
     return;
   }
   double total = 0.0;
   for (int64_t n = 0; n < N; ++n)
     total += nll[n] * (p.reduction == CtcReduction::mean ? factor[n] : 1.0);
   if (p.reduction == CtcReduction::mean && N == 0) total = std::numeric_limits<double>::quiet_NaN();
-  p.loss[0] = total;
+  store_value<T>(p.loss, 0, total);
+}
+
+}  // namespace
+
+void ctc_loss(const CtcProblem& p) {
+  common::with_host_float_type(p.dtype, [&](auto tag) { ctc_loss_typed<decltype(tag)>(p); });
 }
 
 }  // namespace rudnn::ctc::reference

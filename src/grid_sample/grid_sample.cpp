@@ -132,7 +132,15 @@ void grid_sample_backward_impl(OpCall& call, const Tensor& dinput, const Tensor&
   p.dout = common::dense_in(call, dout);
   p.input = common::dense_in(call, input);
   p.grid = common::dense_in(call, grid);
-  if (any_dinput && !call.device.is_cpu() && p.s.dtype != DType::f32) {
+  p.deterministic = options.deterministic && any_dinput && !call.device.is_cpu();
+#if RUDNN_WITH_CUDA
+  if (p.deterministic) {
+    p.scratch = call.keep(call.empty({grid_sample_detail::cuda::deterministic_scratch_bytes(p.s)},
+                                     DType::u8))
+                    .data();
+  }
+#endif
+  if (any_dinput && !call.device.is_cpu() && p.s.dtype != DType::f32 && !p.deterministic) {
     p.dinput_accumulator =
         static_cast<float*>(call.keep(call.empty({dinput.numel()}, DType::f32)).data());
   }

@@ -38,8 +38,13 @@ struct SampleBackward {
   const void* grid = nullptr;
   void* dinput = nullptr;
   void* dgrid = nullptr;
-  // FP32 accumulator of dinput for F16/BF16 (n * c * in_spatial floats), null for F32.
+  // FP32 accumulator of dinput for F16/BF16 (n * c * in_spatial floats), null for F32 and
+  // for the deterministic input gradient.
   float* dinput_accumulator = nullptr;
+  // The input gradient without atomics (GPU; the CPU is deterministic anyway), through
+  // `scratch` (cuda::deterministic_scratch_bytes(s) bytes).
+  bool deterministic = false;
+  void* scratch = nullptr;
 };
 
 // theta [N, dims, dims + 1]; grid [N, D, H, W, dims] (D = 1 for 2-D).

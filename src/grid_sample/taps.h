@@ -29,6 +29,22 @@ struct Taps {
   R dweight[4];  // d weight / d (normalised grid coordinate)
 };
 
+// a * b rounded on its own. nvcc would fuse the product with the subtraction after it into
+// one FMA (the host compiler does not), and a coordinate one ulp off the reference's can
+// floor to the other pixel, where the grid gradient jumps.
+template <class R>
+RUDNN_GS_HD R separate_product(R a, R b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(R) == sizeof(double)) {
+    return __dmul_rn(a, b);
+  } else {
+    return __fmul_rn(a, b);
+  }
+#else
+  return a * b;
+#endif
+}
+
 // Pixel coordinate of a normalised one; *mult is its derivative.
 template <class R>
 RUDNN_GS_HD R unnormalize(R coord, int64_t size, bool align_corners, R* mult) {
@@ -37,7 +53,7 @@ RUDNN_GS_HD R unnormalize(R coord, int64_t size, bool align_corners, R* mult) {
     return (coord + R(1)) / R(2) * R(size - 1);
   }
   *mult = R(size) / R(2);
-  return ((coord + R(1)) * R(size) - R(1)) / R(2);
+  return (separate_product(coord + R(1), R(size)) - R(1)) / R(2);
 }
 
 template <class R>

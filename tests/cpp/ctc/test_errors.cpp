@@ -66,10 +66,22 @@ TEST(CtcErrors, UndefinedOperands) {
 }
 
 TEST(CtcErrors, Dtypes) {
-  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::i64}) {
+  for (DType dt : {DType::i64, DType::i32, DType::u8}) {
     Args a;
     a.lp = Tensor::zeros({T, N, C}, dt);
     expect_both_refuse(a, ErrorCode::DTypeMismatch, {"log_probs", dtype_name(dt)});
+  }
+  // Every float dtype runs on the CPU (the reference reads it as float64); grad_loss and the
+  // results take log_probs' dtype.
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    Args a;
+    a.lp = Tensor::full({T, N, C}, -1.3862943611198906, dt);
+    a.g = Tensor::full({}, 1.0, dt);
+    EXPECT_EQ(ctc_loss(a.lp, a.tg, a.il, a.tl, a.o).dtype(), dt);
+    EXPECT_EQ(ctc_loss_backward(a.lp, a.tg, a.il, a.tl, a.g, a.o).dtype(), dt);
+    a.g = Tensor::full({}, 1.0, DType::f64);
+    EXPECT_TRUE(throws_error([&] { ctc_loss_backward(a.lp, a.tg, a.il, a.tl, a.g, a.o); },
+                             ErrorCode::DTypeMismatch, {"ctc_loss_backward: ", "grad_loss"}));
   }
   Args a;
   a.tg = Tensor::zeros({N, S}, DType::f32);

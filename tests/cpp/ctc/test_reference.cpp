@@ -217,5 +217,36 @@ TEST(CtcReference, EmptyBatchAndZeroSteps) {
             (std::vector<double>{0.0, kInf}));
 }
 
+// F32, F16 and BF16 log-probabilities run through the same float64 recursions: the results
+// are the F64 results on the same (rounded) values, rounded once to the dtype.
+TEST(CtcReference, EveryFloatDtypeIsTheF64ResultRoundedOnce) {
+  RUDNN_SEEDED_RNG(rng);
+  const int64_t T = 9, N = 3, C = 5;
+  const std::vector<double> lp = random_log_probs(rng, T, N, C);
+  const Tensor tg = i64({1, 2, 2, 3, 4, 0, 1, 1, 1}, {N, 3});
+  const Tensor il = i64({9, 7, 8}, {N}), tl = i64({3, 2, 3}, {N});
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    for (CtcReduction r : {CtcReduction::none, CtcReduction::mean, CtcReduction::sum}) {
+      const CtcLossOptions o{0, r, false};
+      const Tensor x = host_tensor(lp, {T, N, C}, dt);
+      const Tensor x64 = host_tensor(to_doubles(x), {T, N, C}, DType::f64);
+      const Shape g_shape = r == CtcReduction::none ? Shape{N} : Shape{};
+      const Tensor g =
+          host_tensor(std::vector<double>(r == CtcReduction::none ? N : 1, 0.75), g_shape, dt);
+      const Tensor g64 = host_tensor(to_doubles(g), g_shape, DType::f64);
+      const Tensor loss = ctc_loss(x, tg, il, tl, o);
+      ASSERT_EQ(loss.dtype(), dt);
+      EXPECT_TRUE(
+          bit_equal(loss, host_tensor(to_doubles(ctc_loss(x64, tg, il, tl, o)), loss.shape(), dt)));
+      const Tensor grad = ctc_loss_backward(x, tg, il, tl, g, o);
+      ASSERT_EQ(grad.dtype(), dt);
+      EXPECT_TRUE(bit_equal(
+          grad,
+          host_tensor(to_doubles(ctc_loss_backward(x64, tg, il, tl, g64, o)), grad.shape(), dt)));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rudnn::test

@@ -2,6 +2,7 @@
 // rank, each float dtype, fresh random inputs (the seed is printed on failure), outputs
 // poisoned before the op, inputs checked unchanged. Skipped without a GPU.
 #include <cmath>
+#include <vector>
 
 #include "support/test_support.h"
 
@@ -91,6 +92,114 @@ TEST(GridSampleGpu, OutsideTapsReadNothing) {
     EXPECT_EQ(to_doubles(grid_sample_backward(dout, d_input, d_grid, o).dgrid),
               (std::vector<double>(6, 0.0)));
   }
+}
+
+// The capture test's wide case (W = 40000) and the bench's rotated grid: an FP32 source
+// coordinate is 2^-8 pixels coarse near 32768, and one an ulp below an integer floors to the
+// other pixel, where the grid gradient jumps. These put the forward 1.3e-3 and the grid
+// gradient 6e-2 off the float64 reference (H200, before the coordinates went FP64); the GPU
+// must now match at the dtype's own tolerance, grid gradient included.
+TEST(GridSampleGpu, WideInputsAndGridGradientFloors) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : {DType::f32, DType::f16}) {
+    for (auto pad : {GridSamplePadding::border, GridSamplePadding::zeros}) {
+      for (int64_t w : {int64_t{8192}, int64_t{40000}}) {
+        const auto o = options(GridSampleMode::bilinear, pad, false);
+        SCOPED_TRACE(::testing::Message()
+                     << dtype_name(dt) << " W " << w << " padding " << static_cast<int>(pad));
+        const Tensor input = random_tensor(rng, {2, 3, 1, w}, dt);
+        const Tensor grid = random_tensor(rng, {2, 1, w / 2, 2}, dt, 0.0f, 0.7f);
+        const Tensor expected = grid_sample(input, grid, o);
+        const Tensor dout = random_tensor(rng, expected.shape(), dt);
+        const GridSampleGrads grads = grid_sample_backward(dout, input, grid, o);
+        const Tensor d_input = input.to(kGpu), d_grid = grid.to(kGpu), d_dout = dout.to(kGpu);
+        EXPECT_TRUE(all_close(grid_sample(d_input, d_grid, o).to_host(), expected)) << "forward";
+        const GridSampleGrads got = grid_sample_backward(d_dout, d_input, d_grid, o);
+        EXPECT_TRUE(all_close(got.dinput.to_host(), grads.dinput)) << "dinput";
+        EXPECT_TRUE(all_close(got.dgrid.to_host(), grads.dgrid)) << "dgrid";
+      }
+    }
+  }
+  // The bench's access pattern: [32, 8, 128, 128] sampled on affine_grid's mildly rotated and
+  // zoomed grids (the bench's thetas), where a few locations fall within an FP32 ulp of a
+  // pixel boundary.
+  const int64_t N = 32, S = 128;
+  std::vector<double> theta(static_cast<size_t>(N) * 6);
+  for (int64_t b = 0; b < N; ++b) {
+    const double angle = 0.3 * std::sin(0.7 * static_cast<double>(b)), zoom = 0.9;
+    const double t[6] = {zoom * std::cos(angle), -zoom * std::sin(angle), 0.05,
+                         zoom * std::sin(angle), zoom * std::cos(angle),  -0.05};
+    for (int k = 0; k < 6; ++k) theta[b * 6 + k] = static_cast<float>(t[k]);
+  }
+  const Tensor grid = affine_grid(host_tensor(theta, {N, 2, 3}, DType::f32), {N, 8, S, S}, false);
+  const Tensor input = random_tensor(rng, {N, 8, S, S}, DType::f32);
+  const Tensor dout = random_tensor(rng, {N, 8, S, S}, DType::f32);
+  const GridSampleOptions o;
+  const GridSampleGrads grads = grid_sample_backward(dout, input, grid, o);
+  const GridSampleGrads got = grid_sample_backward(dout.to(kGpu), input.to(kGpu), grid.to(kGpu), o);
+  EXPECT_TRUE(all_close(got.dgrid.to_host(), grads.dgrid)) << "rotated grids: dgrid";
+  EXPECT_TRUE(all_close(got.dinput.to_host(), grads.dinput)) << "rotated grids: dinput";
+}
+
+// options.deterministic: the gathered input gradient matches the reference in every mode,
+// padding and rank, and two runs give identical bits (also with many samples per cell: a
+// grid squeezed into a corner, and grids of NaN and far-outside coordinates).
+TEST(GridSampleGpu, DeterministicInputGradient) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  auto run = [&](const Tensor& dout, const Tensor& input, const Tensor& grid,
+                 const GridSampleOptions& o) {
+    const Tensor dinput = poisoned(input.shape(), input.dtype(), kGpu);
+    const Tensor dgrid = poisoned(grid.shape(), grid.dtype(), kGpu);
+    grid_sample_backward_into(dinput, dgrid, dout, input, grid, o);
+    return GridSampleGrads{dinput.to_host(), dgrid.to_host()};
+  };
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    for (auto mode : {GridSampleMode::bilinear, GridSampleMode::nearest, GridSampleMode::bicubic}) {
+      for (auto pad :
+           {GridSamplePadding::zeros, GridSamplePadding::border, GridSamplePadding::reflection}) {
+        for (int dims : {2, 3}) {
+          if (dims == 3 && mode == GridSampleMode::bicubic) continue;
+          for (float squeeze : {1.2f, 0.05f}) {
+            GridSampleOptions o = options(mode, pad, squeeze < 1.0f);
+            o.deterministic = true;
+            SCOPED_TRACE(::testing::Message()
+                         << dtype_name(dt) << " mode " << static_cast<int>(mode) << " padding "
+                         << static_cast<int>(pad) << " dims " << dims << " grid spread "
+                         << squeeze);
+            const Shape in_shape = dims == 2 ? Shape{3, 10, 9, 11} : Shape{2, 9, 4, 5, 6};
+            const Shape grid_shape = dims == 2 ? Shape{3, 13, 17, 2} : Shape{2, 5, 6, 7, 3};
+            const Tensor input = random_tensor(rng, in_shape, dt);
+            std::vector<double> g(static_cast<size_t>(shape_numel(grid_shape)));
+            for (double& v : g) v = rng.uniform(-squeeze, squeeze) - (squeeze < 1.0f ? 0.9 : 0.0);
+            if (squeeze > 1.0f) {
+              g[0] = NAN;
+              g[3] = 1e30;
+            }
+            const Tensor grid = host_tensor(g, grid_shape, dt);
+            const Tensor dout = random_tensor(rng, grid_sample(input, grid, o).shape(), dt);
+            const GridSampleGrads expected = grid_sample_backward(dout, input, grid, o);
+            const Tensor d_input = input.to(kGpu), d_grid = grid.to(kGpu), d_dout = dout.to(kGpu);
+            const GridSampleGrads first = run(d_dout, d_input, d_grid, o);
+            const GridSampleGrads second = run(d_dout, d_input, d_grid, o);
+            EXPECT_TRUE(all_close(first.dinput, expected.dinput));
+            EXPECT_TRUE(all_close(first.dgrid, expected.dgrid, tolerance(dt), 1e-3));
+            EXPECT_TRUE(bit_equal(first.dinput, second.dinput));
+            EXPECT_TRUE(bit_equal(first.dgrid, second.dgrid));
+          }
+        }
+      }
+    }
+  }
+  // Only the input gradient asked for, and a batch of zero grid locations (dinput all 0).
+  GridSampleOptions o;
+  o.deterministic = true;
+  const Tensor input = random_tensor(rng, {2, 3, 5, 6}, DType::f32).to(kGpu);
+  const Tensor dinput = poisoned({2, 3, 5, 6}, DType::f32, kGpu);
+  grid_sample_backward_into(dinput, Tensor{}, Tensor::zeros({2, 3, 0, 4}, DType::f32, kGpu), input,
+                            Tensor::zeros({2, 0, 4, 2}, DType::f32, kGpu), o);
+  for (double v : to_doubles(dinput)) ASSERT_EQ(v, 0.0);
 }
 
 TEST(GridSampleGpu, AffineGridMatchesReference) {

@@ -1,0 +1,114 @@
+// CTC loss's benchmark cases at ANCHORS.md's shapes, f32: T200 N64 C32 S50 (forward, and
+// forward + backward) and T1000 N32 C5000 S200 (forward + backward); milliseconds, the
+// anchors' unit. Inputs: log_probs normal(-log C, 1) (the op does not need normalised rows),
+// padded I64 targets of S random labels (repeats included), every input T steps long and every
+// target S labels. Forward + backward is ctc_loss then ctc_loss_backward, each taking the
+// lengths and labels as they are (nothing carried between them); reduction none with a
+// gradient of ones (the reduction changes one tiny kernel, and per-sample results let the
+// check run the float64 reference on the first and last samples only).
+// GB/s counts log_probs read once and (with the backward) the gradient written once.
+#include <cuda_runtime.h>
+#include <rudnn/rudnn.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace {
+
+using namespace rudnn;
+using rudnn::bench::Bench;
+
+struct Shape4 {
+  int64_t T, N, C, S;
+};
+
+std::string label(const char* what, const Shape4& s) {
+  return std::string("ctc_loss T") + std::to_string(s.T) + " N" + std::to_string(s.N) + " C" +
+         std::to_string(s.C) + " S" + std::to_string(s.S) + " " + what;
+}
+
+void run_case(Bench& b, const Shape4& sh, bool forward_only_too) {
+  const DType f32 = DType::f32;
+  const Shape lp_shape{sh.T, sh.N, sh.C};
+  const double lp_bytes = static_cast<double>(sh.T) * sh.N * sh.C * 4;
+  const int sets = b.sets_for(static_cast<size_t>(2 * lp_bytes));
+  std::fprintf(stderr, "ctc: log_probs %s f32, rotating %d sets\n",
+               bench::shape_string(lp_shape).c_str(), sets);
+  std::vector<Tensor> lp;
+  for (int s = 0; s < sets; ++s)
+    lp.push_back(b.normal(lp_shape, f32, 31 + s, -std::log(static_cast<float>(sh.C)), 1.0f));
+  const Tensor targets = b.empty({sh.N, sh.S}, DType::i64);
+  bench::fill_integers(targets, 32, 1, sh.C - 1, b.cs);
+  const Tensor input_lengths =
+      Tensor::full({sh.N}, static_cast<double>(sh.T), DType::i64, b.dev, b.stream);
+  const Tensor target_lengths =
+      Tensor::full({sh.N}, static_cast<double>(sh.S), DType::i64, b.dev, b.stream);
+  const Tensor ones = Tensor::full({sh.N}, 1.0, f32, b.dev, b.stream);
+  b.sync();
+  const CtcLossOptions o{0, CtcReduction::none, false};
+  const auto loss = b.empties(sets, {sh.N}, f32);
+  const auto grad = b.empties(sets, lp_shape, f32);
+
+  // The first and last opt.check_rows samples against the float64 reference.
+  const auto check = [&](bool with_grad) {
+    return b.ends(sh.N, [&](int64_t n0, int64_t n1) {
+      const Tensor lp_host = lp[0].slice(1, n0, n1).to_host().contiguous();
+      const Tensor tg_host = Bench::rows_host(targets, n0, n1);
+      const Tensor il_host = Bench::rows_host(input_lengths, n0, n1);
+      const Tensor tl_host = Bench::rows_host(target_lengths, n0, n1);
+      const double loss_error = bench::relative_l2_error(
+          Bench::rows_host(loss[0], n0, n1), ctc_loss(lp_host, tg_host, il_host, tl_host, o));
+      if (!with_grad) return loss_error;
+      const Tensor expected =
+          ctc_loss_backward(lp_host, tg_host, il_host, tl_host, Bench::rows_host(ones, n0, n1), o);
+      const double grad_error =
+          bench::relative_l2_error(grad[0].slice(1, n0, n1).to_host().contiguous(), expected);
+      return bench::worst(loss_error, grad_error);
+    });
+  };
+  // FP32 log-space recursions over T steps against float64 (see rudnn/ctc.h, Precision).
+  const double tol = 1e-4;
+  if (forward_only_too && b.wanted(label("fwd", sh))) {
+    b.run(
+        label("fwd", sh), lp_shape, f32, lp_bytes, sets,
+        [&](int s) {
+          ctc_loss_into(loss[s], lp[s], targets, input_lengths, target_lengths, o, b.stream);
+        },
+        [&] { return check(false); }, tol);
+  }
+  if (b.wanted(label("fwd+bwd", sh))) {
+    b.run(
+        label("fwd+bwd", sh), lp_shape, f32, 2 * lp_bytes, sets,
+        [&](int s) {
+          ctc_loss_into(loss[s], lp[s], targets, input_lengths, target_lengths, o, b.stream);
+          ctc_loss_backward_into(grad[s], lp[s], targets, input_lengths, target_lengths, ones, o,
+                                 b.stream);
+        },
+        [&] { return check(true); }, tol);
+  }
+}
+
+void run_all(Bench& b) {
+  run_case(b,
+           {b.size("ctc-steps"), b.size("ctc-batch"), b.size("ctc-classes"), b.size("ctc-labels")},
+           true);
+  run_case(b, {1000, 32, 5000, 200}, false);
+}
+
+rudnn::bench::Family ctc_family() {
+  rudnn::bench::Family family;
+  family.sizes = {{"ctc-steps", 200, "T of the first CTC case"},
+                  {"ctc-batch", 64, "N of the first CTC case"},
+                  {"ctc-classes", 32, "C of the first CTC case"},
+                  {"ctc-labels", 50, "S of the first CTC case"}};
+  family.run = run_all;
+  return family;
+}
+
+}  // namespace
+
+RUDNN_BENCH_FAMILY(ctc, ctc_family);

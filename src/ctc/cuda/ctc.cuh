@@ -1,0 +1,499 @@
+// CTC loss kernels, instantiated per dtype (ctc_{f32,f16,bf16}.cu), launched by dispatch.cu.
+//
+// 1. prepare_kernel (one block): each sample's lengths checked, and for concatenated targets
+//    the index of its first label (an exclusive scan of the target lengths).
+// 2. recursion_kernel: one block per sample and direction (alpha forward in time, beta
+//    backward), the 2S+1 states of the blank-extended target across the threads, the T steps
+//    in a loop with the previous row in shared memory. The log-probabilities of the target's
+//    labels (and the blank) are gathered for a chunk of steps at a time into shared memory, so
+//    that a step waits for no global load. Rows are renormalised every kRenormEvery steps by
+//    their maximum, the shifts summed in FP64: the stored rows stay small numbers, so that
+//    alpha + beta - lp + nll, which cancels magnitudes of T * |log p|, loses no FP32 bits.
+// 3. loss_kernel: the reduction, in a fixed order (deterministic), or grad_kernel: one warp per
+//    (t, n) row, a coalesced pass over the C classes (g * exp(lp), the gradient of every class
+//    the target lacks), then the target's classes (the blank and each distinct label, repeats
+//    summed through per-sample chains) overwritten from alpha + beta.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/cuda_check.h"
+#include "ctc/cuda/launch.h"
+#include "cuda/launch.cuh"
+#include "cuda/types.cuh"
+
+namespace rudnn::ctc::cuda {
+
+using rudnn::cuda::from_float;
+using rudnn::cuda::to_float;
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kPrepareThreads = 1024;
+constexpr int kMaxRecursionThreads = 1024;
+constexpr int kGradThreads = 256;
+constexpr int kLossThreads = 256;
+constexpr int kRenormEvery = 8;  // a power of two
+static_assert((kRenormEvery & (kRenormEvery - 1)) == 0, "kRenormEvery is tested with a mask");
+constexpr int kMaxChunk = 32;
+// chain entries: bit 30 marks a label position whose class occurs at no earlier position;
+// the low bits hold 1 + the next position of the same class (0: none).
+constexpr int32_t kFirstOfClass = 1 << 30;
+
+// Per sample, written by prepare_kernel (labels_bad by the alpha block).
+struct SampleInfo {
+  int64_t first = 0;  // index of its first label in targets
+  int64_t input_length = 0;
+  int64_t target_length = 0;
+  int32_t lengths_bad = 0;
+  int32_t labels_bad = 0;
+};
+static_assert(sizeof(SampleInfo) == 32, "scratch_layout reserves 32 bytes per sample");
+
+struct Views {
+  SampleInfo* info = nullptr;
+  double* nll = nullptr;  // per sample; NaN for an invalid one
+  double* alpha_offset = nullptr;
+  double* beta_offset = nullptr;  // [N, T]: the shifts taken out of the stored rows
+  float* alpha = nullptr;
+  float* beta = nullptr;     // [N, T, 2 * max_target + 1], relative to the offsets
+  int32_t* chain = nullptr;  // [N, max_target]
+};
+
+inline Views scratch_views(const CtcProblem& p, bool backward) {
+  const ScratchLayout l = scratch_layout(p, backward);
+  char* base = static_cast<char*>(p.scratch);
+  Views v;
+  v.info = reinterpret_cast<SampleInfo*>(base + l.info);
+  v.nll = reinterpret_cast<double*>(base + l.nll);
+  if (backward) {
+    v.alpha_offset = reinterpret_cast<double*>(base + l.alpha_offset);
+    v.beta_offset = reinterpret_cast<double*>(base + l.beta_offset);
+    v.alpha = reinterpret_cast<float*>(base + l.alpha);
+    v.beta = reinterpret_cast<float*>(base + l.beta);
+    v.chain = reinterpret_cast<int32_t*>(base + l.chain);
+  }
+  return v;
+}
+
+__device__ __forceinline__ int64_t load_index(const void* data, DType dtype, int64_t i) {
+  return dtype == DType::i32 ? static_cast<int64_t>(static_cast<const int32_t*>(data)[i])
+                             : static_cast<const int64_t*>(data)[i];
+}
+
+// log(e^a + e^b + e^c); -inf when all are -inf, NaN when one is NaN (as the reference's
+// log_add, which returns its other operand unchanged when one is -inf).
+__device__ __forceinline__ float log_add3(float a, float b, float c) {
+  const float m = fmaxf(a, fmaxf(b, c));
+  if (m == -INFINITY) return a + b + c;
+  return m + logf(expf(a - m) + expf(b - m) + expf(c - m));
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+static __global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(CtcProblem p, Views v) {
+  __shared__ int64_t warp_totals[kPrepareThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int64_t carried = 0;  // labels of the samples of earlier chunks
+  for (int64_t base = 0; base < p.batch; base += kPrepareThreads) {
+    const int64_t n = base + threadIdx.x;
+    int64_t in_len = 0, tl = 0;
+    if (n < p.batch) {
+      in_len = load_index(p.input_lengths, p.input_length_dtype, n);
+      tl = load_index(p.target_lengths, p.target_length_dtype, n);
+    }
+    const int64_t counted = tl > 0 ? tl : 0;
+    int64_t scan = counted;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int64_t y = __shfl_up_sync(kFullMask, scan, d);
+      if (lane >= d) scan += y;
+    }
+    if (lane == 31) warp_totals[warp] = scan;
+    __syncthreads();
+    if (warp == 0) {
+      int64_t w = warp_totals[lane];
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int64_t y = __shfl_up_sync(kFullMask, w, d);
+        if (lane >= d) w += y;
+      }
+      warp_totals[lane] = w;
+    }
+    __syncthreads();
+    const int64_t before = carried + (warp > 0 ? warp_totals[warp - 1] : 0) + scan - counted;
+    if (n < p.batch) {
+      SampleInfo s;
+      s.first = p.padded ? n * p.padded_stride : before;
+      s.input_length = in_len;
+      s.target_length = tl;
+      bool ok = in_len >= 0 && in_len <= p.steps && tl >= 0;
+      ok = ok && (p.padded ? tl <= p.padded_stride : before + tl <= p.target_count);
+      s.lengths_bad = ok ? 0 : 1;
+      v.info[n] = s;
+    }
+    carried += warp_totals[kPrepareThreads / 32 - 1];
+    __syncthreads();
+  }
+}
+
+// How a recursion block splits its dynamic shared memory.
+struct RecursionShape {
+  int threads = 0;
+  int chunk = 0;  // steps of log-probabilities gathered at once
+  size_t shared = 0;
+};
+
+// One block per (sample, direction): blockIdx.y 0 runs alpha (and writes the sample's nll and
+// label check), 1 runs beta (and the chains of repeated labels). kStore: keep every row.
+template <class T, bool kStore>
+__global__ void __launch_bounds__(kMaxRecursionThreads)
+    recursion_kernel(CtcProblem p, Views v, int chunk) {
+  extern __shared__ float shared[];
+  __shared__ float block_max[kMaxRecursionThreads / 32];
+  const int64_t n = blockIdx.x;
+  const bool beta = blockIdx.y == 1;
+  const int64_t cap = p.max_target, cap_states = 2 * cap + 1;
+  float* row_a = shared;
+  float* row_b = shared + cap_states;
+  float* lp_chunk = shared + 2 * cap_states;  // [chunk][cap + 1]: blank, then each label
+  int32_t* labels = reinterpret_cast<int32_t*>(lp_chunk + static_cast<int64_t>(chunk) * (cap + 1));
+
+  const SampleInfo info = v.info[n];
+  bool ok = info.lengths_bad == 0;
+  const int64_t tl = ok ? info.target_length : 0, Tn = ok ? info.input_length : 0;
+  for (int64_t i = threadIdx.x; i < tl; i += blockDim.x) {
+    const int64_t label = load_index(p.targets, p.target_dtype, info.first + i);
+    if (label < 0 || label >= p.classes || label == p.blank) {
+      ok = false;
+    } else if (i < cap) {
+      labels[i + 1] = static_cast<int32_t>(label);
+    }
+  }
+  if (threadIdx.x == 0) labels[0] = static_cast<int32_t>(p.blank);
+  ok = __syncthreads_and(ok);
+  if (!ok) {
+    if (!beta && threadIdx.x == 0) {
+      v.nll[n] = NAN;
+      v.info[n].labels_bad = 1;
+    }
+    return;
+  }
+  if (Tn == 0 || tl > Tn) {
+    // No steps, or more labels than steps: nothing to align (0 for an empty target in no
+    // steps, else impossible).
+    if (!beta && threadIdx.x == 0) v.nll[n] = (tl == 0) ? 0.0 : INFINITY;
+    return;
+  }
+  if (kStore && beta) {
+    for (int64_t i = threadIdx.x; i < tl; i += blockDim.x) {
+      const int32_t c = labels[i + 1];
+      int32_t code = kFirstOfClass;
+      for (int64_t j = 0; j < i; ++j) {
+        if (labels[j + 1] == c) {
+          code = 0;
+          break;
+        }
+      }
+      for (int64_t j = i + 1; j < tl; ++j) {
+        if (labels[j + 1] == c) {
+          code |= static_cast<int32_t>(j + 1);
+          break;
+        }
+      }
+      v.chain[n * cap + i] = code;
+    }
+  }
+
+  const int64_t states = 2 * tl + 1;
+  const int64_t N = p.batch, C = p.classes;
+  const T* lp = static_cast<const T*>(p.log_probs);
+  const int64_t per_step = tl + 1;
+  float* prev = row_a;
+  float* cur = row_b;
+  double offset = 0.0;  // the sum of the shifts taken out so far (the same in every thread)
+  int64_t chunk_low = 0, next_chunk = 0;
+  for (int64_t k = 0; k < Tn; ++k) {
+    const int64_t t = beta ? Tn - 1 - k : k;
+    if (k == next_chunk) {
+      // At most kMaxChunk * (max_target + 1) values: 32-bit arithmetic.
+      const int count = static_cast<int>((Tn - k) < chunk ? (Tn - k) : chunk);
+      const int width = static_cast<int>(per_step);
+      chunk_low = beta ? t - count + 1 : t;
+      next_chunk += chunk;
+      for (int i = threadIdx.x; i < count * width; i += blockDim.x) {
+        const int j = i / width, u = i - j * width;
+        lp_chunk[static_cast<int64_t>(j) * (cap + 1) + u] =
+            to_float(lp[((chunk_low + j) * N + n) * C + labels[u]]);
+      }
+      __syncthreads();
+    }
+    const float* lpt = lp_chunk + (t - chunk_low) * (cap + 1);
+    float local_max = -INFINITY;
+    for (int64_t s = threadIdx.x; s < states; s += blockDim.x) {
+      const int64_t u = (s & 1) ? (s + 1) / 2 : 0;
+      const float x = lpt[u];
+      float value;
+      if (k == 0) {
+        value = (beta ? s >= states - 2 : s <= 1) ? x : -INFINITY;
+      } else {
+        float l;
+        if (!beta) {
+          const float b = s >= 1 ? prev[s - 1] : -INFINITY;
+          const float c =
+              (s >= 3 && (s & 1) && labels[u] != labels[u - 1]) ? prev[s - 2] : -INFINITY;
+          l = log_add3(prev[s], b, c);
+        } else {
+          const float b = s + 1 < states ? prev[s + 1] : -INFINITY;
+          const float c =
+              (s + 2 < states && (s & 1) && labels[u] != labels[u + 1]) ? prev[s + 2] : -INFINITY;
+          l = log_add3(prev[s], b, c);
+        }
+        value = l == -INFINITY ? -INFINITY : l + x;
+      }
+      cur[s] = value;
+      local_max = fmaxf(local_max, value);
+    }
+    if ((k & (kRenormEvery - 1)) == 0) {
+      const float wm = warp_max(local_max);
+      if ((threadIdx.x & 31) == 0) block_max[threadIdx.x >> 5] = wm;
+      __syncthreads();
+      float m = -INFINITY;
+      for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) m = fmaxf(m, block_max[w]);
+      if (isfinite(m)) {
+        for (int64_t s = threadIdx.x; s < states; s += blockDim.x) cur[s] -= m;
+        offset += m;
+      }
+    }
+    if constexpr (kStore) {
+      float* stored = (beta ? v.beta : v.alpha) + (n * p.steps + t) * cap_states;
+      for (int64_t s = threadIdx.x; s < states; s += blockDim.x) stored[s] = cur[s];
+      if (threadIdx.x == 0) (beta ? v.beta_offset : v.alpha_offset)[n * p.steps + t] = offset;
+    }
+    __syncthreads();
+    float* swap = prev;
+    prev = cur;
+    cur = swap;
+  }
+  if (!beta && threadIdx.x == 0) {
+    const float ll =
+        log_add3(prev[states - 1], states > 1 ? prev[states - 2] : -INFINITY, -INFINITY);
+    v.nll[n] =
+        ll == -INFINITY ? static_cast<double>(INFINITY) : -(static_cast<double>(ll) + offset);
+  }
+}
+
+// The reduction's weight of sample n's loss (1 / (N * max(target length, 1)) for mean).
+__device__ __forceinline__ double reduction_factor(const CtcProblem& p, int64_t target_length) {
+  if (p.reduction != CtcReduction::mean) return 1.0;
+  return 1.0 / (static_cast<double>(p.batch) *
+                static_cast<double>(target_length > 0 ? target_length : 1));
+}
+
+__device__ __forceinline__ bool sample_bad(const SampleInfo& info) {
+  return info.lengths_bad != 0 || info.labels_bad != 0;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kLossThreads) loss_kernel(CtcProblem p, Views v) {
+  T* loss = static_cast<T*>(p.loss);
+  auto value = [&](int64_t n) -> double {
+    const SampleInfo info = v.info[n];
+    if (sample_bad(info)) return NAN;
+    double nll = v.nll[n];
+    if (p.zero_infinity && isinf(nll)) nll = 0.0;
+    return nll * reduction_factor(p, info.target_length);
+  };
+  if (p.reduction == CtcReduction::none) {
+    for (int64_t n = static_cast<int64_t>(blockIdx.x) * kLossThreads + threadIdx.x; n < p.batch;
+         n += static_cast<int64_t>(gridDim.x) * kLossThreads) {
+      loss[n] = from_float<T>(static_cast<float>(value(n)));
+    }
+    return;
+  }
+  __shared__ double partial[kLossThreads];
+  double acc = 0.0;
+  for (int64_t n = threadIdx.x; n < p.batch; n += kLossThreads) acc += value(n);
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (int width = kLossThreads / 2; width > 0; width >>= 1) {
+    if (threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const double total = (p.reduction == CtcReduction::mean && p.batch == 0) ? NAN : partial[0];
+    loss[0] = from_float<T>(static_cast<float>(total));
+  }
+}
+
+// log of the sum of exp(a[s] + b[s]) over the states s the warp's lanes pass in turn (-inf when
+// there are none or all are -inf; NaN when one is NaN). `state(i)` is the i-th state.
+template <class StateOf>
+__device__ __forceinline__ float warp_log_occupancy(const float* a, const float* b, int64_t count,
+                                                    StateOf state_of) {
+  const int lane = threadIdx.x & 31;
+  float m = -INFINITY;
+  bool nan = false;
+  for (int64_t i = lane; i < count; i += 32) {
+    const int64_t s = state_of(i);
+    const float ab = a[s] + b[s];
+    m = fmaxf(m, ab);
+    nan = nan || ab != ab;
+  }
+  m = warp_max(m);
+  if (__any_sync(kFullMask, nan)) return NAN;
+  if (m == -INFINITY) return -INFINITY;
+  float sum = 0.0f;
+  for (int64_t i = lane; i < count; i += 32) {
+    const int64_t s = state_of(i);
+    sum += expf(a[s] + b[s] - m);
+  }
+  return m + logf(warp_sum(sum));
+}
+
+template <class T>
+__global__ void __launch_bounds__(kGradThreads) grad_kernel(CtcProblem p, Views v) {
+  constexpr int kWarps = kGradThreads / 32;
+  const int lane = threadIdx.x & 31;
+  const int64_t rows = p.steps * p.batch, C = p.classes;
+  const int64_t cap = p.max_target, cap_states = 2 * cap + 1;
+  const T* grad_loss = static_cast<const T*>(p.grad_loss);
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const int64_t t = row / p.batch, n = row - t * p.batch;
+    const T* lp = static_cast<const T*>(p.log_probs) + row * C;
+    T* out = static_cast<T*>(p.grad) + row * C;
+    const SampleInfo info = v.info[n];
+    const double nll = v.nll[n];
+    if (sample_bad(info) || (p.zero_infinity && isinf(nll)) || t >= info.input_length) {
+      const T fill = from_float<T>(sample_bad(info) ? NAN : 0.0f);
+      for (int64_t c = lane; c < C; c += 32) out[c] = fill;
+      continue;
+    }
+    const float g = to_float(grad_loss[p.reduction == CtcReduction::none ? n : 0]) *
+                    static_cast<float>(reduction_factor(p, info.target_length));
+    // A class no state carries: exp(-inf + nll - lp) is 0, unless nll - lp is +inf or NaN.
+    const float nll_f = static_cast<float>(nll);
+#pragma unroll 4
+    for (int64_t c = lane; c < C; c += 32) {
+      const float x = to_float(lp[c]);
+      out[c] = from_float<T>(g * (expf(x) - (nll_f - x < INFINITY ? 0.0f : NAN)));
+    }
+    // Finite nll means the recursions ran (and left their rows); otherwise every class is
+    // already what the formula gives (NaN).
+    if (!isfinite(nll)) continue;
+    __syncwarp();
+    const int64_t at = (n * p.steps + t) * cap_states;
+    const float* a = v.alpha + at;
+    const float* b = v.beta + at;
+    const float shift =
+        static_cast<float>(v.alpha_offset[n * p.steps + t] + v.beta_offset[n * p.steps + t] + nll);
+    const int64_t tl = info.target_length;
+    const float blank_occ = warp_log_occupancy(a, b, tl + 1, [](int64_t i) { return 2 * i; });
+    if (lane == 0) {
+      const float x = to_float(lp[p.blank]);
+      out[p.blank] = from_float<T>(g * (expf(x) - expf(blank_occ + shift - x)));
+    }
+    for (int64_t i = lane; i < tl; i += 32) {
+      const int32_t code = v.chain[n * cap + i];
+      if (!(code & kFirstOfClass)) continue;
+      float m = -INFINITY;
+      bool nan = false;
+      for (int64_t j = i;;) {
+        const float ab = a[2 * j + 1] + b[2 * j + 1];
+        m = fmaxf(m, ab);
+        nan = nan || ab != ab;
+        const int32_t next = v.chain[n * cap + j] & (kFirstOfClass - 1);
+        if (next == 0) break;
+        j = next - 1;
+      }
+      float occ;
+      if (nan) {
+        occ = NAN;
+      } else if (m == -INFINITY) {
+        occ = -INFINITY;
+      } else {
+        float sum = 0.0f;
+        for (int64_t j = i;;) {
+          sum += expf(a[2 * j + 1] + b[2 * j + 1] - m);
+          const int32_t next = v.chain[n * cap + j] & (kFirstOfClass - 1);
+          if (next == 0) break;
+          j = next - 1;
+        }
+        occ = m + logf(sum);
+      }
+      const int64_t c = load_index(p.targets, p.target_dtype, info.first + i);
+      const float x = to_float(lp[c]);
+      out[c] = from_float<T>(g * (expf(x) - expf(occ + shift - x)));
+    }
+  }
+}
+
+// The recursion's block size, chunk of steps and shared memory for max_target.
+RecursionShape recursion_shape(const CtcProblem& p, Device device);
+// Raises the recursion kernels' dynamic shared memory limit to what the device's opt-in
+// maximum leaves beside the kernel's static shared memory (block_max): asking for the whole
+// opt-in maximum is refused as an invalid value (once per device and kernel).
+template <class Kernel>
+void allow_shared(Kernel kernel, Device device, rudnn::cuda::PerDevice<int>& done) {
+  done.get(device, [&] {
+    cudaFuncAttributes attributes{};
+    detail::check_cuda(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes");
+    const size_t optin = rudnn::cuda::device_info(device).shared_bytes_per_block_optin;
+    detail::check_cuda(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(optin - attributes.sharedSizeBytes)),
+        "cudaFuncSetAttribute");
+    return 1;
+  });
+}
+
+template <class T>
+void ctc_loss_typed(const CtcProblem& p, const rudnn::cuda::LaunchContext& ctx) {
+  static rudnn::cuda::PerDevice<int> shared_allowed;
+  const Views v = scratch_views(p, false);
+  if (p.batch > 0) {
+    prepare_kernel<<<1, kPrepareThreads, 0, ctx.stream>>>(p, v);
+    const RecursionShape r = recursion_shape(p, ctx.device);
+    allow_shared(recursion_kernel<T, false>, ctx.device, shared_allowed);
+    recursion_kernel<T, false>
+        <<<dim3(static_cast<unsigned>(p.batch), 1), r.threads, r.shared, ctx.stream>>>(p, v,
+                                                                                       r.chunk);
+  }
+  const bool per_sample = p.reduction == CtcReduction::none;
+  if (per_sample && p.batch == 0) return;
+  const int64_t blocks = per_sample ? (p.batch + kLossThreads - 1) / kLossThreads : 1;
+  loss_kernel<T>
+      <<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kLossThreads, 0, ctx.stream>>>(p,
+                                                                                                v);
+  detail::check_launch("ctc_loss");
+}
+
+template <class T>
+void ctc_loss_backward_typed(const CtcProblem& p, const rudnn::cuda::LaunchContext& ctx) {
+  static rudnn::cuda::PerDevice<int> shared_allowed;
+  const Views v = scratch_views(p, true);
+  prepare_kernel<<<1, kPrepareThreads, 0, ctx.stream>>>(p, v);
+  const RecursionShape r = recursion_shape(p, ctx.device);
+  allow_shared(recursion_kernel<T, true>, ctx.device, shared_allowed);
+  recursion_kernel<T, true>
+      <<<dim3(static_cast<unsigned>(p.batch), 2), r.threads, r.shared, ctx.stream>>>(p, v, r.chunk);
+  const int64_t rows = p.steps * p.batch, warps = kGradThreads / 32;
+  const int64_t blocks = (rows + warps - 1) / warps;
+  grad_kernel<T><<<static_cast<unsigned>(blocks < (1 << 20) ? blocks : (1 << 20)), kGradThreads, 0,
+                   ctx.stream>>>(p, v);
+  detail::check_launch("ctc_loss_backward");
+}
+
+}  // namespace rudnn::ctc::cuda
