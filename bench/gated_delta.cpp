@@ -5,11 +5,14 @@
 //
 // - gated_delta decode: a fresh final state per call.
 // - gated_delta_slots decode: the pool [B,Hv,Dv,Dk] updated in place by slot ids.
+// - gated_delta prefill / backward: the recurrence (not the chunked form) over T steps,
+//   B = --gdn-bwd-batch, T = --gdn-steps, forward, and backward from dy and dstate. Bytes:
+//   every operand and result once (the backward's workspace traffic is not counted).
 //
 // Check: the first and last sequences against the CPU path (the float64 reference).
 //
 // Shape options: --gdn-batch B --gdn-value-heads Hv --gdn-key-heads Hk --gdn-key-dim K
-// --gdn-value-dim V.
+// --gdn-value-dim V --gdn-bwd-batch --gdn-steps.
 #include <cuda_runtime.h>
 #include <rudnn/rudnn.h>
 
@@ -51,6 +54,13 @@ double bytes_of(const Dims& d) {
   const double state = double(d.b) * d.hv * d.v * d.k * 4;
   const double io = double(d.b) * (2 * d.hk * d.k + 2 * d.hv * d.v) * 2 + double(d.b) * d.hv * 6;
   return 2 * state + io;
+}
+
+// Prefill over T steps: q, k, v, y (bf16), g (f32), beta (bf16), state in and out (f32).
+double prefill_bytes(const Dims& d, int64_t batch, int64_t steps) {
+  const double state = double(batch) * d.hv * d.v * d.k * 4;
+  const double tokens = double(batch) * steps;
+  return 2 * state + tokens * ((2 * d.hk * d.k + 2 * d.hv * d.v) * 2 + d.hv * 6);
 }
 
 // Sequences [b0, b1) through the CPU path vs the GPU's y.
@@ -125,14 +135,87 @@ void bench_decode(Bench& b) {
   }
 }
 
+void bench_prefill_and_backward(Bench& b, const Dims& d) {
+  const int64_t B = b.size("gdn-bwd-batch"), T = b.size("gdn-steps");
+  Dims pd = d;
+  pd.b = B;
+  const DType bf = DType::bf16;
+  Inputs in;
+  in.q = b.normal({B, T, d.hk, d.k}, bf, 501, 0.0f, 0.09f);
+  in.k = b.normal({B, T, d.hk, d.k}, bf, 502, 0.0f, 0.09f);
+  in.v = b.normal({B, T, d.hv, d.v}, bf, 503);
+  in.g = b.normal({B, T, d.hv}, DType::f32, 504, 0.95f, 0.01f);
+  in.beta = b.normal({B, T, d.hv}, bf, 505, 0.5f, 0.1f);
+  const Tensor state = b.normal({B, d.hv, d.v, d.k}, DType::f32, 506, 0.0f, 0.05f);
+  const Tensor dy = b.normal({B, T, d.hv, d.v}, bf, 507);
+  const Tensor dstate = b.normal({B, d.hv, d.v, d.k}, DType::f32, 508, 0.0f, 0.05f);
+  const Shape shape{B, T, d.hv, d.k};
+  const double fwd_bytes = prefill_bytes(pd, B, T);
+  auto host = [](const Tensor& t, int64_t r0, int64_t r1) {
+    return t.slice(0, r0, r1).to_host().contiguous();
+  };
+  if (b.wanted("gated_delta prefill")) {
+    Tensor y0;
+    b.run(
+        "gated_delta prefill", shape, bf, fwd_bytes, 1,
+        [&](int) {
+          GatedDeltaResult r = gated_delta(in.q, in.k, in.v, in.g, in.beta, state, b.stream);
+          if (!y0.defined()) y0 = r.y;
+        },
+        [&] {
+          b.sync();
+          return b.ends(B, [&](int64_t r0, int64_t r1) {
+            const GatedDeltaResult r =
+                gated_delta(host(in.q, r0, r1), host(in.k, r0, r1), host(in.v, r0, r1),
+                            host(in.g, r0, r1), host(in.beta, r0, r1), host(state, r0, r1));
+            return bench::relative_l2_error(host(y0, r0, r1), r.y);
+          });
+        },
+        2e-2);
+  }
+  if (b.wanted("gated_delta backward")) {
+    GatedDeltaGrads g0;
+    b.run(
+        "gated_delta backward", shape, bf, 2 * fwd_bytes, 1,
+        [&](int) {
+          GatedDeltaGrads g = gated_delta_backward(dy, dstate, in.q, in.k, in.v, in.g, in.beta,
+                                                   state, {}, b.stream);
+          if (!g0.dq.defined()) g0 = g;
+        },
+        [&] {
+          b.sync();
+          return b.ends(B, [&](int64_t r0, int64_t r1) {
+            const GatedDeltaGrads r = gated_delta_backward(
+                host(dy, r0, r1), host(dstate, r0, r1), host(in.q, r0, r1), host(in.k, r0, r1),
+                host(in.v, r0, r1), host(in.g, r0, r1), host(in.beta, r0, r1),
+                host(state, r0, r1));
+            double err = 0;
+            err = bench::worst(err, bench::relative_l2_error(host(g0.dq, r0, r1), r.dq));
+            err = bench::worst(err, bench::relative_l2_error(host(g0.dk, r0, r1), r.dk));
+            err = bench::worst(err, bench::relative_l2_error(host(g0.dv, r0, r1), r.dv));
+            err = bench::worst(err, bench::relative_l2_error(host(g0.dstate, r0, r1), r.dstate));
+            return err;
+          });
+        },
+        2e-2);
+  }
+}
+
+void bench_all(Bench& b) {
+  bench_decode(b);
+  bench_prefill_and_backward(b, dims_of(b));
+}
+
 bench::Family make_family() {
   bench::Family f;
   f.sizes = {{"gdn-batch", 256, "gated delta decode: sequences B"},
              {"gdn-value-heads", 32, "gated delta: value heads Hv"},
              {"gdn-key-heads", 16, "gated delta: key heads Hk (Hv a multiple)"},
              {"gdn-key-dim", 128, "gated delta: key dim K"},
-             {"gdn-value-dim", 128, "gated delta: value dim V"}};
-  f.run = bench_decode;
+             {"gdn-value-dim", 128, "gated delta: value dim V"},
+             {"gdn-bwd-batch", 4, "gated delta prefill/backward: sequences B"},
+             {"gdn-steps", 256, "gated delta prefill/backward: steps T"}};
+  f.run = bench_all;
   return f;
 }
 

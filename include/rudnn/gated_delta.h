@@ -21,16 +21,42 @@
 // to 256 (larger is ErrorCode::Unsupported), any Dv; inputs of any layout are read through
 // a dense copy when not contiguous.
 //
+// Variable-length packed sequences (the *_varlen forms, as engines batch prefill): the
+// inputs have batch 1 and their T axis packs N sequences, sequence n being steps
+// [cu_seqlens[n], cu_seqlens[n+1]) with its own state n; cu_seqlens is [N + 1] I32 on the
+// inputs' device. Each sequence's results equal the dense form's on that sequence alone (bit
+// for bit on the GPU). On the host the offsets are checked (0 first, non-decreasing, T
+// last); on a device they are never read by the host (no synchronisation), so bad offsets
+// there are the caller's error: the kernel clamps each range into [0, T] (wrong results,
+// never an access out of bounds).
+//
+// Backward (gated_delta_backward, gated_delta_rule_backward): the gradients of every input
+// and of the initial state given those of y and of the final state, optionally varlen.
+// Definition: the float64 reference walking the steps backwards over recomputed states. On
+// a CUDA device, one kernel per (sequence, value head, slab of 32 state rows) holding dS in
+// FP32 registers: a forward pass stores FP32 checkpoints of the state every 32 steps, each
+// chunk is recomputed from its checkpoint and walked backwards; a second kernel sums the
+// per-slab partials of dq, dk, dg and dbeta in a fixed order (deterministic, no atomics).
+// Memory (device workspace, F32): 2 x slabs x T x Hv x Dk (+ 2 x slabs x T x Hv) for the
+// partials, the checkpoints (about a state per 32 steps per sequence), and 32 states per
+// block for the recomputed chunk; slabs = ceil(Dv / 32).
+//
+// Every op has an _into form writing preallocated outputs: each of the result's shape and
+// dtype, contiguous, on the inputs' device, overlapping no input and no other output.
+//
 // NOT IMPLEMENTED YET (later work of issue 14): the chunked prefill form
-// chunk_gated_delta_rule (tensor cores), variable-length packed sequences (cu_seqlens), the
-// backward of any form, GPU Dk > 256, and a device-side check of slot ids (on the GPU, ids
-// out of range or repeated are the caller's error and not detected).
+// chunk_gated_delta_rule (tensor cores) and its backward, GPU Dk > 256, a varlen
+// gated_delta_steps, and a device-side check of slot ids and cu_seqlens (on the GPU, ids out
+// of range or repeated and bad offsets are the caller's error and not detected).
 //
 // Errors (rudnn::Error, message "op: argument ...; expected ..."): an undefined operand, a
 // non-floating dtype (F64 only on the CPU), operands on different devices, a shape that does not
 // match the rules above, q/k/v of different dtypes, Hv not a multiple of Hk, a non-finite
 // query_scale, log_decay or initial_state not F32 (spec 000's form), slot ids not integers, out of
-// range or repeated (checked on the host when slots live there).
+// range or repeated (checked on the host when slots live there); cu_seqlens not I32, not
+// [N + 1] (N the leading dim of the state, pool slot list or initial_state), with inputs of
+// B != 1, or (on the host) not starting at 0, decreasing, or not ending at T; upstream
+// gradients not floating or not of their forward result's shape.
 #pragma once
 
 #include "rudnn/stream.h"
@@ -49,12 +75,20 @@ struct GatedDeltaResult {
 // Spec 003's gated_delta. `state` is read, never written. Memory: y and the final state.
 GatedDeltaResult gated_delta(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                              const Tensor& beta, const Tensor& state, const Stream& stream = {});
+// gated_delta into preallocated outputs (y_out [B,T,Hv,Dv] in q's dtype, state_out in the
+// state's shape and dtype; both contiguous, overlapping no input and not each other).
+void gated_delta_into(const Tensor& y_out, const Tensor& state_out, const Tensor& q,
+                      const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                      const Tensor& state, const Stream& stream = {});
 
 // gated_delta returning every step's state (T times the state's bytes); y equals
 // gated_delta's.
 GatedDeltaResult gated_delta_steps(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& g, const Tensor& beta, const Tensor& state,
                                    const Stream& stream = {});
+void gated_delta_steps_into(const Tensor& y_out, const Tensor& states_out, const Tensor& q,
+                            const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                            const Tensor& state, const Stream& stream = {});
 
 // gated_delta over states kept in a pool: sequence b starts from pool[slots[b]] and its final
 // state is written back there, in place. pool [S,Hv,Dv,Dk] (floating), slots [B] (i32 or
@@ -63,6 +97,9 @@ GatedDeltaResult gated_delta_steps(const Tensor& q, const Tensor& k, const Tenso
 Tensor gated_delta_slots(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                          const Tensor& beta, const Tensor& pool, const Tensor& slots,
                          const Stream& stream = {});
+void gated_delta_slots_into(const Tensor& y_out, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const Tensor& g, const Tensor& beta,
+                            const Tensor& pool, const Tensor& slots, const Stream& stream = {});
 
 // Spec 000's input (see the top of this file for the layouts and dtypes).
 struct GatedDeltaInput {
@@ -78,5 +115,80 @@ struct GatedDeltaOutput {
 // Spec 000's gated_delta_rule: the token-by-token recurrence (the decode path). The initial
 // state is never written.
 GatedDeltaOutput gated_delta_rule(const GatedDeltaInput& input, const Stream& stream = {});
+void gated_delta_rule_into(const Tensor& output_out, const Tensor& final_state_out,
+                           const GatedDeltaInput& input, const Stream& stream = {});
+
+// ---- Variable-length packed sequences (see the top of this file) -------------------------------
+
+// gated_delta over N packed sequences: q, k [1,T,Hk,Dk], v [1,T,Hv,Dv], g, beta [1,T,Hv],
+// state [N,Hv,Dv,Dk], cu_seqlens [N+1] I32. Returns y [1,T,Hv,Dv] and the final states
+// [N,Hv,Dv,Dk]. Memory: y and the final states.
+GatedDeltaResult gated_delta_varlen(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& g, const Tensor& beta, const Tensor& state,
+                                    const Tensor& cu_seqlens, const Stream& stream = {});
+void gated_delta_varlen_into(const Tensor& y_out, const Tensor& state_out, const Tensor& q,
+                             const Tensor& k, const Tensor& v, const Tensor& g,
+                             const Tensor& beta, const Tensor& state, const Tensor& cu_seqlens,
+                             const Stream& stream = {});
+
+// gated_delta_slots over N packed sequences: sequence n starts from pool[slots[n]] and its
+// final state is written back there; slots [N]. Returns y [1,T,Hv,Dv].
+Tensor gated_delta_slots_varlen(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& g, const Tensor& beta, const Tensor& pool,
+                                const Tensor& slots, const Tensor& cu_seqlens,
+                                const Stream& stream = {});
+void gated_delta_slots_varlen_into(const Tensor& y_out, const Tensor& q, const Tensor& k,
+                                   const Tensor& v, const Tensor& g, const Tensor& beta,
+                                   const Tensor& pool, const Tensor& slots,
+                                   const Tensor& cu_seqlens, const Stream& stream = {});
+
+// gated_delta_rule over N packed sequences: query, key [1,H,T,K], value [1,H,T,V], beta,
+// log_decay [1,H,T], initial_state [N,H,K,V] F32. Returns output [1,H,T,V] and final_state
+// [N,H,K,V] F32.
+GatedDeltaOutput gated_delta_rule_varlen(const GatedDeltaInput& input, const Tensor& cu_seqlens,
+                                         const Stream& stream = {});
+void gated_delta_rule_varlen_into(const Tensor& output_out, const Tensor& final_state_out,
+                                  const GatedDeltaInput& input, const Tensor& cu_seqlens,
+                                  const Stream& stream = {});
+
+// ---- Backward ----------------------------------------------------------------------------------
+
+// Gradients of spec 003's form, each in its input's shape and dtype.
+struct GatedDeltaGrads {
+  Tensor dq, dk, dv, dg, dbeta, dstate;
+};
+
+// The backward of gated_delta (cu_seqlens undefined) or gated_delta_varlen: dy in y's shape,
+// dstate (the final state's gradient, optional: undefined is zero) in the state's shape,
+// both any floating dtype; the other arguments are the forward's. dq and dk sum over the
+// value heads that share a key head. Precision: float64 on the CPU, rounded once to each
+// output's dtype; on the GPU FP32 (see the top of this file).
+GatedDeltaGrads gated_delta_backward(const Tensor& dy, const Tensor& dstate, const Tensor& q,
+                                     const Tensor& k, const Tensor& v, const Tensor& g,
+                                     const Tensor& beta, const Tensor& state,
+                                     const Tensor& cu_seqlens = {}, const Stream& stream = {});
+// Into preallocated gradients (every field defined, in its input's shape and dtype).
+void gated_delta_backward_into(const GatedDeltaGrads& out, const Tensor& dy, const Tensor& dstate,
+                               const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& g, const Tensor& beta, const Tensor& state,
+                               const Tensor& cu_seqlens = {}, const Stream& stream = {});
+
+// Gradients of spec 000's form: dquery, dkey, dvalue, dbeta in their inputs' dtypes,
+// dlog_decay and dinitial_state F32.
+struct GatedDeltaInputGrads {
+  Tensor dquery, dkey, dvalue, dbeta, dlog_decay, dinitial_state;
+};
+
+// The backward of gated_delta_rule (cu_seqlens undefined) or gated_delta_rule_varlen:
+// doutput in output's shape, dfinal_state (optional) [B,H,K,V] (or [N,H,K,V]). As
+// gated_delta_backward otherwise.
+GatedDeltaInputGrads gated_delta_rule_backward(const Tensor& doutput, const Tensor& dfinal_state,
+                                               const GatedDeltaInput& input,
+                                               const Tensor& cu_seqlens = {},
+                                               const Stream& stream = {});
+
+void gated_delta_rule_backward_into(const GatedDeltaInputGrads& out, const Tensor& doutput,
+                                    const Tensor& dfinal_state, const GatedDeltaInput& input,
+                                    const Tensor& cu_seqlens = {}, const Stream& stream = {});
 
 }  // namespace rudnn

@@ -2,6 +2,7 @@
 // reference on the CPU, the recurrence kernel (gated_delta/cuda) on a CUDA device.
 #include "rudnn/gated_delta.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -143,6 +144,53 @@ void store_doubles(const Tensor& t, const std::vector<double>& values, size_t of
   }
 }
 
+// ---- Variable-length packed sequences ---------------------------------------------------------
+
+// cu_seqlens [N + 1] i32 on the call's device, for inputs of batch 1 whose T axis packs N
+// sequences. On the host its values are checked (0 first, non-decreasing, T last) and
+// returned; on a device they are never read here (that would synchronise): the kernel clamps
+// each sequence's range into [0, T], so bad offsets give wrong results, never a stray access.
+gdn::reference::SeqLens check_cu_seqlens(const OpCall& call, const Tensor& cu, int64_t sequences,
+                                         int64_t batch, int64_t steps, const char* layout) {
+  common::require_dtype(call, "cu_seqlens", cu, {DType::i32});
+  common::require_shape(call, "cu_seqlens", cu, {sequences + 1},
+                        "[N + 1], N the number of states");
+  if (batch != 1) {
+    fail(ErrorCode::ShapeMismatch,
+         cat(call.op, ": ", layout, " has B = ", batch,
+             " with cu_seqlens; expected B = 1 (the sequences packed along T)"));
+  }
+  gdn::reference::SeqLens out;
+  if (!cu.device().is_cpu()) return out;
+  const Tensor c = cu.contiguous();
+  out.resize(static_cast<size_t>(sequences + 1));
+  for (int64_t i = 0; i <= sequences; ++i) out[size_t(i)] = c.data_as<int32_t>()[i];
+  if (out[0] != 0) {
+    fail(ErrorCode::InvalidArgument,
+         cat(call.op, ": cu_seqlens[0] = ", out[0], "; expected 0"));
+  }
+  for (int64_t i = 1; i <= sequences; ++i) {
+    if (out[size_t(i)] < out[size_t(i - 1)]) {
+      fail(ErrorCode::InvalidArgument,
+           cat(call.op, ": cu_seqlens[", i, "] = ", out[size_t(i)], " < cu_seqlens[", i - 1,
+               "] = ", out[size_t(i - 1)], "; expected non-decreasing offsets"));
+    }
+  }
+  if (out.back() != steps) {
+    fail(ErrorCode::InvalidArgument, cat(call.op, ": cu_seqlens[", sequences, "] = ", out.back(),
+                                         "; expected T = ", steps, " (the packed length)"));
+  }
+  return out;
+}
+
+// The number of states N of a [N, ...] state or pool of the given rank.
+int64_t leading(const OpCall& call, const char* name, const Tensor& t, int64_t rank,
+                const char* layout) {
+  common::require_float(call, name, t);
+  require_rank(call, name, t, rank, layout);
+  return t.shape()[0];
+}
+
 // ---- The CUDA backend --------------------------------------------------------------------------
 
 // The GPU kernel keeps a lane's share of a state row in registers: Dk up to 256.
@@ -193,79 +241,143 @@ gdn::Recurrence bthd_problem(OpCall& call, const Dims& d, const Tensor& q, const
   return p;
 }
 
-GatedDeltaResult gated_delta_impl(OpCall& call, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& g, const Tensor& beta, const Tensor& state,
-                                  bool every_step) {
-  const Dims d = check_bthd_inputs(call, q, k, v, g, beta);
-  common::require_float(call, "state", state);
+// Spec 000's [B,H,T,D] operands (H = Hk = Hv), log decay, transposed state.
+gdn::Recurrence bhtd_problem(OpCall& call, const Dims& d, const GatedDeltaInput& in) {
+  gdn::Recurrence p;
+  p.batch = d.batch;
+  p.steps = d.steps;
+  p.key_heads = p.value_heads = d.key_heads;
+  p.key_dim = d.key_dim;
+  p.value_dim = d.value_dim;
+  p.dtype = in.query.dtype();
+  p.q = common::dense_in(call, in.query);
+  p.k = common::dense_in(call, in.key);
+  p.v = common::dense_in(call, in.value);
+  p.qk_t = d.key_dim;
+  p.qk_h = d.steps * d.key_dim;
+  p.qk_b = d.key_heads * p.qk_h;
+  p.v_t = d.value_dim;
+  p.v_h = d.steps * d.value_dim;
+  p.v_b = d.key_heads * p.v_h;
+  p.gate = common::dense_in(call, in.log_decay);
+  p.gate_dtype = DType::f32;
+  p.log_gate = true;
+  p.beta = common::dense_in(call, in.beta);
+  p.beta_dtype = in.beta.dtype();
+  p.g_t = 1;
+  p.g_h = d.steps;
+  p.g_b = d.key_heads * d.steps;
+  p.scale = in.query_scale;
+  p.state_in = common::dense_in(call, in.initial_state);
+  p.state_dtype = DType::f32;
+  p.state_transposed = true;
+  return p;
+}
+
+// The batch (or, with cu_seqlens, the sequence count N taken from the state) and the checked
+// offsets of a call; `d.batch` becomes N.
+gdn::reference::SeqLens resolve_sequences(const OpCall& call, Dims& d, const Tensor& cu,
+                                          int64_t states, const char* layout) {
+  if (!cu.defined()) return {};
+  gdn::reference::SeqLens seqs = check_cu_seqlens(call, cu, states, d.batch, d.steps, layout);
+  d.batch = states;
+  return seqs;
+}
+
+// The outputs of one call: allocated (the functional forms) or given (the _into forms, each
+// checked for its shape, dtype, device and a contiguous layout, then for overlaps), all
+// resolved before anything is written.
+class Outputs {
+ public:
+  Outputs(OpCall& call, const std::vector<Tensor>* given) : call_(call), given_(given) {}
+
+  Tensor take(const char* name, const Shape& shape, DType dtype) {
+    if (given_ == nullptr) return call_.empty(shape, dtype);
+    const Tensor& t = (*given_)[taken_.size()];
+    common::dense_out(call_, name, t, shape, dtype);
+    taken_.push_back({name, t});
+    return t;
+  }
+
+  // No output may share memory with an input or with another output.
+  void check_overlaps(std::initializer_list<std::pair<const char*, const Tensor*>> inputs) const {
+    for (size_t i = 0; i < taken_.size(); ++i) {
+      for (const auto& input : inputs) {
+        common::require_no_overlap(call_, taken_[i].first, taken_[i].second, {input});
+      }
+      for (size_t j = i + 1; j < taken_.size(); ++j) {
+        common::require_no_overlap(call_, taken_[i].first, taken_[i].second,
+                                   {{taken_[j].first, &taken_[j].second}});
+      }
+    }
+  }
+
+ private:
+  OpCall& call_;
+  const std::vector<Tensor>* given_;
+  std::vector<std::pair<const char*, Tensor>> taken_;
+};
+
+GatedDeltaResult gated_delta_impl(OpCall& call, Outputs& outs, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& g, const Tensor& beta,
+                                  const Tensor& state, bool every_step, const Tensor& cu) {
+  Dims d = check_bthd_inputs(call, q, k, v, g, beta);
+  const int64_t entries = d.batch;
+  const int64_t states = leading(call, "state", state, 4, "[B, Hv, Dv, Dk]");
+  const gdn::reference::SeqLens seqs =
+      resolve_sequences(call, d, cu, states, "q [B, T, Hk, Dk]");
   common::require_shape(call, "state", state, {d.batch, d.value_heads, d.value_dim, d.key_dim},
-                        "[B, Hv, Dv, Dk]");
+                        cu.defined() ? "[N, Hv, Dv, Dk]" : "[B, Hv, Dv, Dk]");
+  if (!call.device.is_cpu()) require_gpu_key_dim(call, d.key_dim);
+  GatedDeltaResult r;
+  r.y = outs.take("y_out", {entries, d.steps, d.value_heads, d.value_dim}, q.dtype());
+  r.state = every_step ? outs.take("states_out",
+                                   {entries, d.steps, d.value_heads, d.value_dim, d.key_dim},
+                                   state.dtype())
+                       : outs.take("state_out", state.shape(), state.dtype());
+  outs.check_overlaps({{"q", &q},
+                       {"k", &k},
+                       {"v", &v},
+                       {"g", &g},
+                       {"beta", &beta},
+                       {"state", &state},
+                       {"cu_seqlens", &cu}});
   if (!call.device.is_cpu()) {
-    require_gpu_key_dim(call, d.key_dim);
     gdn::Recurrence p = bthd_problem(call, d, q, k, v, g, beta);
-    GatedDeltaResult r;
-    r.y = call.empty({d.batch, d.steps, d.value_heads, d.value_dim}, q.dtype());
-    r.state = call.empty(state.shape(), state.dtype());
     p.y = r.y.data();
     p.state_in = common::dense_in(call, state);
-    p.state_out = r.state.data();
     p.state_dtype = state.dtype();
-    if (every_step) {
-      Tensor steps =
-          call.empty({d.batch, d.steps, d.value_heads, d.value_dim, d.key_dim}, state.dtype());
-      p.every_step = steps.data();
-      run_gpu(call, p);
-      // The last step's state is already in every_step; the final-state buffer is scratch.
-      r.state = steps;
-      return r;
-    }
+    // gated_delta_steps: the last step's state is in every_step; no final state is written.
+    if (every_step)
+      p.every_step = r.state.data();
+    else
+      p.state_out = r.state.data();
+    if (cu.defined()) p.cu_seqlens = static_cast<const int32_t*>(cu.data());
     run_gpu(call, p);
     return r;
   }
-  std::vector<double> s = host_doubles(state), y, steps;
+  std::vector<double> s = host_doubles(state), y, all;
   gdn::reference::gated_delta_bthd(d, host_doubles(q), host_doubles(k), host_doubles(v),
                                    host_doubles(g), host_doubles(beta), s, y,
-                                   every_step ? &steps : nullptr);
-  GatedDeltaResult r;
-  r.y = call.empty({d.batch, d.steps, d.value_heads, d.value_dim}, q.dtype());
+                                   every_step ? &all : nullptr, seqs);
   store_doubles(r.y, y);
-  if (every_step) {
-    r.state = call.empty({d.batch, d.steps, d.value_heads, d.value_dim, d.key_dim}, state.dtype());
-    store_doubles(r.state, steps);
-  } else {
-    r.state = call.empty(state.shape(), state.dtype());
-    store_doubles(r.state, s);
-  }
+  store_doubles(r.state, every_step ? all : s);
   return r;
 }
 
-}  // namespace
-
-GatedDeltaResult gated_delta(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                             const Tensor& beta, const Tensor& state, const Stream& stream) {
-  OpCall call("gated_delta", "q", q, stream);
-  return gated_delta_impl(call, q, k, v, g, beta, state, false);
-}
-
-GatedDeltaResult gated_delta_steps(const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const Tensor& g, const Tensor& beta, const Tensor& state,
-                                   const Stream& stream) {
-  OpCall call("gated_delta_steps", "q", q, stream);
-  return gated_delta_impl(call, q, k, v, g, beta, state, true);
-}
-
-Tensor gated_delta_slots(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                         const Tensor& beta, const Tensor& pool, const Tensor& slots,
-                         const Stream& stream) {
-  OpCall call("gated_delta_slots", "q", q, stream);
-  const Dims d = check_bthd_inputs(call, q, k, v, g, beta);
-  common::require_float(call, "pool", pool);
-  require_rank(call, "pool", pool, 4, "[slots, Hv, Dv, Dk]");
-  const int64_t pool_slots = pool.shape()[0];
+Tensor gated_delta_slots_impl(OpCall& call, Outputs& outs, const Tensor& q, const Tensor& k,
+                              const Tensor& v, const Tensor& g, const Tensor& beta,
+                              const Tensor& pool, const Tensor& slots, const Tensor& cu) {
+  Dims d = check_bthd_inputs(call, q, k, v, g, beta);
+  const int64_t entries = d.batch;
+  const int64_t pool_slots = leading(call, "pool", pool, 4, "[slots, Hv, Dv, Dk]");
   common::require_shape(call, "pool", pool, {pool_slots, d.value_heads, d.value_dim, d.key_dim},
                         "[slots, Hv, Dv, Dk]");
   common::require_dtype(call, "slots", slots, {DType::i32, DType::i64});
-  common::require_shape(call, "slots", slots, {d.batch}, "[B]");
+  require_rank(call, "slots", slots, 1, cu.defined() ? "[N]" : "[B]");
+  const gdn::reference::SeqLens seqs =
+      resolve_sequences(call, d, cu, slots.shape()[0], "q [B, T, Hk, Dk]");
+  common::require_shape(call, "slots", slots, {d.batch}, cu.defined() ? "[N]" : "[B]");
   // In place: the pool must be one dense block so that each slot's state is a dense row.
   if (!pool.is_contiguous()) {
     fail(ErrorCode::InvalidArgument,
@@ -273,9 +385,14 @@ Tensor gated_delta_slots(const Tensor& q, const Tensor& k, const Tensor& v, cons
              ": pool is not contiguous; expected a contiguous pool (it is updated in "
              "place)"));
   }
-  common::require_no_overlap(
-      call, "pool", pool,
-      {{"q", &q}, {"k", &k}, {"v", &v}, {"g", &g}, {"beta", &beta}, {"slots", &slots}});
+  common::require_no_overlap(call, "pool", pool,
+                             {{"q", &q},
+                              {"k", &k},
+                              {"v", &v},
+                              {"g", &g},
+                              {"beta", &beta},
+                              {"slots", &slots},
+                              {"cu_seqlens", &cu}});
   std::vector<int64_t> ids(static_cast<size_t>(d.batch));
   if (slots.device().is_cpu()) {
     const Tensor c = slots.contiguous();
@@ -295,55 +412,52 @@ Tensor gated_delta_slots(const Tensor& q, const Tensor& k, const Tensor& v, cons
       ids[static_cast<size_t>(b)] = id;
     }
   }
+  if (!call.device.is_cpu()) require_gpu_key_dim(call, d.key_dim);
+  Tensor y = outs.take("y_out", {entries, d.steps, d.value_heads, d.value_dim}, q.dtype());
+  outs.check_overlaps({{"q", &q},
+                       {"k", &k},
+                       {"v", &v},
+                       {"g", &g},
+                       {"beta", &beta},
+                       {"pool", &pool},
+                       {"slots", &slots},
+                       {"cu_seqlens", &cu}});
   if (!call.device.is_cpu()) {
-    require_gpu_key_dim(call, d.key_dim);
     gdn::Recurrence p = bthd_problem(call, d, q, k, v, g, beta);
-    Tensor y = call.empty({d.batch, d.steps, d.value_heads, d.value_dim}, q.dtype());
     p.y = y.data();
     p.state_in = pool.data();
     p.state_out = pool.data();
     p.state_dtype = pool.dtype();
     p.slots = common::dense_in(call, slots);
     p.slot_dtype = slots.dtype();
+    if (cu.defined()) p.cu_seqlens = static_cast<const int32_t*>(cu.data());
     run_gpu(call, p);
     return y;
   }
 
-  // One sequence at a time through the reference: each sequence's result is, by construction,
-  // gated_delta's on its state alone.
+  // The named states gathered, run through the reference (which treats each sequence on its
+  // own state), and scattered back: each sequence's result is gated_delta's on its state alone.
   const int64_t state_elems = d.value_heads * d.value_dim * d.key_dim;
-  const std::vector<double> qd = host_doubles(q), kd = host_doubles(k), vd = host_doubles(v),
-                            gd = host_doubles(g), bd = host_doubles(beta);
   const std::vector<double> pd = host_doubles(pool);
-  Tensor y = call.empty({d.batch, d.steps, d.value_heads, d.value_dim}, q.dtype());
-  Dims one = d;
-  one.batch = 1;
-  const int64_t qk_per = d.steps * d.key_heads * d.key_dim;
-  const int64_t v_per = d.steps * d.value_heads * d.value_dim;
-  const int64_t gate_per = d.steps * d.value_heads;
-  auto part = [](const std::vector<double>& all, int64_t b, int64_t n) {
-    return std::vector<double>(all.begin() + b * n, all.begin() + (b + 1) * n);
-  };
-  std::vector<std::vector<double>> finals(static_cast<size_t>(d.batch));
+  std::vector<double> s(static_cast<size_t>(d.batch * state_elems)), ys;
   for (int64_t b = 0; b < d.batch; ++b) {
-    const int64_t slot = ids[static_cast<size_t>(b)];
-    std::vector<double> s = part(pd, slot, state_elems), yb;
-    gdn::reference::gated_delta_bthd(one, part(qd, b, qk_per), part(kd, b, qk_per),
-                                     part(vd, b, v_per), part(gd, b, gate_per),
-                                     part(bd, b, gate_per), s, yb);
-    store_doubles(y, yb, static_cast<size_t>(b * v_per));
-    finals[static_cast<size_t>(b)] = std::move(s);
+    std::copy_n(pd.begin() + ids[size_t(b)] * state_elems, state_elems,
+                s.begin() + b * state_elems);
   }
-  // Written back only once every sequence has read its state (the ids are distinct anyway).
+  gdn::reference::gated_delta_bthd(d, host_doubles(q), host_doubles(k), host_doubles(v),
+                                   host_doubles(g), host_doubles(beta), s, ys, nullptr, seqs);
+  store_doubles(y, ys);
   for (int64_t b = 0; b < d.batch; ++b) {
-    store_doubles(pool, finals[static_cast<size_t>(b)],
-                  static_cast<size_t>(ids[static_cast<size_t>(b)] * state_elems));
+    store_doubles(pool,
+                  std::vector<double>(s.begin() + b * state_elems,
+                                      s.begin() + (b + 1) * state_elems),
+                  static_cast<size_t>(ids[size_t(b)] * state_elems));
   }
   return y;
 }
 
-GatedDeltaOutput gated_delta_rule(const GatedDeltaInput& in, const Stream& stream) {
-  OpCall call("gated_delta_rule", "query", in.query, stream);
+Dims check_rule_input(OpCall& call, const GatedDeltaInput& in, const Tensor& cu,
+                      gdn::reference::SeqLens& seqs) {
   for (auto [name, t] : {std::pair<const char*, const Tensor*>{"query", &in.query},
                          {"key", &in.key},
                          {"value", &in.value},
@@ -376,57 +490,362 @@ GatedDeltaOutput gated_delta_rule(const GatedDeltaInput& in, const Stream& strea
   common::require_shape(call, "beta", in.beta, {d.batch, d.key_heads, d.steps}, "[B, H, T]");
   common::require_shape(call, "log_decay", in.log_decay, {d.batch, d.key_heads, d.steps},
                         "[B, H, T]");
+  require_rank(call, "initial_state", in.initial_state, 4, "[B, H, K, V]");
+  seqs = resolve_sequences(call, d, cu, in.initial_state.shape()[0], "query [B, H, T, K]");
   common::require_shape(call, "initial_state", in.initial_state,
-                        {d.batch, d.key_heads, d.key_dim, d.value_dim}, "[B, H, K, V]");
+                        {d.batch, d.key_heads, d.key_dim, d.value_dim},
+                        cu.defined() ? "[N, H, K, V]" : "[B, H, K, V]");
   common::require_finite(call, "query_scale", in.query_scale);
+  return d;
+}
+
+
+GatedDeltaOutput gated_delta_rule_impl(OpCall& call, Outputs& outs, const GatedDeltaInput& in,
+                                       const Tensor& cu) {
+  gdn::reference::SeqLens seqs;
+  const int64_t entries = in.query.defined() && in.query.dim() == 4 ? in.query.shape()[0] : 0;
+  const Dims d = check_rule_input(call, in, cu, seqs);
+  if (!call.device.is_cpu()) require_gpu_key_dim(call, d.key_dim);
+  GatedDeltaOutput out;
+  out.output =
+      outs.take("output_out", {entries, d.key_heads, d.steps, d.value_dim}, in.query.dtype());
+  out.final_state = outs.take("final_state_out", in.initial_state.shape(), DType::f32);
+  outs.check_overlaps({{"query", &in.query},
+                       {"key", &in.key},
+                       {"value", &in.value},
+                       {"beta", &in.beta},
+                       {"log_decay", &in.log_decay},
+                       {"initial_state", &in.initial_state},
+                       {"cu_seqlens", &cu}});
   if (!call.device.is_cpu()) {
-    require_gpu_key_dim(call, d.key_dim);
-    gdn::Recurrence p;
-    p.batch = d.batch;
-    p.steps = d.steps;
-    p.key_heads = p.value_heads = d.key_heads;
-    p.key_dim = d.key_dim;
-    p.value_dim = d.value_dim;
-    p.dtype = in.query.dtype();
-    p.q = common::dense_in(call, in.query);
-    p.k = common::dense_in(call, in.key);
-    p.v = common::dense_in(call, in.value);
-    p.qk_t = d.key_dim;
-    p.qk_h = d.steps * d.key_dim;
-    p.qk_b = d.key_heads * p.qk_h;
-    p.v_t = d.value_dim;
-    p.v_h = d.steps * d.value_dim;
-    p.v_b = d.key_heads * p.v_h;
-    p.gate = common::dense_in(call, in.log_decay);
-    p.gate_dtype = DType::f32;
-    p.log_gate = true;
-    p.beta = common::dense_in(call, in.beta);
-    p.beta_dtype = in.beta.dtype();
-    p.g_t = 1;
-    p.g_h = d.steps;
-    p.g_b = d.key_heads * d.steps;
-    p.scale = in.query_scale;
-    GatedDeltaOutput out;
-    out.output = call.empty({d.batch, d.key_heads, d.steps, d.value_dim}, in.query.dtype());
-    out.final_state = call.empty(in.initial_state.shape(), DType::f32);
+    gdn::Recurrence p = bhtd_problem(call, d, in);
     p.y = out.output.data();
-    p.state_in = common::dense_in(call, in.initial_state);
     p.state_out = out.final_state.data();
-    p.state_dtype = DType::f32;
-    p.state_transposed = true;
+    if (cu.defined()) p.cu_seqlens = static_cast<const int32_t*>(cu.data());
     run_gpu(call, p);
     return out;
   }
   std::vector<double> s = host_doubles(in.initial_state), y;
   gdn::reference::gated_delta_bhtd(d, host_doubles(in.query), host_doubles(in.key),
                                    host_doubles(in.value), host_doubles(in.beta),
-                                   host_doubles(in.log_decay), in.query_scale, s, y);
-  GatedDeltaOutput out;
-  out.output = call.empty({d.batch, d.key_heads, d.steps, d.value_dim}, in.query.dtype());
+                                   host_doubles(in.log_decay), in.query_scale, s, y, seqs);
   store_doubles(out.output, y);
-  out.final_state = call.empty(in.initial_state.shape(), DType::f32);
   store_doubles(out.final_state, s);
   return out;
+}
+
+// ---- Backward ------------------------------------------------------------------------------
+
+void run_gpu_backward(OpCall& call, gdn::RecurrenceBackward& p, const Tensor& dy,
+                      const Tensor& dfinal) {
+  p.dy = common::dense_in(call, dy);
+  p.dy_dtype = dy.dtype();
+  if (dfinal.defined()) {
+    p.dfinal = common::dense_in(call, dfinal);
+    p.dfinal_dtype = dfinal.dtype();
+  }
+#if RUDNN_WITH_CUDA
+  const Tensor& workspace =
+      call.keep(call.empty({gdn::cuda::backward_workspace_floats(p.f)}, DType::f32));
+  p.workspace = static_cast<float*>(workspace.data());
+  gdn::cuda::recurrence_backward(p, call.stream);
+#else
+  fail(ErrorCode::Unsupported, cat(call.op, ": ruDNN was built without CUDA"));
+#endif
+}
+
+// An upstream gradient: like `ref` in shape, any floating dtype; the final-state gradient is
+// optional (undefined: zero).
+void require_grad(const OpCall& call, const char* name, const Tensor& t, const Shape& shape,
+                  const char* layout, bool optional) {
+  if (optional && !t.defined()) return;
+  common::require_float(call, name, t);
+  common::require_shape(call, name, t, shape, layout);
+}
+
+
+GatedDeltaGrads gated_delta_backward_impl(OpCall& call, Outputs& outs, const Tensor& dy,
+                                          const Tensor& dstate, const Tensor& q, const Tensor& k,
+                                          const Tensor& v, const Tensor& g, const Tensor& beta,
+                                          const Tensor& state, const Tensor& cu) {
+  Dims d = check_bthd_inputs(call, q, k, v, g, beta);
+  const int64_t entries = d.batch;
+  const int64_t states = leading(call, "state", state, 4, "[B, Hv, Dv, Dk]");
+  const gdn::reference::SeqLens seqs =
+      resolve_sequences(call, d, cu, states, "q [B, T, Hk, Dk]");
+  common::require_shape(call, "state", state, {d.batch, d.value_heads, d.value_dim, d.key_dim},
+                        cu.defined() ? "[N, Hv, Dv, Dk]" : "[B, Hv, Dv, Dk]");
+  require_grad(call, "dy", dy, {entries, d.steps, d.value_heads, d.value_dim},
+               "y's shape [B, T, Hv, Dv]", false);
+  require_grad(call, "dstate", dstate, state.shape(), "the state's shape", true);
+  if (!call.device.is_cpu()) require_gpu_key_dim(call, d.key_dim);
+  GatedDeltaGrads out;
+  out.dq = outs.take("dq_out", q.shape(), q.dtype());
+  out.dk = outs.take("dk_out", k.shape(), k.dtype());
+  out.dv = outs.take("dv_out", v.shape(), v.dtype());
+  out.dg = outs.take("dg_out", g.shape(), g.dtype());
+  out.dbeta = outs.take("dbeta_out", beta.shape(), beta.dtype());
+  out.dstate = outs.take("dstate_out", state.shape(), state.dtype());
+  outs.check_overlaps({{"dy", &dy},
+                       {"dstate", &dstate},
+                       {"q", &q},
+                       {"k", &k},
+                       {"v", &v},
+                       {"g", &g},
+                       {"beta", &beta},
+                       {"state", &state},
+                       {"cu_seqlens", &cu}});
+  if (!call.device.is_cpu()) {
+    gdn::RecurrenceBackward p;
+    p.f = bthd_problem(call, d, q, k, v, g, beta);
+    p.f.state_in = common::dense_in(call, state);
+    p.f.state_dtype = state.dtype();
+    if (cu.defined()) p.f.cu_seqlens = static_cast<const int32_t*>(cu.data());
+    p.dq = out.dq.data();
+    p.dk = out.dk.data();
+    p.dv = out.dv.data();
+    p.dgate = out.dg.data();
+    p.dbeta = out.dbeta.data();
+    p.dstate = out.dstate.data();
+    p.dgate_dtype = g.dtype();
+    p.dbeta_dtype = beta.dtype();
+    p.dstate_dtype = state.dtype();
+    run_gpu_backward(call, p, dy, dstate);
+    return out;
+  }
+  const gdn::reference::Grads gr = gdn::reference::gated_delta_bthd_backward(
+      d, host_doubles(q), host_doubles(k), host_doubles(v), host_doubles(g), host_doubles(beta),
+      host_doubles(state), host_doubles(dy),
+      dstate.defined() ? host_doubles(dstate) : std::vector<double>{}, seqs);
+  store_doubles(out.dq, gr.dq);
+  store_doubles(out.dk, gr.dk);
+  store_doubles(out.dv, gr.dv);
+  store_doubles(out.dg, gr.dgate);
+  store_doubles(out.dbeta, gr.dbeta);
+  store_doubles(out.dstate, gr.dstate);
+  return out;
+}
+
+GatedDeltaInputGrads gated_delta_rule_backward_impl(OpCall& call, Outputs& outs,
+                                                    const Tensor& doutput,
+                                                    const Tensor& dfinal_state,
+                                                    const GatedDeltaInput& in, const Tensor& cu) {
+  gdn::reference::SeqLens seqs;
+  const int64_t entries = in.query.defined() && in.query.dim() == 4 ? in.query.shape()[0] : 0;
+  const Dims d = check_rule_input(call, in, cu, seqs);
+  require_grad(call, "doutput", doutput, {entries, d.key_heads, d.steps, d.value_dim},
+               "output's shape [B, H, T, V]", false);
+  require_grad(call, "dfinal_state", dfinal_state, in.initial_state.shape(),
+               "final_state's shape [B, H, K, V]", true);
+  if (!call.device.is_cpu()) require_gpu_key_dim(call, d.key_dim);
+  GatedDeltaInputGrads out;
+  out.dquery = outs.take("dquery_out", in.query.shape(), in.query.dtype());
+  out.dkey = outs.take("dkey_out", in.key.shape(), in.key.dtype());
+  out.dvalue = outs.take("dvalue_out", in.value.shape(), in.value.dtype());
+  out.dbeta = outs.take("dbeta_out", in.beta.shape(), in.beta.dtype());
+  out.dlog_decay = outs.take("dlog_decay_out", in.log_decay.shape(), DType::f32);
+  out.dinitial_state = outs.take("dinitial_state_out", in.initial_state.shape(), DType::f32);
+  outs.check_overlaps({{"doutput", &doutput},
+                       {"dfinal_state", &dfinal_state},
+                       {"query", &in.query},
+                       {"key", &in.key},
+                       {"value", &in.value},
+                       {"beta", &in.beta},
+                       {"log_decay", &in.log_decay},
+                       {"initial_state", &in.initial_state},
+                       {"cu_seqlens", &cu}});
+  if (!call.device.is_cpu()) {
+    gdn::RecurrenceBackward p;
+    p.f = bhtd_problem(call, d, in);
+    if (cu.defined()) p.f.cu_seqlens = static_cast<const int32_t*>(cu.data());
+    p.dq = out.dquery.data();
+    p.dk = out.dkey.data();
+    p.dv = out.dvalue.data();
+    p.dgate = out.dlog_decay.data();
+    p.dbeta = out.dbeta.data();
+    p.dstate = out.dinitial_state.data();
+    p.dgate_dtype = DType::f32;
+    p.dbeta_dtype = in.beta.dtype();
+    p.dstate_dtype = DType::f32;
+    run_gpu_backward(call, p, doutput, dfinal_state);
+    return out;
+  }
+  const gdn::reference::Grads gr = gdn::reference::gated_delta_bhtd_backward(
+      d, host_doubles(in.query), host_doubles(in.key), host_doubles(in.value),
+      host_doubles(in.beta), host_doubles(in.log_decay), in.query_scale,
+      host_doubles(in.initial_state), host_doubles(doutput),
+      dfinal_state.defined() ? host_doubles(dfinal_state) : std::vector<double>{}, seqs);
+  store_doubles(out.dquery, gr.dq);
+  store_doubles(out.dkey, gr.dk);
+  store_doubles(out.dvalue, gr.dv);
+  store_doubles(out.dbeta, gr.dbeta);
+  store_doubles(out.dlog_decay, gr.dgate);
+  store_doubles(out.dinitial_state, gr.dstate);
+  return out;
+}
+
+}  // namespace
+
+// ---- Public entry points: each functional form and its _into form share one implementation.
+
+GatedDeltaResult gated_delta(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                             const Tensor& beta, const Tensor& state, const Stream& stream) {
+  OpCall call("gated_delta", "q", q, stream);
+  Outputs outs(call, nullptr);
+  return gated_delta_impl(call, outs, q, k, v, g, beta, state, false, Tensor());
+}
+
+void gated_delta_into(const Tensor& y_out, const Tensor& state_out, const Tensor& q,
+                      const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                      const Tensor& state, const Stream& stream) {
+  OpCall call("gated_delta", "q", q, stream);
+  const std::vector<Tensor> given{y_out, state_out};
+  Outputs outs(call, &given);
+  gated_delta_impl(call, outs, q, k, v, g, beta, state, false, Tensor());
+}
+
+GatedDeltaResult gated_delta_steps(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& g, const Tensor& beta, const Tensor& state,
+                                   const Stream& stream) {
+  OpCall call("gated_delta_steps", "q", q, stream);
+  Outputs outs(call, nullptr);
+  return gated_delta_impl(call, outs, q, k, v, g, beta, state, true, Tensor());
+}
+
+void gated_delta_steps_into(const Tensor& y_out, const Tensor& states_out, const Tensor& q,
+                            const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                            const Tensor& state, const Stream& stream) {
+  OpCall call("gated_delta_steps", "q", q, stream);
+  const std::vector<Tensor> given{y_out, states_out};
+  Outputs outs(call, &given);
+  gated_delta_impl(call, outs, q, k, v, g, beta, state, true, Tensor());
+}
+
+Tensor gated_delta_slots(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                         const Tensor& beta, const Tensor& pool, const Tensor& slots,
+                         const Stream& stream) {
+  OpCall call("gated_delta_slots", "q", q, stream);
+  Outputs outs(call, nullptr);
+  return gated_delta_slots_impl(call, outs, q, k, v, g, beta, pool, slots, Tensor());
+}
+
+void gated_delta_slots_into(const Tensor& y_out, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const Tensor& g, const Tensor& beta,
+                            const Tensor& pool, const Tensor& slots, const Stream& stream) {
+  OpCall call("gated_delta_slots", "q", q, stream);
+  const std::vector<Tensor> given{y_out};
+  Outputs outs(call, &given);
+  gated_delta_slots_impl(call, outs, q, k, v, g, beta, pool, slots, Tensor());
+}
+
+GatedDeltaOutput gated_delta_rule(const GatedDeltaInput& in, const Stream& stream) {
+  OpCall call("gated_delta_rule", "query", in.query, stream);
+  Outputs outs(call, nullptr);
+  return gated_delta_rule_impl(call, outs, in, Tensor());
+}
+
+void gated_delta_rule_into(const Tensor& output_out, const Tensor& final_state_out,
+                           const GatedDeltaInput& in, const Stream& stream) {
+  OpCall call("gated_delta_rule", "query", in.query, stream);
+  const std::vector<Tensor> given{output_out, final_state_out};
+  Outputs outs(call, &given);
+  gated_delta_rule_impl(call, outs, in, Tensor());
+}
+
+GatedDeltaResult gated_delta_varlen(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& g, const Tensor& beta, const Tensor& state,
+                                    const Tensor& cu_seqlens, const Stream& stream) {
+  OpCall call("gated_delta_varlen", "q", q, stream);
+  common::require_defined(call, "cu_seqlens", cu_seqlens);
+  Outputs outs(call, nullptr);
+  return gated_delta_impl(call, outs, q, k, v, g, beta, state, false, cu_seqlens);
+}
+
+void gated_delta_varlen_into(const Tensor& y_out, const Tensor& state_out, const Tensor& q,
+                             const Tensor& k, const Tensor& v, const Tensor& g,
+                             const Tensor& beta, const Tensor& state, const Tensor& cu_seqlens,
+                             const Stream& stream) {
+  OpCall call("gated_delta_varlen", "q", q, stream);
+  common::require_defined(call, "cu_seqlens", cu_seqlens);
+  const std::vector<Tensor> given{y_out, state_out};
+  Outputs outs(call, &given);
+  gated_delta_impl(call, outs, q, k, v, g, beta, state, false, cu_seqlens);
+}
+
+Tensor gated_delta_slots_varlen(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& g, const Tensor& beta, const Tensor& pool,
+                                const Tensor& slots, const Tensor& cu_seqlens,
+                                const Stream& stream) {
+  OpCall call("gated_delta_slots_varlen", "q", q, stream);
+  common::require_defined(call, "cu_seqlens", cu_seqlens);
+  Outputs outs(call, nullptr);
+  return gated_delta_slots_impl(call, outs, q, k, v, g, beta, pool, slots, cu_seqlens);
+}
+
+void gated_delta_slots_varlen_into(const Tensor& y_out, const Tensor& q, const Tensor& k,
+                                   const Tensor& v, const Tensor& g, const Tensor& beta,
+                                   const Tensor& pool, const Tensor& slots,
+                                   const Tensor& cu_seqlens, const Stream& stream) {
+  OpCall call("gated_delta_slots_varlen", "q", q, stream);
+  common::require_defined(call, "cu_seqlens", cu_seqlens);
+  const std::vector<Tensor> given{y_out};
+  Outputs outs(call, &given);
+  gated_delta_slots_impl(call, outs, q, k, v, g, beta, pool, slots, cu_seqlens);
+}
+
+GatedDeltaOutput gated_delta_rule_varlen(const GatedDeltaInput& in, const Tensor& cu_seqlens,
+                                         const Stream& stream) {
+  OpCall call("gated_delta_rule_varlen", "query", in.query, stream);
+  common::require_defined(call, "cu_seqlens", cu_seqlens);
+  Outputs outs(call, nullptr);
+  return gated_delta_rule_impl(call, outs, in, cu_seqlens);
+}
+
+void gated_delta_rule_varlen_into(const Tensor& output_out, const Tensor& final_state_out,
+                                  const GatedDeltaInput& in, const Tensor& cu_seqlens,
+                                  const Stream& stream) {
+  OpCall call("gated_delta_rule_varlen", "query", in.query, stream);
+  common::require_defined(call, "cu_seqlens", cu_seqlens);
+  const std::vector<Tensor> given{output_out, final_state_out};
+  Outputs outs(call, &given);
+  gated_delta_rule_impl(call, outs, in, cu_seqlens);
+}
+
+GatedDeltaGrads gated_delta_backward(const Tensor& dy, const Tensor& dstate, const Tensor& q,
+                                     const Tensor& k, const Tensor& v, const Tensor& g,
+                                     const Tensor& beta, const Tensor& state,
+                                     const Tensor& cu_seqlens, const Stream& stream) {
+  OpCall call("gated_delta_backward", "q", q, stream);
+  Outputs outs(call, nullptr);
+  return gated_delta_backward_impl(call, outs, dy, dstate, q, k, v, g, beta, state, cu_seqlens);
+}
+
+void gated_delta_backward_into(const GatedDeltaGrads& out, const Tensor& dy, const Tensor& dstate,
+                               const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& g, const Tensor& beta, const Tensor& state,
+                               const Tensor& cu_seqlens, const Stream& stream) {
+  OpCall call("gated_delta_backward", "q", q, stream);
+  const std::vector<Tensor> given{out.dq, out.dk, out.dv, out.dg, out.dbeta, out.dstate};
+  Outputs outs(call, &given);
+  gated_delta_backward_impl(call, outs, dy, dstate, q, k, v, g, beta, state, cu_seqlens);
+}
+
+GatedDeltaInputGrads gated_delta_rule_backward(const Tensor& doutput, const Tensor& dfinal_state,
+                                               const GatedDeltaInput& in,
+                                               const Tensor& cu_seqlens, const Stream& stream) {
+  OpCall call("gated_delta_rule_backward", "query", in.query, stream);
+  Outputs outs(call, nullptr);
+  return gated_delta_rule_backward_impl(call, outs, doutput, dfinal_state, in, cu_seqlens);
+}
+
+void gated_delta_rule_backward_into(const GatedDeltaInputGrads& out, const Tensor& doutput,
+                                    const Tensor& dfinal_state, const GatedDeltaInput& in,
+                                    const Tensor& cu_seqlens, const Stream& stream) {
+  OpCall call("gated_delta_rule_backward", "query", in.query, stream);
+  const std::vector<Tensor> given{out.dquery, out.dkey,       out.dvalue,
+                                  out.dbeta,  out.dlog_decay, out.dinitial_state};
+  Outputs outs(call, &given);
+  gated_delta_rule_backward_impl(call, outs, doutput, dfinal_state, in, cu_seqlens);
 }
 
 }  // namespace rudnn

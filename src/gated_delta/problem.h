@@ -23,12 +23,36 @@ struct Recurrence {
   float scale = 1.0f;     // applied to q
   // States, dense per (sequence, value head): [Dv, Dk], or [Dk, Dv] when transposed.
   const void* state_in = nullptr;
-  void* state_out = nullptr;  // the final state (may equal state_in: the pool)
+  void* state_out = nullptr;  // the final state (may equal state_in: the pool), or null
   DType state_dtype = DType::f32;
   bool state_transposed = false;
   void* every_step = nullptr;   // [B,T,Hv,Dv,Dk] in state_dtype, or null
   const void* slots = nullptr;  // [B] on the device: sequence b's state is slot slots[b]
   DType slot_dtype = DType::i64;
+  // [batch + 1] I32 on the device, or null: the inputs are one packed entry (b = 0) and
+  // sequence b is its steps [cu_seqlens[b], cu_seqlens[b+1]), clamped into [0, steps].
+  const int32_t* cu_seqlens = nullptr;
+  bool vector_state = false;  // set by the launch: the state buffers are 16-byte aligned
+};
+
+}  // namespace rudnn::gdn
+
+namespace rudnn::gdn {
+
+// The backward of the recurrence: the forward's operands (`f`; its y, state_out, every_step
+// and slots unused) and the upstream gradients, with the outputs in the forward inputs'
+// layouts: dq, dk as q (f.dtype), dv as v, dgate and dbeta as gate/beta (their own dtypes;
+// with f.log_gate dgate is d/dlog_decay), dstate as the state (transposed when f is).
+struct RecurrenceBackward {
+  Recurrence f;
+  const void* dy = nullptr;  // y's layout (v's strides)
+  DType dy_dtype = DType::f32;
+  const void* dfinal = nullptr;  // the final state's gradient, the state's layout, or null
+  DType dfinal_dtype = DType::f32;
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr, *dgate = nullptr, *dbeta = nullptr,
+       *dstate = nullptr;
+  DType dgate_dtype = DType::f32, dbeta_dtype = DType::f32, dstate_dtype = DType::f32;
+  float* workspace = nullptr;  // backward_workspace_floats(f) floats on the device
 };
 
 }  // namespace rudnn::gdn

@@ -306,6 +306,34 @@ TEST(GatedDeltaGpu, RuleMatchesReference) {
   }
 }
 
+// Dk = 128 and 256 move an F32 state in 16-byte accesses when it is 16-byte aligned, in
+// scalar ones otherwise: the results must not depend on which.
+TEST(GatedDeltaGpu, MisalignedStateGivesTheSameBits) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (int64_t Dk : {128, 256}) {
+    SCOPED_TRACE(::testing::Message() << "bf16 B2 T3 Hk1 Hv2 Dk" << Dk << " Dv20");
+    const int64_t B = 2, T = 3, Hk = 1, Hv = 2, Dv = 20;
+    const Bthd dev = to_gpu(random_bthd(rng, B, T, Hk, Hv, Dk, Dv, DType::bf16, DType::f32));
+    const int64_t n = B * Hv * Dv * Dk;
+    // The state one float into a larger buffer: contiguous, 4-byte but not 16-byte aligned.
+    const Tensor buffer = Tensor::zeros({n + 1}, DType::f32, kGpu);
+    const Tensor shifted = buffer.slice(0, 1, n + 1).view({B, Hv, Dv, Dk});
+    shifted.copy_from(dev.state);
+    const GatedDeltaResult aligned = gated_delta(dev.q, dev.k, dev.v, dev.g, dev.beta, dev.state);
+    const GatedDeltaResult unaligned =
+        gated_delta(dev.q, dev.k, dev.v, dev.g, dev.beta, shifted);
+    EXPECT_TRUE(bit_equal(aligned.y.to_host(), unaligned.y.to_host()));
+    EXPECT_TRUE(bit_equal(aligned.state.to_host(), unaligned.state.to_host()));
+    // And into a misaligned output.
+    const Tensor out_buffer = Tensor::zeros({n + 1}, DType::f32, kGpu);
+    const Tensor out = out_buffer.slice(0, 1, n + 1).view({B, Hv, Dv, Dk});
+    const Tensor y = Tensor::empty({B, T, Hv, Dv}, DType::bf16, kGpu);
+    gated_delta_into(y, out, dev.q, dev.k, dev.v, dev.g, dev.beta, dev.state);
+    EXPECT_TRUE(bit_equal(out.to_host(), aligned.state.to_host()));
+  }
+}
+
 TEST(GatedDeltaGpu, KeyDimBeyondTheKernelIsRefused) {
   RUDNN_REQUIRE_CUDA();
   const Tensor q = Tensor::zeros({1, 1, 1, 288}, DType::f32, kGpu);

@@ -1,0 +1,6 @@
+// The backward kernels for bf16 q/k/v (one file per dtype keeps the CI compile parallel).
+#include "gated_delta/cuda/recurrence_backward.cuh"
+
+namespace rudnn::gdn::cuda {
+template void launch_backward<__nv_bfloat16>(const RecurrenceBackward&, const Stream&);
+}  // namespace rudnn::gdn::cuda
