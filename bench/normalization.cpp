@@ -193,6 +193,37 @@ void bench_norms(Bench& b) {
         },
         tol_for(bf));
   }
+  if (b.wanted("layer_norm_backward (gamma+beta, saved stats)")) {
+    // The same from the forward's saved statistics (mean, rstd: FP32 [R], read once more).
+    const auto dx = b.empties(sets, shape, bf);
+    const auto dgamma = b.empties(sets, {H}, bf);
+    const auto dbeta = b.empties(sets, {H}, bf);
+    std::vector<LayerNormStats> stats;
+    const Tensor y = b.empty(shape, bf);  // the forward's output, not used
+    for (int s = 0; s < sets; ++s) {
+      stats.push_back({b.empty({R}, DType::f32), b.empty({R}, DType::f32)});
+      layer_norm_with_stats_into(y, stats.back().mean, stats.back().rstd, x[s], gamma, beta, ln_eps,
+                                 b.stream);
+    }
+    b.sync();
+    const Tensor mean_h = stats[0].mean.to_host(), rstd_h = stats[0].rstd.to_host();
+    b.run(
+        "layer_norm_backward (gamma+beta, saved stats)", shape, bf, 3 * X + 8.0 * R, sets,
+        [&](int s) {
+          layer_norm_backward_into(dx[s], dgamma[s], dbeta[s], dy[s], x[s], stats[s], gamma, beta,
+                                   b.stream);
+        },
+        [&] {
+          return b.ends(R, [&](int64_t r0, int64_t r1) {
+            const LayerNormGrads ref = layer_norm_backward(
+                Bench::rows_host(dy[0], r0, r1), Bench::rows_host(x[0], r0, r1),
+                {mean_h.slice(0, r0, r1).contiguous(), rstd_h.slice(0, r0, r1).contiguous()},
+                gamma_h, beta_h);
+            return bench::relative_l2_error(Bench::rows_host(dx[0], r0, r1), ref.dx);
+          });
+        },
+        tol_for(bf));
+  }
   {  // softmax backward from the softmax output: dy, y read; dx written
     const auto dx = b.empties(sets, shape, bf);
     // y must hold softmax(x) in every set, whatever the filter ran above.

@@ -7,8 +7,7 @@
 //   offset, position ids [B, T], interleaved pairs, and rope_backward.
 // - norm_rope: q's per-head RMSNorm and rotation into a new tensor, and k's into a KV cache
 //   [8, 8, 8192, 128] at positions 4096 .. 8191 (Qwen 3's q_norm / k_norm), counted as x read
-//   and its rotation written once (what a fused kernel moves; today's composition runs two
-//   passes, plus a temporary for the cache of several heads: rudnn/transformer.h).
+//   and its rotation written once: what the fused kernel moves (rudnn/transformer.h).
 // - SwiGLU forward (two tensors, and the halves of one [R, 2I] projection) and backward, and
 //   GeGLU forward, at the silu(a)·b anchor [16384, 8192] bf16 (3 tensors moved forward, 5
 //   backward).

@@ -48,6 +48,26 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
 void layer_norm_into(const Tensor& out, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                      float eps, const Stream& stream = {});
 
+// LayerNorm that also returns each row's statistics, as torch's native_layer_norm does, for
+// a backward pass that reads them (layer_norm_backward with LayerNormStats) instead of
+// recomputing them. y is bit for bit layer_norm's. mean and rstd = 1 / sqrt(var + eps) have
+// shape x.shape[:-1] (0-d for 1-d x) and dtype F32 (F64 for F64 x on the CPU): the FP32
+// values the kernel normalised with. Memory: 8 bytes per row more written; no scratch.
+// mean_out / rstd_out must be contiguous, of that shape and dtype (else InvalidArgument,
+// ShapeMismatch, DTypeMismatch) and overlap no input and no other output.
+struct LayerNormStats {
+  Tensor mean, rstd;
+};
+struct LayerNormWithStats {
+  Tensor y;
+  LayerNormStats stats;
+};
+LayerNormWithStats layer_norm_with_stats(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                         float eps, const Stream& stream = {});
+void layer_norm_with_stats_into(const Tensor& out, const Tensor& mean_out, const Tensor& rstd_out,
+                                const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                                const Stream& stream = {});
+
 // RMSNorm: y = x / sqrt(mean(x^2) + eps) * gamma. eps as for layer_norm.
 Tensor rms_norm(const Tensor& x, const Tensor& gamma, float eps, const Stream& stream = {});
 void rms_norm_into(const Tensor& out, const Tensor& x, const Tensor& gamma, float eps,
@@ -103,8 +123,8 @@ void cross_entropy_into(const Tensor& loss_out, const Tensor& logits, const Tens
 
 // ---------------------------------------------------------------------------------------
 // Backward passes. Each recomputes the forward statistics from its inputs (nothing needs to
-// be saved from the forward call beyond its inputs), and returns gradients in the dtype of
-// the tensor they belong to, accumulated in FP32.
+// be saved from the forward call beyond its inputs; LayerNorm also takes them saved), and
+// returns gradients in the dtype of the tensor they belong to, accumulated in FP32.
 
 // LayerNorm backward. dy and x: same shape and dtype. gamma/beta as in the forward call;
 // only beta's presence, shape and dtype are used (beta's values do not enter the gradient).
@@ -118,6 +138,22 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
 void layer_norm_backward_into(const Tensor& dx_out, const Tensor& dgamma_out,
                               const Tensor& dbeta_out, const Tensor& dy, const Tensor& x,
                               const Tensor& gamma, const Tensor& beta, float eps,
+                              const Stream& stream = {});
+// The same from the forward's saved statistics (layer_norm_with_stats, or torch's
+// native_layer_norm): stats.mean and stats.rstd of shape x.shape[:-1], F32 (F64 for F64 x),
+// any layout (made dense on the device when they are not), are used as given, and nothing
+// is recomputed from x (eps is not needed). On the GPU this is one pass over x and dy: each
+// row is read once, dx written once, and the parameter gradients summed in the same
+// deterministic order as above, with one block reduction per row instead of two. Errors: as
+// above (no eps rule), plus mean or rstd undefined or of another dtype (DTypeMismatch) or
+// shape (ShapeMismatch), or an output overlapping them (InvalidArgument). With statistics
+// that are not those of x the result is the formula applied to them, not x's gradient.
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const LayerNormStats& stats,
+                                   const Tensor& gamma, const Tensor& beta,
+                                   const Stream& stream = {});
+void layer_norm_backward_into(const Tensor& dx_out, const Tensor& dgamma_out,
+                              const Tensor& dbeta_out, const Tensor& dy, const Tensor& x,
+                              const LayerNormStats& stats, const Tensor& gamma, const Tensor& beta,
                               const Stream& stream = {});
 
 // RMSNorm backward. dgamma is defined exactly when gamma is.

@@ -139,13 +139,19 @@ void rope_backward_into(const Tensor& dx_out, const Tensor& dy, const RopeOption
 // and the cache is returned; the other positions are untouched.
 //
 // The result equals rms_norm, rope and the cache update composed, bit for bit on every
-// device: today it runs as exactly that composition, in two passes (a single fused kernel
-// is not written yet). The norm is written to the destination and rotated there in place
-// when the destination is laid out as a new contiguous tensor (the functional form, a
+// device. On the GPU one kernel does it in one pass (x read once, the destination written
+// once, no scratch) when D is a multiple of the 16-byte vector (8 F16/BF16, 4 F32 elements)
+// with D <= 1024 (F16/BF16) or D <= 512 (F32), halves pairs (traditional = false) with
+// dims / 2 also a multiple of it, and x (as read: in place, or its dense copy
+// for layouts whose middle axes do not collapse), the destination and the weight have
+// 16-byte-aligned data and strides that are multiples of that vector; the weight may be F32
+// or x's dtype. Every other case (longer heads, unaligned views, the CPU) runs the
+// composition in two passes: the norm is written to the destination and rotated there in
+// place when the destination is laid out as a new contiguous tensor (the functional form, a
 // contiguous 16-byte-aligned _into output, a cache with B·H = 1); otherwise (a cache of
 // several heads, other _into layouts) it goes through a temporary of x's size, allocated
 // on the stream, and such a call is not for CUDA-graph capture. Without a norm nothing is
-// allocated.
+// allocated (it is rope).
 //
 // Errors: those of rope and rms_norm (named norm_rope); offsets or positions given
 // (InvalidArgument); with a cache, x not 4-d, the cache not 4-d or of another B, H or D,

@@ -4,6 +4,7 @@
 #include "rudnn/normalization.h"
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "common/op_call.h"
@@ -103,9 +104,14 @@ Tensor empty_like_rows(const OpCall& call, const Tensor& x) {
 
 // ---- Forward norms ------------------------------------------------------------------------------
 
+// LayerNorm's per-row statistics (mean, rstd): F32, or F64 for F64 rows (the CPU reference).
+DType stat_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
+
+// `stats`: LayerNorm's mean_out and rstd_out, when asked for.
 void norm_forward_impl(OpCall& call, norm::NormKind kind, const Tensor& y_out,
                        const Tensor* sum_out, const Tensor& x, const Tensor* residual,
-                       const Tensor& gamma, const Tensor& beta, float eps) {
+                       const Tensor& gamma, const Tensor& beta, float eps,
+                       const LayerNormStats* stats = nullptr) {
   require_row_input(call, "x", x);
   if (residual) require_like(call, "residual", *residual, "x", x);
   require_eps(call, eps);
@@ -123,6 +129,19 @@ void norm_forward_impl(OpCall& call, norm::NormKind kind, const Tensor& y_out,
     require_no_overlap(call, "sum_out", *sum_out,
                        {{"x", &x}, {"residual", residual}, {"gamma", &gamma}});
     p.residual = rows_in(call, *residual);
+  }
+  if (stats) {
+    const Shape rows = leading_shape(x);
+    const DType dt = stat_dtype(x.dtype());
+    p.mean = dense_out(call, "mean_out", stats->mean, rows, dt);
+    p.rstd = dense_out(call, "rstd_out", stats->rstd, rows, dt);
+    for (const auto& [name, t] :
+         {std::pair{"mean_out", &stats->mean}, std::pair{"rstd_out", &stats->rstd}}) {
+      require_no_overlap(call, name, *t, {{"x", &x}, {"gamma", &gamma}, {"beta", &beta}});
+    }
+    require_no_overlap(call, "rstd_out", stats->rstd, {{"mean_out", &stats->mean}});
+    require_no_overlap(call, "out", y_out,
+                       {{"mean_out", &stats->mean}, {"rstd_out", &stats->rstd}});
   }
   p.x = rows_in(call, x);
   if (p.rows == 0) return;
@@ -144,6 +163,27 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
   Tensor y = empty_like_rows(call, x);
   norm_forward_impl(call, norm::NormKind::layer, y, nullptr, x, nullptr, gamma, beta, eps);
   return y;
+}
+
+void layer_norm_with_stats_into(const Tensor& out, const Tensor& mean_out, const Tensor& rstd_out,
+                                const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                                const Stream& stream) {
+  OpCall call("layer_norm_with_stats", "x", x, stream);
+  const LayerNormStats stats{mean_out, rstd_out};
+  norm_forward_impl(call, norm::NormKind::layer, out, nullptr, x, nullptr, gamma, beta, eps,
+                    &stats);
+}
+
+LayerNormWithStats layer_norm_with_stats(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                         float eps, const Stream& stream) {
+  OpCall call("layer_norm_with_stats", "x", x, stream);
+  require_row_input(call, "x", x);
+  const DType dt = stat_dtype(x.dtype());
+  LayerNormWithStats r{empty_like_rows(call, x),
+                       {call.empty(leading_shape(x), dt), call.empty(leading_shape(x), dt)}};
+  norm_forward_impl(call, norm::NormKind::layer, r.y, nullptr, x, nullptr, gamma, beta, eps,
+                    &r.stats);
+  return r;
 }
 
 void rms_norm_into(const Tensor& out, const Tensor& x, const Tensor& gamma, float eps,
@@ -399,12 +439,22 @@ void scale_unless_one(const Tensor& x, const Tensor& scale, const Stream& stream
 
 namespace {
 
+// `stats`: LayerNorm's saved statistics (then eps is not used), or null to recompute them.
 void norm_backward_impl(OpCall& call, norm::NormKind kind, const Tensor& dx_out,
                         const Tensor& dgamma_out, const Tensor& dbeta_out, const Tensor& dy,
-                        const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) {
+                        const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                        const LayerNormStats* stats = nullptr) {
   require_row_input(call, "x", x);
   require_like(call, "dy", dy, "x", x);
-  require_eps(call, eps);
+  if (stats) {
+    for (const auto& [name, t] :
+         {std::pair{"mean", &stats->mean}, std::pair{"rstd", &stats->rstd}}) {
+      common::require_dtype(call, name, *t, {stat_dtype(x.dtype())});
+      common::require_shape(call, name, *t, leading_shape(x), "x.shape[:-1]");
+    }
+  } else {
+    require_eps(call, eps);
+  }
   auto p = row_problem<norm::NormBackward>(x);
   p.kind = kind;
   p.eps = eps;
@@ -431,6 +481,16 @@ void norm_backward_impl(OpCall& call, norm::NormKind kind, const Tensor& dx_out,
   p.dbeta = param_grad("dbeta_out", dbeta_out, beta, "beta");
   if (p.dgamma.data && p.dbeta.data)
     require_no_overlap(call, "dbeta_out", dbeta_out, {{"dgamma_out", &dgamma_out}});
+  if (stats) {
+    for (const auto& [name, t] :
+         {std::pair{"dx_out", &dx_out}, std::pair{"dgamma_out", &dgamma_out},
+          std::pair{"dbeta_out", &dbeta_out}}) {
+      if (t->defined())
+        require_no_overlap(call, name, *t, {{"mean", &stats->mean}, {"rstd", &stats->rstd}});
+    }
+    p.mean = common::dense_in(call, stats->mean);
+    p.rstd = common::dense_in(call, stats->rstd);
+  }
   p.x = rows_in(call, x);
   p.dy = rows_in(call, dy);
   run_backend(call, p,
@@ -461,6 +521,28 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   LayerNormGrads g{empty_like_rows(call, x), param_grad_like(call, gamma),
                    param_grad_like(call, beta)};
   norm_backward_impl(call, norm::NormKind::layer, g.dx, g.dgamma, g.dbeta, dy, x, gamma, beta, eps);
+  return g;
+}
+
+void layer_norm_backward_into(const Tensor& dx_out, const Tensor& dgamma_out,
+                              const Tensor& dbeta_out, const Tensor& dy, const Tensor& x,
+                              const LayerNormStats& stats, const Tensor& gamma, const Tensor& beta,
+                              const Stream& stream) {
+  OpCall call("layer_norm_backward", "x", x, stream);
+  norm_backward_impl(call, norm::NormKind::layer, dx_out, dgamma_out, dbeta_out, dy, x, gamma, beta,
+                     0.0f, &stats);
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const LayerNormStats& stats,
+                                   const Tensor& gamma, const Tensor& beta, const Stream& stream) {
+  OpCall call("layer_norm_backward", "x", x, stream);
+  require_row_input(call, "x", x);
+  check_param(call, "gamma", gamma, x.shape().back(), x.dtype());
+  check_param(call, "beta", beta, x.shape().back(), x.dtype());
+  LayerNormGrads g{empty_like_rows(call, x), param_grad_like(call, gamma),
+                   param_grad_like(call, beta)};
+  norm_backward_impl(call, norm::NormKind::layer, g.dx, g.dgamma, g.dbeta, dy, x, gamma, beta, 0.0f,
+                     &stats);
   return g;
 }
 

@@ -40,6 +40,10 @@ struct NormForward {
   RowsOut y;
   RowsOut sum;  // add_rms only: x + residual rounded to dtype
   float eps = 1e-5f;
+  // layer only, optional: each row's mean and rstd = 1 / sqrt(var + eps), [rows] dense, F32
+  // (F64 for F64 rows); null: not requested.
+  void* mean = nullptr;
+  void* rstd = nullptr;
 };
 
 struct NormBackward {
@@ -50,7 +54,11 @@ struct NormBackward {
   ParamIn gamma;
   RowsOut dx;
   ParamOut dgamma, dbeta;  // dbeta: layer only
-  float eps = 1e-5f;
+  float eps = 1e-5f;       // unused when the statistics are given
+  // layer only, optional: the forward's saved mean and rstd per row ([rows] dense, F32, F64
+  // for F64 rows), read instead of recomputed; null: recomputed from x with eps.
+  const void* mean = nullptr;
+  const void* rstd = nullptr;
 };
 
 struct SoftmaxForward {

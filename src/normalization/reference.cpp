@@ -103,6 +103,24 @@ void store_param(const ParamOut& p, int64_t i, double v) {
   }
 }
 
+// LayerNorm's per-row statistics: F64 for F64 rows, else F32.
+template <class T>
+void store_stat(void* stats, int64_t row, double v) {
+  if constexpr (std::is_same_v<T, double>) {
+    static_cast<double*>(stats)[row] = v;
+  } else {
+    static_cast<float*>(stats)[row] = static_cast<float>(v);
+  }
+}
+template <class T>
+double load_stat(const void* stats, int64_t row) {
+  if constexpr (std::is_same_v<T, double>) {
+    return static_cast<const double*>(stats)[row];
+  } else {
+    return static_cast<const float*>(stats)[row];
+  }
+}
+
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Maximum of a row with NaN propagation.
@@ -150,6 +168,10 @@ void norm_forward_typed(const NormForward& p) {
     for (int64_t c = 0; c < n; ++c)
       square_sum += (to_double(h[c]) - mean) * (to_double(h[c]) - mean);
     const double rstd = 1.0 / std::sqrt(square_sum * inv_n + p.eps);
+    if (p.mean != nullptr) {
+      store_stat<T>(p.mean, r, mean);
+      store_stat<T>(p.rstd, r, rstd);
+    }
     T* y = row_out<T>(p.y, r);
     for (int64_t c = 0; c < n; ++c) {
       double v = (to_double(h[c]) - mean) * rstd * param<T>(p.gamma, c, 1.0);
@@ -176,15 +198,20 @@ void norm_backward_typed(const NormBackward& p) {
   for (int64_t r = 0; r < p.rows; ++r) {
     const T* x = row_in<T>(p.x, r);
     const T* dy = row_in<T>(p.dy, r);
-    double mean = 0.0;
-    if (p.kind == NormKind::layer) {
-      for (int64_t c = 0; c < n; ++c) mean += to_double(x[c]);
-      mean *= inv_n;
+    double mean = 0.0, rstd = 0.0;
+    if (p.mean != nullptr) {  // the forward's statistics, as given
+      mean = load_stat<T>(p.mean, r);
+      rstd = load_stat<T>(p.rstd, r);
+    } else {
+      if (p.kind == NormKind::layer) {
+        for (int64_t c = 0; c < n; ++c) mean += to_double(x[c]);
+        mean *= inv_n;
+      }
+      double var = 0.0;
+      for (int64_t c = 0; c < n; ++c) var += (to_double(x[c]) - mean) * (to_double(x[c]) - mean);
+      var *= inv_n;
+      rstd = 1.0 / std::sqrt(var + p.eps);
     }
-    double var = 0.0;
-    for (int64_t c = 0; c < n; ++c) var += (to_double(x[c]) - mean) * (to_double(x[c]) - mean);
-    var *= inv_n;
-    const double rstd = 1.0 / std::sqrt(var + p.eps);
     auto xhat = [&](int64_t c) { return (to_double(x[c]) - mean) * rstd; };
     auto gdy = [&](int64_t c) { return param<T>(p.gamma, c, 1.0) * to_double(dy[c]); };
     double mean_gdy = 0.0, mean_gdy_xhat = 0.0;

@@ -42,6 +42,19 @@ struct Rope {
   DType position_dtype = DType::i64;  // i32 or i64
 };
 
+// norm_rope in one kernel (CUDA only): each row of rope.x is normalised as rms_norm with
+// (weight, eps), rounded to the dtype, then rotated as rope (positions rope.offset + t,
+// rope.source offset, not inverse) into rope.y. Taken only where the result is bit for bit
+// that composition: F32/F16/BF16, D a multiple of the 16-byte vector W with D / W <= 128
+// (rms_norm's warp tiles), dims / 2 a multiple of W for halves pairs, every pointer and
+// stride aligned to W elements.
+struct NormRope {
+  Rope rope;
+  const void* weight = nullptr;  // [D] dense, 16-byte aligned, or null: no scale
+  bool weight_f32 = true;        // F32, else rope.dtype
+  float eps = 1e-6f;
+};
+
 enum class GluKind : uint8_t { swiglu, geglu_erf, geglu_tanh };
 
 // y = act(gate) * up over rows x cols.

@@ -11,6 +11,9 @@
 // (statistics, the two row sums, dx) and records each row's mean and rstd; a column kernel
 // then forms dgamma/dbeta partials over chunks of rows, summed by reduce_partials.
 //
+// LayerNorm's saved statistics (p.mean, p.rstd), when given, replace the row's Welford
+// reduction in the tile kernel and the statistics pass of the loop kernel.
+//
 // Both orders are fixed by the grid, so the gradients are deterministic run to run on one
 // device.
 #include <type_traits>
@@ -100,7 +103,9 @@ struct ColumnSums {
 template <NormKind kKind>
 constexpr int kParamSums = kKind == NormKind::layer ? 2 : 1;  // dgamma (and dbeta)
 
-template <class T, class Tile, NormKind kKind>
+// kSaved (LayerNorm only): each row's mean and rstd are read from p.mean / p.rstd instead
+// of reduced from x, which leaves one block reduction per row instead of two.
+template <class T, class Tile, NormKind kKind, bool kSaved = false>
 __global__ void __launch_bounds__(Tile::kBlockThreads)
     norm_backward_tile(NormBackward p, float* __restrict__ dgamma_part,
                        float* __restrict__ dbeta_part) {
@@ -153,10 +158,17 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
     } else {
       // Mean and variance in one (Chan) reduction, then the two row sums in another. (Plain
       // sums about the exact mean instead of Chan's merge measured slower: RESULTS.md.)
-      const WelfordState w = group_reduce<Tile::kThreadsPerRow>(
-          rudnn::cuda::local_welford(flat(x), valid_count(t, cols)), rudnn::cuda::WelfordMerge{},
-          welford_scratch);
-      const float mean = w.mean, rstd = rsqrtf(w.m2 * inv_cols + p.eps);
+      float mean, rstd;
+      if constexpr (kSaved) {
+        mean = static_cast<const float*>(p.mean)[row];
+        rstd = static_cast<const float*>(p.rstd)[row];
+      } else {
+        const WelfordState w = group_reduce<Tile::kThreadsPerRow>(
+            rudnn::cuda::local_welford(flat(x), valid_count(t, cols)), rudnn::cuda::WelfordMerge{},
+            welford_scratch);
+        mean = w.mean;
+        rstd = rsqrtf(w.m2 * inv_cols + p.eps);
+      }
       // x becomes xhat, dy becomes gamma * dy; the parameter sums take dy * xhat and dy first.
       float2 sums = make_float2(0.0f, 0.0f);  // (sum g*dy, sum g*dy*xhat)
 #pragma unroll
@@ -207,9 +219,11 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
   }
 }
 
+// row_mean / row_rstd: where to record each row's statistics for the column kernel (null:
+// not needed, or LayerNorm's saved statistics, which are read from p instead).
 template <class T, int W, NormKind kKind>
 __global__ void __launch_bounds__(kLoopThreads)
-    norm_backward_loop(NormBackward p, float2* __restrict__ row_stats) {
+    norm_backward_loop(NormBackward p, float* __restrict__ row_mean, float* __restrict__ row_rstd) {
   __shared__ float scratch[32];
   __shared__ float2 scratch2[32];
   __shared__ rudnn::cuda::WelfordState welford_scratch[32];
@@ -219,33 +233,42 @@ __global__ void __launch_bounds__(kLoopThreads)
     const T* x = static_cast<const T*>(p.x.data) + row * p.x.stride;
     const T* dy = static_cast<const T*>(p.dy.data) + row * p.dy.stride;
 
-    // Pass 1: mean and rstd.
-    WelfordState w{0.0f, 0.0f, 0.0f};
-    float ss = 0.0f;
-    for_each_vector<W>(x, p.cols, [&](int64_t, const float(&v)[W]) {
-      if constexpr (kKind == NormKind::layer) {
-        float m = 0.0f, m2 = 0.0f;
-#pragma unroll
-        for (int j = 0; j < W; ++j) m += v[j];
-        m *= 1.0f / W;
-#pragma unroll
-        for (int j = 0; j < W; ++j) m2 += (v[j] - m) * (v[j] - m);
-        w = rudnn::cuda::WelfordMerge{}(w, WelfordState{static_cast<float>(W), m, m2});
-      } else {
-#pragma unroll
-        for (int j = 0; j < W; ++j) ss += v[j] * v[j];
-      }
-    });
-    float mean = 0.0f, var;
-    if constexpr (kKind == NormKind::layer) {
-      w = group_reduce<kLoopThreads>(w, rudnn::cuda::WelfordMerge{}, welford_scratch);
-      mean = w.mean;
-      var = w.m2 * inv_cols;
+    // Pass 1: mean and rstd (LayerNorm's given ones read instead; the branch is uniform).
+    float mean = 0.0f, rstd;
+    if (kKind == NormKind::layer && p.mean != nullptr) {
+      mean = static_cast<const float*>(p.mean)[row];
+      rstd = static_cast<const float*>(p.rstd)[row];
     } else {
-      var = group_reduce<kLoopThreads>(ss, SumOp{}, scratch) * inv_cols;
+      WelfordState w{0.0f, 0.0f, 0.0f};
+      float ss = 0.0f;
+      for_each_vector<W>(x, p.cols, [&](int64_t, const float(&v)[W]) {
+        if constexpr (kKind == NormKind::layer) {
+          float m = 0.0f, m2 = 0.0f;
+#pragma unroll
+          for (int j = 0; j < W; ++j) m += v[j];
+          m *= 1.0f / W;
+#pragma unroll
+          for (int j = 0; j < W; ++j) m2 += (v[j] - m) * (v[j] - m);
+          w = rudnn::cuda::WelfordMerge{}(w, WelfordState{static_cast<float>(W), m, m2});
+        } else {
+#pragma unroll
+          for (int j = 0; j < W; ++j) ss += v[j] * v[j];
+        }
+      });
+      float var;
+      if constexpr (kKind == NormKind::layer) {
+        w = group_reduce<kLoopThreads>(w, rudnn::cuda::WelfordMerge{}, welford_scratch);
+        mean = w.mean;
+        var = w.m2 * inv_cols;
+      } else {
+        var = group_reduce<kLoopThreads>(ss, SumOp{}, scratch) * inv_cols;
+      }
+      rstd = rsqrtf(var + p.eps);
+      if (row_mean != nullptr && threadIdx.x == 0) {
+        row_mean[row] = mean;
+        row_rstd[row] = rstd;
+      }
     }
-    const float rstd = rsqrtf(var + p.eps);
-    if (row_stats != nullptr && threadIdx.x == 0) row_stats[row] = make_float2(mean, rstd);
 
     // Pass 2: sum of gamma*dy and of gamma*dy*xhat.
     float2 sums = make_float2(0.0f, 0.0f);
@@ -285,18 +308,18 @@ constexpr int kColumnChunkRows = 64;
 // part[chunk][c] = sum over the chunk's rows of dy * xhat (dgamma) and of dy (dbeta).
 template <class T>
 __global__ void __launch_bounds__(kColumnThreads)
-    param_grad_columns(NormBackward p, const float2* __restrict__ row_stats,
-                       float* __restrict__ dgamma_part, float* __restrict__ dbeta_part) {
+    param_grad_columns(NormBackward p, const float* __restrict__ row_mean,
+                       const float* __restrict__ row_rstd, float* __restrict__ dgamma_part,
+                       float* __restrict__ dbeta_part) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kColumnThreads + threadIdx.x;
   if (c >= p.cols) return;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * kColumnChunkRows;
   const int64_t end = begin + kColumnChunkRows < p.rows ? begin + kColumnChunkRows : p.rows;
   float dg = 0.0f, db = 0.0f;
   for (int64_t r = begin; r < end; ++r) {
-    const float2 stats = row_stats[r];
     const float x = to_float(static_cast<const T*>(p.x.data)[r * p.x.stride + c]);
     const float dy = to_float(static_cast<const T*>(p.dy.data)[r * p.dy.stride + c]);
-    dg += dy * (x - stats.x) * stats.y;
+    dg += dy * (x - row_mean[r]) * row_rstd[r];
     db += dy;
   }
   if (dgamma_part) dgamma_part[static_cast<int64_t>(blockIdx.y) * p.cols + c] = dg;
@@ -363,6 +386,33 @@ struct Partials {
   }
 };
 
+// The register-tile kernel on a persistent grid of resident blocks, then the reduction of
+// its per-slot partials.
+template <class T, class Tile, NormKind kKind, bool kSaved>
+void launch_tile(const NormBackward& p, const LaunchContext& ctx) {
+  auto kernel = norm_backward_tile<T, Tile, kKind, kSaved>;
+  constexpr size_t shared = ColumnSums<Tile, kParamSums<kKind>>::kBytes;
+  static PerDevice<int> shared_allowed, occupancy;
+  if constexpr (shared > 48 * 1024) {  // above the default limit: opt in, once per device
+    shared_allowed.get(ctx.device, [&] {
+      detail::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(shared)),
+                         "cudaFuncSetAttribute");
+      return 1;
+    });
+  }
+  const int64_t row_blocks = row_grid(p.rows, Tile::kRowsPerBlock);
+  int64_t blocks = resident_blocks(kernel, Tile::kBlockThreads, ctx.device, occupancy, shared);
+  if (blocks > row_blocks) blocks = row_blocks;
+  const Partials part(p, blocks * Tile::kRowsPerBlock, ctx.rudnn_stream);
+  if (blocks > 0) {
+    kernel<<<static_cast<unsigned>(blocks), Tile::kBlockThreads, shared, ctx.stream>>>(
+        p, part.dgamma, part.dbeta);
+    check_launch("norm_backward_tile");
+  }
+  part.reduce<T>(p, ctx.stream);
+}
+
 template <class T, NormKind kKind>
 void launch(const NormBackward& p, const LaunchContext& ctx) {
   const bool want_params = p.dgamma.data != nullptr || p.dbeta.data != nullptr;
@@ -377,48 +427,37 @@ void launch(const NormBackward& p, const LaunchContext& ctx) {
   with_tile<T, TileId::block512>(p.cols, a, [&](auto tile) {
     using Tile = decltype(tile);
     if constexpr (Tile::kLoop) {
-      Tensor stats;  // (mean, rstd) per row, for the column kernel
-      if (want_params && p.rows > 0)
-        stats = Tensor::empty({p.rows, 2}, DType::f32, ctx.device, ctx.rudnn_stream);
-      auto* row_stats = stats.defined() ? static_cast<float2*>(stats.data()) : nullptr;
+      // Means and rstds per row for the column kernel: the saved ones, or recorded by the
+      // row kernel into `stats` ([2, rows]).
+      Tensor stats;
+      float *row_mean = nullptr, *row_rstd = nullptr;
+      if (want_params && p.rows > 0 && p.mean == nullptr) {
+        stats = Tensor::empty({2, p.rows}, DType::f32, ctx.device, ctx.rudnn_stream);
+        row_mean = static_cast<float*>(stats.data());
+        row_rstd = row_mean + p.rows;
+      }
       if (p.rows > 0) {
         norm_backward_loop<T, Tile::kWidth, kKind>
-            <<<row_grid(p.rows, 1), kLoopThreads, 0, ctx.stream>>>(p, row_stats);
+            <<<row_grid(p.rows, 1), kLoopThreads, 0, ctx.stream>>>(p, row_mean, row_rstd);
         check_launch("norm_backward_loop");
       }
+      const float* column_mean = p.mean ? static_cast<const float*>(p.mean) : row_mean;
+      const float* column_rstd = p.rstd ? static_cast<const float*>(p.rstd) : row_rstd;
       if (!want_params) return;
       const Partials part(p, (p.rows + kColumnChunkRows - 1) / kColumnChunkRows, ctx.rudnn_stream);
       if (part.parts > 0) {
         const dim3 grid(static_cast<unsigned>((p.cols + kColumnThreads - 1) / kColumnThreads),
                         static_cast<unsigned>(part.parts));
-        param_grad_columns<T>
-            <<<grid, kColumnThreads, 0, ctx.stream>>>(p, row_stats, part.dgamma, part.dbeta);
+        param_grad_columns<T><<<grid, kColumnThreads, 0, ctx.stream>>>(p, column_mean, column_rstd,
+                                                                       part.dgamma, part.dbeta);
         check_launch("param_grad_columns");
       }
       part.reduce<T>(p, ctx.stream);
     } else {
-      auto kernel = norm_backward_tile<T, Tile, kKind>;
-      constexpr size_t shared = ColumnSums<Tile, kParamSums<kKind>>::kBytes;
-      static PerDevice<int> shared_allowed, occupancy;
-      if constexpr (shared > 48 * 1024) {  // above the default limit: opt in, once per device
-        shared_allowed.get(ctx.device, [&] {
-          detail::check_cuda(
-              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(shared)),
-              "cudaFuncSetAttribute");
-          return 1;
-        });
+      if constexpr (kKind == NormKind::layer) {
+        if (p.mean != nullptr) return launch_tile<T, Tile, kKind, true>(p, ctx);
       }
-      const int64_t row_blocks = row_grid(p.rows, Tile::kRowsPerBlock);
-      int64_t blocks = resident_blocks(kernel, Tile::kBlockThreads, ctx.device, occupancy, shared);
-      if (blocks > row_blocks) blocks = row_blocks;
-      const Partials part(p, blocks * Tile::kRowsPerBlock, ctx.rudnn_stream);
-      if (blocks > 0) {
-        kernel<<<static_cast<unsigned>(blocks), Tile::kBlockThreads, shared, ctx.stream>>>(
-            p, part.dgamma, part.dbeta);
-        check_launch("norm_backward_tile");
-      }
-      part.reduce<T>(p, ctx.stream);
+      launch_tile<T, Tile, kKind, false>(p, ctx);
     }
   });
 }

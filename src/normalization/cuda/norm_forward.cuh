@@ -4,6 +4,7 @@
 // point that picks the dtype is in norm_forward.cu.
 #pragma once
 
+#include "cuda/rms_row.cuh"
 #include "normalization/cuda/launch.h"
 #include "normalization/cuda/row_tile.cuh"
 
@@ -73,16 +74,28 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm)
       }
       mean = k + group_reduce<Tile::kThreadsPerRow>(s, SumOp{}, scratch) / static_cast<float>(cols);
     }
-    // Second pass over the registers: sum of squared deviations, no cancellation.
-    float ss = 0.0f;
+    float rstd;
+    if constexpr (kKind == NormKind::layer) {
+      // Second pass over the registers: sum of squared deviations, no cancellation.
+      float ss = 0.0f;
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      if (t.column(i) >= cols) continue;
+      for (int i = 0; i < V; ++i) {
+        if (t.column(i) >= cols) continue;
 #pragma unroll
-      for (int j = 0; j < W; ++j) ss += (v(i, j) - mean) * (v(i, j) - mean);
+        for (int j = 0; j < W; ++j) ss += (v(i, j) - mean) * (v(i, j) - mean);
+      }
+      rstd = rsqrtf(group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols + p.eps);
+    } else {
+      // The shared row code (cuda/rms_row.cuh): norm_rope's fused kernel makes these bits too.
+      rstd = rudnn::cuda::rms_row_rstd<Tile::kThreadsPerRow, V, W>(
+          v, [&](int i) { return t.column(i) < cols; }, inv_cols, p.eps, scratch);
     }
-    const float rstd =
-        rsqrtf(group_reduce<Tile::kThreadsPerRow>(ss, SumOp{}, scratch) * inv_cols + p.eps);
+    if constexpr (kKind == NormKind::layer) {
+      if (p.mean != nullptr && t.lane == 0) {
+        static_cast<float*>(p.mean)[row] = mean;
+        static_cast<float*>(p.rstd)[row] = rstd;
+      }
+    }
 
     T* y = static_cast<T*>(p.y.data) + row * p.y.stride;
 #pragma unroll
@@ -97,7 +110,7 @@ __global__ void __launch_bounds__(Tile::kBlockThreads, Tile::kMinBlocksPerSm)
         if constexpr (kKind == NormKind::layer) {
           out[j] = fmaf((v(i, j) - mean) * rstd, g[j], b[j]);
         } else {
-          out[j] = v(i, j) * rstd * g[j];
+          out[j] = rudnn::cuda::rms_scaled(v(i, j), rstd, g[j]);
         }
       }
       rudnn::cuda::store_pack<T, W>(y + c, out);
@@ -158,6 +171,10 @@ __global__ void __launch_bounds__(kLoopThreads) norm_forward_loop(NormForward p)
       var = group_reduce<kLoopThreads>(ss, SumOp{}, scratch) * inv_cols;
     }
     const float rstd = rsqrtf(var + p.eps);
+    if (kKind == NormKind::layer && p.mean != nullptr && threadIdx.x == 0) {
+      static_cast<float*>(p.mean)[row] = mean;
+      static_cast<float*>(p.rstd)[row] = rstd;
+    }
 
     // Pass 2: normalise. add_rms re-reads the sum this same thread stored.
     T* y = static_cast<T*>(p.y.data) + row * p.y.stride;

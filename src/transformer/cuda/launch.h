@@ -8,6 +8,7 @@
 namespace rudnn::transformer::cuda {
 
 void rope(const Rope& p, const Stream& stream);
+void norm_rope(const NormRope& p, const Stream& stream);
 void glu_forward(const GluForward& p, const Stream& stream);
 void glu_backward(const GluBackward& p, const Stream& stream);
 

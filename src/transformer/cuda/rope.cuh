@@ -41,13 +41,39 @@ __device__ __forceinline__ double token_position(const Rope& p, int64_t b, int64
   }
 }
 
+// The per-pair arithmetic of rope, shared with the fused norm_rope kernel (norm_rope.cu), whose
+// result must be bit for bit rope's: the frequency, the angle's sine and cosine, the rotation.
+
+// w_j = scale · θ_j of pair j, in float64.
+__device__ __forceinline__ double rope_frequency(const Rope& p, int64_t j, double log2_base) {
+  return p.freqs ? p.scale / static_cast<double>(p.freqs[j])
+                 : p.scale *
+                       exp2(-static_cast<double>(2 * j) / static_cast<double>(p.dims) * log2_base);
+}
+
+// sin and cos of pos · w: the angle reduced to [-π, π] in float64, then the SFU's FP32
+// approximations (abs error <= 2^-21.4 there).
+__device__ __forceinline__ void rope_sincos(double pos, double w, float& s, float& c) {
+  constexpr double kTwoPi = 6.283185307179586476925;
+  constexpr double kInvTwoPi = 0.159154943091895335769;
+  double angle = pos * w;
+  angle -= rint(angle * kInvTwoPi) * kTwoPi;
+  __sincosf(static_cast<float>(angle), &s, &c);
+}
+
+// The pair (a, e) rotated by the angle of cosine c and sine s.
+struct RotatedPair {
+  float a, e;
+};
+__device__ __forceinline__ RotatedPair rope_rotate(float a, float e, float c, float s) {
+  return {a * c - e * s, a * s + e * c};
+}
+
 // P pairs per unit: halves (kTrad false) read P elements at j and P at j + dims/2;
 // interleaved pairs (kTrad true) read 2P consecutive elements. kVec: packed accesses.
 template <class T, int P, bool kTrad, bool kVec>
 __global__ void __launch_bounds__(256) rope_kernel(const Rope p, const RopeGrid g) {
   constexpr int W = kVec ? 16 / sizeof(T) : 1;  // elements per unit of the copied tail
-  constexpr double kTwoPi = 6.283185307179586476925;
-  constexpr double kInvTwoPi = 0.159154943091895335769;
   const int64_t half = p.dims / 2;
   const int64_t rows = p.x.shape.batch * p.x.shape.seq;
   const int64_t seq = p.x.shape.seq;
@@ -63,12 +89,7 @@ __global__ void __launch_bounds__(256) rope_kernel(const Rope p, const RopeGrid 
     if (u < g.rot_units) {
       double w[P];
 #pragma unroll
-      for (int k = 0; k < P; ++k) {
-        const int64_t j = u * P + k;
-        w[k] = p.freqs ? p.scale / static_cast<double>(p.freqs[j])
-                       : p.scale * exp2(-static_cast<double>(2 * j) / static_cast<double>(p.dims) *
-                                        log2_base);
-      }
+      for (int k = 0; k < P; ++k) w[k] = rope_frequency(p, u * P + k, log2_base);
       const int64_t first = kTrad ? u * 2 * P : u * P;  // the unit's first element (a's)
       for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; r < rows;
            r += row_step) {
@@ -77,9 +98,7 @@ __global__ void __launch_bounds__(256) rope_kernel(const Rope p, const RopeGrid 
         float c[P], s[P];
 #pragma unroll
         for (int k = 0; k < P; ++k) {
-          double angle = pos * w[k];
-          angle -= rint(angle * kInvTwoPi) * kTwoPi;
-          __sincosf(static_cast<float>(angle), &s[k], &c[k]);  // |angle| <= π: abs error <= 2^-21.4
+          rope_sincos(pos, w[k], s[k], c[k]);
           if (p.inverse) s[k] = -s[k];
         }
         const T* x = xs + b * p.x.batch_stride + t * p.x.seq_stride + first;
@@ -98,8 +117,9 @@ __global__ void __launch_bounds__(256) rope_kernel(const Rope p, const RopeGrid 
             }
 #pragma unroll
             for (int k = 0; k < P; ++k) {
-              v[2 * k] = a[k] * c[k] - e[k] * s[k];
-              v[2 * k + 1] = a[k] * s[k] + e[k] * c[k];
+              const RotatedPair r = rope_rotate(a[k], e[k], c[k], s[k]);
+              v[2 * k] = r.a;
+              v[2 * k + 1] = r.e;
             }
             store_n<T, 2 * P, kVec>(ym, v);
           } else {
@@ -108,8 +128,9 @@ __global__ void __launch_bounds__(256) rope_kernel(const Rope p, const RopeGrid 
             float ya[P], ye[P];
 #pragma unroll
             for (int k = 0; k < P; ++k) {
-              ya[k] = a[k] * c[k] - e[k] * s[k];
-              ye[k] = a[k] * s[k] + e[k] * c[k];
+              const RotatedPair r = rope_rotate(a[k], e[k], c[k], s[k]);
+              ya[k] = r.a;
+              ye[k] = r.e;
             }
             store_n<T, P, kVec>(ym, ya);
             store_n<T, P, kVec>(ym + half, ye);

@@ -53,6 +53,30 @@ std::vector<OpRow> make_rows() {
   });
 
   rows.push_back({
+      .name = "layer_norm_with_stats",
+      .inputs = {input("x"), optional_parameter("gamma"), optional_parameter("beta")},
+      .outputs = {output("out"), output("mean_out"), output("rstd_out")},
+      .make =
+          [](Rng& rng, DType dt, int64_t r, int64_t h) {
+            return Args{{random_tensor(rng, {r, h}, dt, 1.0f, 2.0f),
+                         random_tensor(rng, {h}, DType::f32), random_tensor(rng, {h}, dt)},
+                        {empty_rows(r, h, dt), Tensor::empty({r}, DType::f32),
+                         Tensor::empty({r}, DType::f32)}};
+          },
+      .functional =
+          [](const Args& a, const Stream& s) {
+            const LayerNormWithStats r =
+                layer_norm_with_stats(a.inputs[0], a.inputs[1], a.inputs[2], kLayerNormEps, s);
+            return std::vector<Tensor>{r.y, r.stats.mean, r.stats.rstd};
+          },
+      .into =
+          [](const Args& a, const Stream& s) {
+            layer_norm_with_stats_into(a.outputs[0], a.outputs[1], a.outputs[2], a.inputs[0],
+                                       a.inputs[1], a.inputs[2], kLayerNormEps, s);
+          },
+  });
+
+  rows.push_back({
       .name = "rms_norm",
       .inputs = {input("x"), optional_parameter("gamma")},
       .outputs = {output("out")},
@@ -257,6 +281,35 @@ std::vector<OpRow> make_rows() {
           [](const Args& a, const Stream& s) {
             layer_norm_backward_into(a.outputs[0], a.outputs[1], a.outputs[2], a.inputs[0],
                                      a.inputs[1], a.inputs[2], a.inputs[3], kLayerNormEps, s);
+          },
+  });
+
+  rows.push_back({
+      .name = "layer_norm_backward",
+      .label = "layer_norm_backward_saved_stats",
+      .inputs = {input("dy"), input("x"), input("mean"), input("rstd"), optional_parameter("gamma"),
+                 optional_parameter("beta")},
+      .outputs = {output("dx_out"), output("dgamma_out"), output("dbeta_out")},
+      .make =
+          [](Rng& rng, DType dt, int64_t r, int64_t h) {
+            const Tensor x = random_tensor(rng, {r, h}, dt, 0.5f);
+            const LayerNormStats s = layer_norm_with_stats(x, {}, {}, kLayerNormEps).stats;
+            return Args{
+                {random_tensor(rng, {r, h}, dt), x, s.mean, s.rstd,
+                 random_tensor(rng, {h}, DType::f32), random_tensor(rng, {h}, dt)},
+                {empty_rows(r, h, dt), Tensor::empty({h}, DType::f32), Tensor::empty({h}, dt)}};
+          },
+      .functional =
+          [](const Args& a, const Stream& s) {
+            const LayerNormGrads g = layer_norm_backward(
+                a.inputs[0], a.inputs[1], {a.inputs[2], a.inputs[3]}, a.inputs[4], a.inputs[5], s);
+            return std::vector<Tensor>{g.dx, g.dgamma, g.dbeta};
+          },
+      .into =
+          [](const Args& a, const Stream& s) {
+            layer_norm_backward_into(a.outputs[0], a.outputs[1], a.outputs[2], a.inputs[0],
+                                     a.inputs[1], {a.inputs[2], a.inputs[3]}, a.inputs[4],
+                                     a.inputs[5], s);
           },
   });
 

@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
+#include <string>
+#include <utility>
 
 #if RUDNN_TEST_CUDA
 #include <cuda_runtime_api.h>
@@ -219,6 +222,85 @@ TEST(TransformerGpu, NormRopeIsBitForBitTheComposition) {
       norm_rope_into(wide.slice(3, 0, d), x, RopeNorm{w, 1e-6f}, o);
       EXPECT_TRUE(bit_equal(out, composed));
       EXPECT_TRUE(bit_equal(wide.slice(3, 0, d), composed));
+    }
+  }
+}
+
+// Every case of the fused norm_rope kernel and of the composition it falls back to, side by
+// side with rms_norm -> rope composed on the device: head sizes within the fused limits (8 ..
+// 1024 F16/BF16, .. 512 F32) and past them, both pair layouts, partial rotation with halves
+// pairs that are or are not whole vectors apart, base or freqs, each weight form, x read in
+// place through 3-, 4- and 5-d views, a misaligned view (the composition's scalar path), a
+// decode shape whose heads are split over the grid, and a cache of several heads.
+TEST(TransformerGpu, NormRopeMatchesTheCompositionInEveryLayout) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const float eps = 1e-6f;
+  for (DType dt : kFloatTypes) {
+    for (int64_t d : {8, 24, 64, 96, 128, 200, 256, 512, 1024, 1032, 2048}) {
+      for (bool trad : {false, true}) {
+        RopeOptions o;
+        o.traditional = trad;
+        o.dims = rng.integer(0, 1) ? d : 2 * rng.integer(1, d / 2);
+        if (rng.integer(0, 1)) {
+          o.base = 10000.0f;
+        } else {
+          std::vector<double> f(static_cast<size_t>(o.dims / 2));
+          for (size_t j = 0; j < f.size(); ++j)
+            f[j] = std::pow(10000.0, 2.0 * static_cast<double>(j) / static_cast<double>(o.dims)) *
+                   rng.uniform(0.5f, 2.0f);
+          o.freqs = on_gpu(host_tensor(f, {o.dims / 2}, DType::f32));
+        }
+        o.offset = rng.integer(0, 1000);
+        const int weight_form = static_cast<int>(rng.integer(0, 2));  // none, F32, dt
+        const Tensor w = weight_form == 0
+                             ? Tensor()
+                             : on_gpu(random_tensor(rng, {d}, weight_form == 1 ? DType::f32 : dt));
+        const std::optional<RopeNorm> norm = RopeNorm{w, eps};
+        const int64_t b = 2, l = rng.integer(1, 9), h = 3;
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " D=" + std::to_string(d) +
+                     " dims=" + std::to_string(o.dims) + (trad ? " interleaved" : " halves") +
+                     (o.freqs.defined() ? " freqs" : " base") +
+                     " offset=" + std::to_string(o.offset) + " weight " +
+                     (w.defined() ? dtype_name(w.dtype()) : "none") + " L=" + std::to_string(l));
+        const std::pair<const char*, Tensor> inputs[] = {
+            {"contiguous [B, H, L, D]", on_gpu(random_tensor(rng, {b, h, l, d}, dt, 0.0f, 3.0f))},
+            {"transposed [B, L, H, D]",
+             on_gpu(random_tensor(rng, {b, l, h, d}, dt)).transpose(1, 2)},
+            {"3-d [B, L, D]", on_gpu(random_tensor(rng, {b, l, d}, dt))},
+            {"5-d [B, 2, H, L, D]", on_gpu(random_tensor(rng, {b, 2, h, l, d}, dt))},
+            {"decode [1, 40, 1, D]", on_gpu(random_tensor(rng, {1, 40, 1, d}, dt))},
+            {"misaligned [B, H, L, D + 1][..., 1:]",
+             on_gpu(random_tensor(rng, {b, h, l, d + 1}, dt)).slice(3, 1, d + 1)},
+        };
+        for (const auto& [what, x] : inputs) {
+          SCOPED_TRACE(what);
+          const std::vector<unsigned char> x_before = bytes_of(x);
+          const Tensor composed = rope(rms_norm(x, w, eps), o);
+          EXPECT_TRUE(bit_equal(norm_rope(x, norm, o), composed)) << "functional";
+          const Tensor out = poisoned(x.shape(), dt, kGpu);
+          norm_rope_into(out, x, norm, o);
+          EXPECT_TRUE(bit_equal(out, composed)) << "_into";
+          if (x.dim() == 4) {
+            const int64_t c = o.offset + x.shape()[2] + 5;
+            const Tensor cache = on_gpu(random_tensor(rng, {x.shape()[0], x.shape()[1], c, d}, dt));
+            const Tensor kept = cache.to_host();
+            (void)norm_rope(x, norm, o, cache);
+            const int64_t end = o.offset + x.shape()[2];
+            EXPECT_TRUE(bit_equal(cache.slice(2, o.offset, end), composed)) << "cache";
+            EXPECT_TRUE(bit_equal(cache.slice(2, 0, o.offset), kept.slice(2, 0, o.offset)));
+            EXPECT_TRUE(bit_equal(cache.slice(2, end, c), kept.slice(2, end, c)));
+          }
+          EXPECT_EQ(bytes_of(x), x_before) << "x was modified";
+        }
+        // The composition itself against the reference (contiguous x).
+        RopeOptions host_o = o;
+        host_o.freqs = o.freqs.defined() ? o.freqs.to_host() : Tensor();
+        const Tensor x = inputs[0].second;
+        EXPECT_TRUE(all_close(
+            norm_rope(x, norm, o),
+            rope(rms_norm(x.to_host(), w.defined() ? w.to_host() : Tensor(), eps), host_o)));
+      }
     }
   }
 }
