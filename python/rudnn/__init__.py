@@ -9,7 +9,19 @@ The functions here are two families of the C++ library:
   (rope, rope_backward, the Llama 3 / YaRN frequency helpers), norm + rope + KV-cache write
   (norm_rope), and the gated activations SwiGLU / GeGLU with their backward passes. Their
   shapes are the op's own (``[B, ..., T, D]`` for rope, ``[..., I]`` / ``[..., 2I]`` for the
-  gated activations); the rest of the common contract below holds for them too.
+  gated activations); the rest of the common contract below holds for them too;
+- pooling (:mod:`rudnn.pooling`): max_pool (with indices), avg_pool, adaptive max / average
+  and LP pooling, 1-D/2-D/3-D, with their backward passes;
+- grid_sample (:mod:`rudnn.grid_sample`): grid_sample and affine_grid with their backward
+  passes;
+- gated_delta (:mod:`rudnn.gated_delta`): the gated delta rule's recurrence (dense and varlen)
+  with its backward passes;
+- ctc (:mod:`rudnn.ctc`): ctc_loss and its gradient;
+- attention (:mod:`rudnn.attention`): scaled dot-product attention forward and backward
+  (grouped heads, varlen, both layouts, masks, bias, sinks, window, softcap, ALiBi) and its
+  plan functions.
+  These take their own shapes (each module's documentation); the common contract's dtypes,
+  layouts, ``out=``, ``stream=`` and errors hold for them.
 
 Inputs and outputs
     Inputs are any DLPack-capable arrays: torch tensors, numpy arrays, cupy/jax arrays,
@@ -93,6 +105,17 @@ from ._rudnn import (
     built_with_cuda,
     cuda_device_count,
 )
+from .attention import attention, attention_backward, plan_attention, plan_attention_backward
+from .ctc import ctc_loss, ctc_loss_backward
+from .gated_delta import (
+    gated_delta,
+    gated_delta_backward,
+    gated_delta_rule,
+    gated_delta_rule_backward,
+    gated_delta_slots,
+    gated_delta_steps,
+)
+from .grid_sample import affine_grid, affine_grid_backward, grid_sample, grid_sample_backward
 from .normalization import (
     add_rms_norm,
     cross_entropy,
@@ -118,6 +141,18 @@ from .transformer import (
     rope_yarn_freqs,
     swiglu,
     swiglu_backward,
+)
+from .pooling import (
+    adaptive_avg_pool,
+    adaptive_avg_pool_backward,
+    adaptive_max_pool,
+    adaptive_max_pool_backward,
+    avg_pool,
+    avg_pool_backward,
+    lp_pool,
+    lp_pool_backward,
+    max_pool,
+    max_pool_backward,
 )
 
 __version__ = _rudnn.version()
@@ -160,6 +195,37 @@ __all__ = [
     "geglu",
     "swiglu_backward",
     "geglu_backward",
+    # pooling
+    "max_pool",
+    "max_pool_backward",
+    "avg_pool",
+    "avg_pool_backward",
+    "adaptive_max_pool",
+    "adaptive_max_pool_backward",
+    "adaptive_avg_pool",
+    "adaptive_avg_pool_backward",
+    "lp_pool",
+    "lp_pool_backward",
+    # grid_sample
+    "grid_sample",
+    "grid_sample_backward",
+    "affine_grid",
+    "affine_grid_backward",
+    # gated_delta
+    "gated_delta",
+    "gated_delta_steps",
+    "gated_delta_slots",
+    "gated_delta_rule",
+    "gated_delta_backward",
+    "gated_delta_rule_backward",
+    # ctc
+    "ctc_loss",
+    "ctc_loss_backward",
+    # attention
+    "attention",
+    "attention_backward",
+    "plan_attention",
+    "plan_attention_backward",
 ]
 
 

@@ -145,5 +145,108 @@ def geglu_backward(
     out: Any = None,
 ) -> Union[Any, Tuple[Tensor, Tensor]]: ...
 
+# ---- pooling, grid_sample, gated_delta, ctc, attention (python/src/bind_<family>.cpp;
+# documented in rudnn/<family>.py). Spatial options: an int or a sequence of ints.
+def max_pool(
+    input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+    ceil_mode: bool = False, *, stream: Any = None, out: Any = None,
+) -> Tuple[Tensor, Tensor]: ...
+def max_pool_backward(
+    dout: Any, indices: Any, input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+    dilation: Any = 1, ceil_mode: bool = False, *, stream: Any = None, out: Any = None,
+) -> Any: ...
+def avg_pool(
+    input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
+    count_include_pad: bool = True, divisor_override: Optional[int] = None, *, stream: Any = None,
+    out: Any = None,
+) -> Any: ...
+def avg_pool_backward(
+    dout: Any, input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+    ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Optional[int] = None,
+    *, stream: Any = None, out: Any = None,
+) -> Any: ...
+def adaptive_max_pool(input: Any, output_size: Any, *, stream: Any = None, out: Any = None) -> Tuple[Any, Any]: ...
+def adaptive_max_pool_backward(
+    dout: Any, indices: Any, input: Any, output_size: Any, *, stream: Any = None, out: Any = None
+) -> Any: ...
+def adaptive_avg_pool(input: Any, output_size: Any, *, stream: Any = None, out: Any = None) -> Any: ...
+def adaptive_avg_pool_backward(
+    dout: Any, input: Any, output_size: Any, *, stream: Any = None, out: Any = None
+) -> Any: ...
+def lp_pool(
+    input: Any, norm_type: float, kernel_size: Any, stride: Any = None, ceil_mode: bool = False, *,
+    stream: Any = None, out: Any = None,
+) -> Any: ...
+def lp_pool_backward(
+    dout: Any, input: Any, forward_out: Any, norm_type: float, kernel_size: Any, stride: Any = None,
+    ceil_mode: bool = False, *, stream: Any = None, out: Any = None,
+) -> Any: ...
+def grid_sample(
+    input: Any, grid: Any, mode: str = "bilinear", padding_mode: str = "zeros",
+    align_corners: bool = False, *, stream: Any = None, out: Any = None,
+) -> Any: ...
+def grid_sample_backward(
+    dout: Any, input: Any, grid: Any, mode: str = "bilinear", padding_mode: str = "zeros",
+    align_corners: bool = False, *, deterministic: bool = False, stream: Any = None, out: Any = None,
+) -> Tuple[Any, Any]: ...
+def affine_grid(
+    theta: Any, size: Any, align_corners: bool = False, *, stream: Any = None, out: Any = None
+) -> Any: ...
+def affine_grid_backward(
+    dgrid: Any, size: Any, align_corners: bool = False, *, stream: Any = None, out: Any = None
+) -> Any: ...
+def gated_delta(
+    q: Any, k: Any, v: Any, g: Any, beta: Any, state: Any, *, cu_seqlens: Any = None,
+    stream: Any = None, out: Any = None,
+) -> Tuple[Any, Any]: ...
+def gated_delta_steps(
+    q: Any, k: Any, v: Any, g: Any, beta: Any, state: Any, *, stream: Any = None, out: Any = None
+) -> Tuple[Any, Any]: ...
+def gated_delta_slots(
+    q: Any, k: Any, v: Any, g: Any, beta: Any, pool: Any, slots: Any, *, cu_seqlens: Any = None,
+    stream: Any = None, out: Any = None,
+) -> Any: ...
+def gated_delta_rule(
+    query: Any, key: Any, value: Any, beta: Any, log_decay: Any, initial_state: Any,
+    query_scale: float = 1.0, *, cu_seqlens: Any = None, stream: Any = None, out: Any = None,
+) -> Tuple[Any, Any]: ...
+def gated_delta_backward(
+    dy: Any, dstate: Any, q: Any, k: Any, v: Any, g: Any, beta: Any, state: Any, *,
+    cu_seqlens: Any = None, stream: Any = None, out: Any = None,
+) -> Tuple[Any, ...]: ...
+def gated_delta_rule_backward(
+    doutput: Any, dfinal_state: Any, query: Any, key: Any, value: Any, beta: Any, log_decay: Any,
+    initial_state: Any, query_scale: float = 1.0, *, cu_seqlens: Any = None, stream: Any = None,
+    out: Any = None,
+) -> Tuple[Any, ...]: ...
+def ctc_loss(
+    log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: int = 0,
+    reduction: str = "mean", zero_infinity: bool = False, *, stream: Any = None, out: Any = None,
+) -> Any: ...
+def ctc_loss_backward(
+    log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, grad_loss: Any,
+    blank: int = 0, reduction: str = "mean", zero_infinity: bool = False, *, stream: Any = None,
+    out: Any = None,
+) -> Any: ...
+# attention's options (scale, is_causal, mask, bias, sinks, window, softcap, alibi_slopes,
+# layout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, max_score_bytes, return_lse;
+# the backward: bias_requires_grad, deterministic) are keyword arguments.
+def attention(
+    q: Any, k: Any, v: Any, *, strategy: str = "auto", stream: Any = None, out: Any = None,
+    **options: Any,
+) -> Union[Any, Tuple[Any, Any]]: ...
+def attention_backward(
+    dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, strategy: str = "auto",
+    stream: Any = None, grads_out: Any = None, **options: Any,
+) -> Tuple[Any, ...]: ...
+def plan_attention(
+    q_shape: Any, k_shape: Any, v_shape: Any, dtype: Any, *, strategy: str = "auto",
+    device: Any = None, **options: Any,
+) -> dict: ...
+def plan_attention_backward(
+    q_shape: Any, k_shape: Any, v_shape: Any, dtype: Any, *, strategy: str = "auto",
+    device: Any = None, **options: Any,
+) -> dict: ...
+
 # The other op bindings (see rudnn/normalization.py for the documented, typed functions).
 def __getattr__(name: str) -> Any: ...

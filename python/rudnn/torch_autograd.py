@@ -30,6 +30,35 @@ Transformer family (shapes and dtypes as the ``rudnn`` functions of the same nam
   differentiable (a KV-cache write). ``up=None`` is the one-tensor form: ``gate`` holds
   ``[..., 2I]`` (gate then up along the last axis), as a fused gate/up projection gives.
 
+Pooling, grid sampling, gated delta, CTC, attention (shapes and dtypes as the ``rudnn``
+functions of the same names):
+    max_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+             return_indices=False)                          -> out (, int64 indices)
+    avg_pool(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+             divisor_override=None)                         -> out
+    adaptive_max_pool(x, output_size, return_indices=False) -> out (, int64 indices)
+    adaptive_avg_pool(x, output_size)                       -> out
+    lp_pool(x, norm_type, kernel_size, stride=None, ceil_mode=False)
+    grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    affine_grid(theta, size, align_corners=False)
+    gated_delta(q, k, v, g, beta, state, cu_seqlens=None)  -> (y, state)
+    gated_delta_rule(query, key, value, beta, log_decay, initial_state, query_scale=1.0,
+                     cu_seqlens=None)                       -> (output, final_state)
+    ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean",
+             zero_infinity=False)
+    attention(q, k, v, *, scale=None, is_causal=False, mask=None, bias=None, sinks=None,
+              window=None, softcap=None, alibi_slopes=None, layout="bhsd", cu_seqlens_q=None,
+              cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, strategy="auto")  -> out
+    scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=False,
+              scale=None)                                   torch's names
+  The pooling options are an int or one int per spatial axis, as torch's; the rank of x
+  (3, 4, 5) picks 1-D, 2-D or 3-D. max_pool's gradient comes from its indices; grid_sample
+  gives gradients for the input and the grid; gated_delta for every input and the initial
+  state; attention for q, k, v, sinks and bias.
+  Differences from torch: ``is_causal`` is bottom-right aligned (query i sees keys up to
+  ``i + Lk - Lq``; torch's sdpa aligns top-left, the same when Lq == Lk); pooling needs the
+  batch axis; ctc_loss on a GPU gives a NaN loss for a bad length or label (torch raises).
+
 Modules: :class:`RMSNorm`, :class:`LayerNorm` (normalized over the last axis only).
 
 Differences from torch.nn.functional:
@@ -69,6 +98,18 @@ __all__ = [
     "norm_rope",
     "swiglu",
     "geglu",
+    "max_pool",
+    "avg_pool",
+    "adaptive_max_pool",
+    "adaptive_avg_pool",
+    "lp_pool",
+    "grid_sample",
+    "affine_grid",
+    "gated_delta",
+    "gated_delta_rule",
+    "ctc_loss",
+    "attention",
+    "scaled_dot_product_attention",
     "RMSNorm",
     "LayerNorm",
     # Earlier names, kept: each .apply is the function of the same op.
@@ -243,6 +284,164 @@ def geglu(gate: Tensor, up: Optional[Tensor] = None, approximate: str = "none") 
     if approximate not in ("none", "tanh"):
         raise _rudnn.InvalidArgument(f"geglu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return _lib.geglu(gate, up, approximate)
+
+
+# ---- pooling, grid_sample, gated delta, ctc, attention -------------------------------------
+
+from .pooling import spatial as _spatial  # noqa: E402
+
+
+def max_pool(
+    x: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False, return_indices: bool = False
+):
+    """Differentiable :func:`rudnn.max_pool` (1-D, 2-D or 3-D by x's rank): ``out``, or
+    ``(out, indices)`` with ``return_indices`` (int64, flat within each (n, c) plane, as
+    torch's)."""
+    out, indices = _lib.max_pool(
+        x, _spatial(x, kernel_size), _spatial(x, stride), _spatial(x, padding), _spatial(x, dilation),
+        _flag("max_pool", "ceil_mode", ceil_mode),
+    )
+    return (out, indices) if return_indices else out
+
+
+def avg_pool(
+    x: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: Optional[int] = None,
+) -> Tensor:
+    """Differentiable :func:`rudnn.avg_pool` (1-D, 2-D or 3-D by x's rank)."""
+    if divisor_override is not None:
+        divisor_override = _index("avg_pool", "divisor_override", divisor_override)
+    return _lib.avg_pool(
+        x, _spatial(x, kernel_size), _spatial(x, stride), _spatial(x, padding),
+        _flag("avg_pool", "ceil_mode", ceil_mode), _flag("avg_pool", "count_include_pad", count_include_pad),
+        divisor_override,
+    )
+
+
+def adaptive_max_pool(x: Tensor, output_size, return_indices: bool = False):
+    """Differentiable :func:`rudnn.adaptive_max_pool` (torch's adaptive_max_pool{1,2,3}d;
+    output_size an int or one per spatial axis, no None entries)."""
+    out, indices = _lib.adaptive_max_pool(x, _spatial(x, output_size))
+    return (out, indices) if return_indices else out
+
+
+def adaptive_avg_pool(x: Tensor, output_size) -> Tensor:
+    """Differentiable :func:`rudnn.adaptive_avg_pool` (torch's adaptive_avg_pool{1,2,3}d)."""
+    return _lib.adaptive_avg_pool(x, _spatial(x, output_size))
+
+
+def lp_pool(x: Tensor, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False) -> Tensor:
+    """Differentiable :func:`rudnn.lp_pool` (torch's lp_pool{1,2,3}d; norm_type finite > 0)."""
+    return _lib.lp_pool(
+        x, _number("lp_pool", "norm_type", norm_type), _spatial(x, kernel_size), _spatial(x, stride),
+        _flag("lp_pool", "ceil_mode", ceil_mode),
+    )
+
+
+def grid_sample(
+    input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mode: str = "zeros", align_corners: bool = False
+) -> Tensor:
+    """Differentiable :func:`rudnn.grid_sample` (gradients for input and grid). ``align_corners``
+    defaults to False, as torch's does (without its warning). Under
+    ``torch.use_deterministic_algorithms(True)`` the GPU input gradient is the deterministic
+    gather (where torch's CUDA grid_sampler backward raises)."""
+    return _lib.grid_sample(input, grid, mode, padding_mode, _flag("grid_sample", "align_corners", align_corners))
+
+
+def affine_grid(theta: Tensor, size, align_corners: bool = False) -> Tensor:
+    """Differentiable :func:`rudnn.affine_grid` (gradient for theta)."""
+    return _lib.affine_grid(theta, [int(s) for s in size], _flag("affine_grid", "align_corners", align_corners))
+
+
+def gated_delta(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor, cu_seqlens: Optional[Tensor] = None
+) -> Tuple[Tensor, Tensor]:
+    """Differentiable :func:`rudnn.gated_delta` (gradients of q, k, v, g, beta and the initial
+    state through :func:`rudnn.gated_delta_backward`); ``cu_seqlens``: the packed varlen form."""
+    return _lib.gated_delta(q, k, v, g, beta, state, cu_seqlens)
+
+
+def gated_delta_rule(
+    query: Tensor, key: Tensor, value: Tensor, beta: Tensor, log_decay: Tensor, initial_state: Tensor,
+    query_scale: float = 1.0, cu_seqlens: Optional[Tensor] = None,
+) -> Tuple[Tensor, Tensor]:
+    """Differentiable :func:`rudnn.gated_delta_rule` (every tensor input gets a gradient)."""
+    return _lib.gated_delta_rule(
+        query, key, value, beta, log_decay, initial_state, _number("gated_delta_rule", "query_scale", query_scale),
+        cu_seqlens,
+    )
+
+
+def _lengths(value, like: Tensor) -> Tensor:
+    if isinstance(value, Tensor):
+        return value
+    return torch.as_tensor(value, dtype=torch.int64, device=like.device)
+
+
+def ctc_loss(
+    log_probs: Tensor,
+    targets: Tensor,
+    input_lengths,
+    target_lengths,
+    blank: int = 0,
+    reduction: str = "mean",
+    zero_infinity: bool = False,
+) -> Tensor:
+    """Differentiable :func:`rudnn.ctc_loss` with torch's defaults and argument order; lengths
+    may be tensors or sequences of ints (made int64 tensors on log_probs' device)."""
+    return _lib.ctc_loss(
+        log_probs, targets, _lengths(input_lengths, log_probs), _lengths(target_lengths, log_probs),
+        _index("ctc_loss", "blank", blank), reduction, _flag("ctc_loss", "zero_infinity", zero_infinity),
+    )
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    scale: Optional[float] = None,
+    is_causal: bool = False,
+    mask: Optional[Tensor] = None,
+    bias: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None,
+    window: Optional[int] = None,
+    softcap: Optional[float] = None,
+    alibi_slopes: Optional[Tensor] = None,
+    layout: str = "bhsd",
+    cu_seqlens_q: Optional[Tensor] = None,
+    cu_seqlens_k: Optional[Tensor] = None,
+    max_seqlen_q: int = 0,
+    max_seqlen_k: int = 0,
+    max_score_bytes: Optional[int] = None,
+    strategy: str = "auto",
+) -> Tensor:
+    """Differentiable :func:`rudnn.attention` (gradients for q, k, v, sinks and bias; the
+    backward runs strategy "auto")."""
+    return _lib.attention(
+        q, k, v, mask, bias, sinks, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+        None if scale is None else _number("attention", "scale", scale), _flag("attention", "is_causal", is_causal),
+        None if window is None else _index("attention", "window", window),
+        None if softcap is None else _number("attention", "softcap", softcap), layout,
+        _index("attention", "max_seqlen_q", max_seqlen_q), _index("attention", "max_seqlen_k", max_seqlen_k),
+        None if max_score_bytes is None else _index("attention", "max_score_bytes", max_score_bytes), strategy,
+    )[0]
+
+
+def scaled_dot_product_attention(
+    query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor] = None, is_causal: bool = False,
+    scale: Optional[float] = None,
+) -> Tensor:
+    """``torch.nn.functional.scaled_dot_product_attention``'s names over :func:`attention`
+    (``[B, H, L, D]``; bool masks attend where True, float masks are added). Grouped-query
+    heads are taken as they are (torch's ``enable_gqa=True``). No dropout. ``is_causal`` is
+    bottom-right aligned (torch: top-left; the same when Lq == Lk)."""
+    return attention(query, key, value, mask=attn_mask, is_causal=is_causal, scale=scale)
 
 
 class _Apply:

@@ -11,16 +11,27 @@ The transformer family's ops (rope, rope_backward, norm_rope, swiglu, geglu and 
 activations' backward ops) are differentiable the same way; ``norm_rope_cache_`` writes a KV
 cache in place and has no gradient.
 
+Pooling (max_pool and adaptive_max_pool with their int64 indices, avg_pool, adaptive_avg_pool,
+lp_pool), grid_sample (input and grid gradients),
+affine_grid, gated_delta and gated_delta_rule (every input and the initial state), ctc_loss
+and attention (q, k, v, sinks and bias gradients; the forward also returns the logsumexp,
+which is not differentiable) have autograd formulas from their ruDNN backward ops.
+
 Loaded by ``import rudnn`` when torch is already imported, else by ``rudnn.torch_autograd``.
 """
 
 # No `from __future__ import annotations`: custom_op reads the annotations as types.
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
+from . import attention as _attn
+from . import ctc as _ctc
+from . import gated_delta as _gd
+from . import grid_sample as _gs
 from . import normalization as _ops
+from . import pooling as _pool
 from . import transformer as _tf
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -550,3 +561,642 @@ def _geglu_grad(ctx, dy):
 
 swiglu.register_autograd(_swiglu_grad, setup_context=_glu_setup)
 geglu.register_autograd(_geglu_grad, setup_context=_glu_setup)
+
+
+# ---- pooling: max_pool (with indices), avg_pool ------------------------------------------------
+#
+# The spatial options travel as int lists, one entry per spatial axis (an empty stride means
+# the kernel size, an empty padding 0, an empty dilation 1); the callers expand single ints.
+# The backward ops take the forward's input for its shape, dtype and device.
+
+def _pool_sizes(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """torch's pooling output sizes (the fake implementations' shapes)."""
+    rank = len(kernel_size)
+    stride = list(stride) or list(kernel_size)
+    padding = list(padding) or [0] * rank
+    dilation = list(dilation) or [1] * rank
+    sizes = []
+    for i in range(rank):
+        extent = x.shape[2 + i] + 2 * padding[i] - dilation[i] * (kernel_size[i] - 1) - 1
+        if ceil_mode:
+            n = -(-extent // stride[i]) + 1
+            if (n - 1) * stride[i] >= x.shape[2 + i] + padding[i]:
+                n -= 1
+        else:
+            n = extent // stride[i] + 1
+        sizes.append(n)
+    return tuple(x.shape[:2]) + tuple(sizes)
+
+
+def _pool_empty(x, shape, dtype=None):
+    """A fake result in the layout ruDNN gives: channels-last when x is channels-last dense
+    and not contiguous (torch's channels_last / channels_last_3d, or [N, L, C] seen as
+    [N, C, L]), else contiguous."""
+    dtype = x.dtype if dtype is None else dtype
+    perm = [0] + list(range(2, x.dim())) + [1]
+    if not x.is_contiguous() and x.permute(perm).is_contiguous():
+        return torch.empty_permuted(shape, perm, dtype=dtype, device=x.device)
+    return x.new_empty(shape, dtype=dtype)
+
+
+@torch.library.custom_op("rudnn::max_pool", mutates_args=())
+def max_pool(
+    x: Tensor, kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], ceil_mode: bool
+) -> Tuple[Tensor, Tensor]:
+    """rudnn.max_pool: (out, int64 indices)."""
+    return _pool.max_pool(x, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@max_pool.register_fake
+def _(x, kernel_size, stride, padding, dilation, ceil_mode):
+    shape = _pool_sizes(x, kernel_size, stride, padding, dilation, ceil_mode)
+    return _pool_empty(x, shape), _pool_empty(x, shape, torch.int64)
+
+
+@torch.library.custom_op("rudnn::max_pool_backward", mutates_args=())
+def max_pool_backward(
+    dout: Tensor,
+    indices: Tensor,
+    x: Tensor,
+    kernel_size: List[int],
+    stride: List[int],
+    padding: List[int],
+    dilation: List[int],
+    ceil_mode: bool,
+) -> Tensor:
+    """rudnn.max_pool_backward: dinput of x's shape and dtype."""
+    return _pool.max_pool_backward(dout, indices, x, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@max_pool_backward.register_fake
+def _(dout, indices, x, kernel_size, stride, padding, dilation, ceil_mode):
+    return _pool_empty(x, x.shape)
+
+
+def _max_pool_setup(ctx, inputs, output):
+    x, *options = inputs
+    ctx.save_for_backward(x, output[1])
+    ctx.options = options
+
+
+def _max_pool_grad(ctx, dout, _dindices):
+    x, indices = ctx.saved_tensors
+    return (max_pool_backward(dout, indices, x, *ctx.options),) + (None,) * 5
+
+
+max_pool.register_autograd(_max_pool_grad, setup_context=_max_pool_setup)
+
+
+@torch.library.custom_op("rudnn::avg_pool", mutates_args=())
+def avg_pool(
+    x: Tensor,
+    kernel_size: List[int],
+    stride: List[int],
+    padding: List[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: Optional[int],
+) -> Tensor:
+    """rudnn.avg_pool."""
+    return _pool.avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+@avg_pool.register_fake
+def _(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    return _pool_empty(x, _pool_sizes(x, kernel_size, stride, padding, [], ceil_mode))
+
+
+@torch.library.custom_op("rudnn::avg_pool_backward", mutates_args=())
+def avg_pool_backward(
+    dout: Tensor,
+    x: Tensor,
+    kernel_size: List[int],
+    stride: List[int],
+    padding: List[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: Optional[int],
+) -> Tensor:
+    """rudnn.avg_pool_backward: dinput of x's shape and dtype."""
+    return _pool.avg_pool_backward(dout, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+@avg_pool_backward.register_fake
+def _(dout, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    return _pool_empty(x, x.shape)
+
+
+def _avg_pool_setup(ctx, inputs, output):
+    x, *options = inputs
+    ctx.save_for_backward(x)
+    ctx.options = options
+
+
+def _avg_pool_grad(ctx, dout):
+    (x,) = ctx.saved_tensors
+    return (avg_pool_backward(dout, x, *ctx.options),) + (None,) * 6
+
+
+avg_pool.register_autograd(_avg_pool_grad, setup_context=_avg_pool_setup)
+
+
+@torch.library.custom_op("rudnn::adaptive_max_pool", mutates_args=())
+def adaptive_max_pool(x: Tensor, output_size: List[int]) -> Tuple[Tensor, Tensor]:
+    """rudnn.adaptive_max_pool: (out, int64 indices)."""
+    return _pool.adaptive_max_pool(x, output_size)
+
+
+@adaptive_max_pool.register_fake
+def _(x, output_size):
+    shape = tuple(x.shape[:2]) + tuple(output_size)
+    return _pool_empty(x, shape), _pool_empty(x, shape, torch.int64)
+
+
+@torch.library.custom_op("rudnn::adaptive_max_pool_backward", mutates_args=())
+def adaptive_max_pool_backward(dout: Tensor, indices: Tensor, x: Tensor, output_size: List[int]) -> Tensor:
+    """dinput of x's shape and dtype."""
+    return _pool.adaptive_max_pool_backward(dout, indices, x, output_size)
+
+
+@adaptive_max_pool_backward.register_fake
+def _(dout, indices, x, output_size):
+    return _pool_empty(x, x.shape)
+
+
+def _adaptive_max_pool_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0], output[1])
+    ctx.output_size = inputs[1]
+
+
+def _adaptive_max_pool_grad(ctx, dout, _dindices):
+    x, indices = ctx.saved_tensors
+    return adaptive_max_pool_backward(dout, indices, x, ctx.output_size), None
+
+
+adaptive_max_pool.register_autograd(_adaptive_max_pool_grad, setup_context=_adaptive_max_pool_setup)
+
+
+@torch.library.custom_op("rudnn::adaptive_avg_pool", mutates_args=())
+def adaptive_avg_pool(x: Tensor, output_size: List[int]) -> Tensor:
+    """rudnn.adaptive_avg_pool."""
+    return _pool.adaptive_avg_pool(x, output_size)
+
+
+@adaptive_avg_pool.register_fake
+def _(x, output_size):
+    return _pool_empty(x, tuple(x.shape[:2]) + tuple(output_size))
+
+
+@torch.library.custom_op("rudnn::adaptive_avg_pool_backward", mutates_args=())
+def adaptive_avg_pool_backward(dout: Tensor, x: Tensor, output_size: List[int]) -> Tensor:
+    """dinput of x's shape and dtype."""
+    return _pool.adaptive_avg_pool_backward(dout, x, output_size)
+
+
+@adaptive_avg_pool_backward.register_fake
+def _(dout, x, output_size):
+    return _pool_empty(x, x.shape)
+
+
+def _adaptive_avg_pool_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.output_size = inputs[1]
+
+
+def _adaptive_avg_pool_grad(ctx, dout):
+    (x,) = ctx.saved_tensors
+    return adaptive_avg_pool_backward(dout, x, ctx.output_size), None
+
+
+adaptive_avg_pool.register_autograd(_adaptive_avg_pool_grad, setup_context=_adaptive_avg_pool_setup)
+
+
+@torch.library.custom_op("rudnn::lp_pool", mutates_args=())
+def lp_pool(x: Tensor, norm_type: float, kernel_size: List[int], stride: List[int], ceil_mode: bool) -> Tensor:
+    """rudnn.lp_pool."""
+    return _pool.lp_pool(x, norm_type, kernel_size, stride, ceil_mode)
+
+
+@lp_pool.register_fake
+def _(x, norm_type, kernel_size, stride, ceil_mode):
+    return _pool_empty(x, _pool_sizes(x, kernel_size, stride, [], [], ceil_mode))
+
+
+@torch.library.custom_op("rudnn::lp_pool_backward", mutates_args=())
+def lp_pool_backward(
+    dout: Tensor, x: Tensor, y: Tensor, norm_type: float, kernel_size: List[int], stride: List[int], ceil_mode: bool
+) -> Tensor:
+    """dinput from the forward's input x and result y."""
+    return _pool.lp_pool_backward(dout, x, y, norm_type, kernel_size, stride, ceil_mode)
+
+
+@lp_pool_backward.register_fake
+def _(dout, x, y, norm_type, kernel_size, stride, ceil_mode):
+    return _pool_empty(x, x.shape)
+
+
+def _lp_pool_setup(ctx, inputs, output):
+    x, *options = inputs
+    ctx.save_for_backward(x, output)
+    ctx.options = options
+
+
+def _lp_pool_grad(ctx, dout):
+    x, y = ctx.saved_tensors
+    return (lp_pool_backward(dout, x, y, *ctx.options),) + (None,) * 4
+
+
+lp_pool.register_autograd(_lp_pool_grad, setup_context=_lp_pool_setup)
+
+
+# ---- grid_sample, affine_grid ------------------------------------------------------------------
+
+
+@torch.library.custom_op("rudnn::grid_sample", mutates_args=())
+def grid_sample(x: Tensor, grid: Tensor, mode: str, padding_mode: str, align_corners: bool) -> Tensor:
+    """rudnn.grid_sample: [N, C, (Do,) Ho, Wo] in x's dtype."""
+    return _gs.grid_sample(x, grid, mode, padding_mode, align_corners)
+
+
+@grid_sample.register_fake
+def _(x, grid, mode, padding_mode, align_corners):
+    return x.new_empty(tuple(x.shape[:2]) + tuple(grid.shape[1:-1]))
+
+
+@torch.library.custom_op("rudnn::grid_sample_backward", mutates_args=())
+def grid_sample_backward(
+    dout: Tensor, x: Tensor, grid: Tensor, mode: str, padding_mode: str, align_corners: bool, deterministic: bool
+) -> Tuple[Tensor, Tensor]:
+    """(dinput, dgrid); deterministic: the GPU input gradient without atomics."""
+    return _gs.grid_sample_backward(dout, x, grid, mode, padding_mode, align_corners, deterministic=deterministic)
+
+
+@grid_sample_backward.register_fake
+def _(dout, x, grid, mode, padding_mode, align_corners, deterministic):
+    return x.new_empty(x.shape), grid.new_empty(grid.shape)
+
+
+def _grid_sample_setup(ctx, inputs, output):
+    x, grid, mode, padding_mode, align_corners = inputs
+    ctx.save_for_backward(x, grid)
+    ctx.options = (mode, padding_mode, align_corners)
+
+
+def _grid_sample_grad(ctx, dout):
+    x, grid = ctx.saved_tensors
+    # torch.use_deterministic_algorithms(True) selects the gather (torch's own kernel refuses).
+    dx, dgrid = grid_sample_backward(dout, x, grid, *ctx.options, torch.are_deterministic_algorithms_enabled())
+    return (
+        dx if ctx.needs_input_grad[0] else None,
+        dgrid if ctx.needs_input_grad[1] else None,
+        None,
+        None,
+        None,
+    )
+
+
+grid_sample.register_autograd(_grid_sample_grad, setup_context=_grid_sample_setup)
+
+
+@torch.library.custom_op("rudnn::affine_grid", mutates_args=())
+def affine_grid(theta: Tensor, size: List[int], align_corners: bool) -> Tensor:
+    """rudnn.affine_grid: [N, H, W, 2] or [N, D, H, W, 3]."""
+    return _gs.affine_grid(theta, size, align_corners)
+
+
+@affine_grid.register_fake
+def _(theta, size, align_corners):
+    return theta.new_empty((size[0],) + tuple(size[2:]) + (len(size) - 2,))
+
+
+@torch.library.custom_op("rudnn::affine_grid_backward", mutates_args=())
+def affine_grid_backward(dgrid: Tensor, size: List[int], align_corners: bool) -> Tensor:
+    """dtheta [N, 2, 3] or [N, 3, 4]."""
+    return _gs.affine_grid_backward(dgrid, size, align_corners)
+
+
+@affine_grid_backward.register_fake
+def _(dgrid, size, align_corners):
+    r = len(size) - 2
+    return dgrid.new_empty((size[0], r, r + 1))
+
+
+def _affine_grid_setup(ctx, inputs, output):
+    _, size, align_corners = inputs
+    ctx.options = (list(size), align_corners)
+
+
+def _affine_grid_grad(ctx, dgrid):
+    return affine_grid_backward(dgrid, *ctx.options), None, None
+
+
+affine_grid.register_autograd(_affine_grid_grad, setup_context=_affine_grid_setup)
+
+
+# ---- gated delta ------------------------------------------------------------------------------
+#
+# cu_seqlens (optional, int32 [N + 1]) selects the packed varlen form. The backward ops take the
+# final state's gradient (zeros when the state is unused) and give every input's gradient.
+
+
+@torch.library.custom_op("rudnn::gated_delta", mutates_args=())
+def gated_delta(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor, cu_seqlens: Optional[Tensor]
+) -> Tuple[Tensor, Tensor]:
+    """rudnn.gated_delta: (y [B, T, Hv, Dv] in q's dtype, final state in state's dtype)."""
+    return _gd.gated_delta(q, k, v, g, beta, state, cu_seqlens=cu_seqlens)
+
+
+@gated_delta.register_fake
+def _(q, k, v, g, beta, state, cu_seqlens):
+    return v.new_empty(v.shape, dtype=q.dtype), state.new_empty(state.shape)
+
+
+@torch.library.custom_op("rudnn::gated_delta_backward", mutates_args=())
+def gated_delta_backward(
+    dy: Tensor,
+    dstate: Optional[Tensor],
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    state: Tensor,
+    cu_seqlens: Optional[Tensor],
+) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(dq, dk, dv, dg, dbeta, dstate), each like its input."""
+    return _gd.gated_delta_backward(dy, dstate, q, k, v, g, beta, state, cu_seqlens=cu_seqlens)
+
+
+@gated_delta_backward.register_fake
+def _(dy, dstate, q, k, v, g, beta, state, cu_seqlens):
+    return tuple(t.new_empty(t.shape) for t in (q, k, v, g, beta, state))
+
+
+def _gated_delta_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _gated_delta_grad(ctx, dy, dstate):
+    q, k, v, g, beta, state, cu_seqlens = ctx.saved_tensors
+    return gated_delta_backward(dy.contiguous(), dstate.contiguous(), q, k, v, g, beta, state, cu_seqlens) + (None,)
+
+
+gated_delta.register_autograd(_gated_delta_grad, setup_context=_gated_delta_setup)
+
+
+@torch.library.custom_op("rudnn::gated_delta_rule", mutates_args=())
+def gated_delta_rule(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    beta: Tensor,
+    log_decay: Tensor,
+    initial_state: Tensor,
+    query_scale: float,
+    cu_seqlens: Optional[Tensor],
+) -> Tuple[Tensor, Tensor]:
+    """rudnn.gated_delta_rule: (output [B, H, T, V] in query's dtype, final_state float32)."""
+    return _gd.gated_delta_rule(query, key, value, beta, log_decay, initial_state, query_scale, cu_seqlens=cu_seqlens)
+
+
+@gated_delta_rule.register_fake
+def _(query, key, value, beta, log_decay, initial_state, query_scale, cu_seqlens):
+    return value.new_empty(value.shape, dtype=query.dtype), initial_state.new_empty(
+        initial_state.shape, dtype=torch.float32
+    )
+
+
+@torch.library.custom_op("rudnn::gated_delta_rule_backward", mutates_args=())
+def gated_delta_rule_backward(
+    doutput: Tensor,
+    dfinal_state: Optional[Tensor],
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    beta: Tensor,
+    log_decay: Tensor,
+    initial_state: Tensor,
+    query_scale: float,
+    cu_seqlens: Optional[Tensor],
+) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(dquery, dkey, dvalue, dbeta, dlog_decay, dinitial_state)."""
+    return _gd.gated_delta_rule_backward(
+        doutput, dfinal_state, query, key, value, beta, log_decay, initial_state, query_scale, cu_seqlens=cu_seqlens
+    )
+
+
+@gated_delta_rule_backward.register_fake
+def _(doutput, dfinal_state, query, key, value, beta, log_decay, initial_state, query_scale, cu_seqlens):
+    return tuple(t.new_empty(t.shape) for t in (query, key, value, beta)) + (
+        log_decay.new_empty(log_decay.shape, dtype=torch.float32),
+        initial_state.new_empty(initial_state.shape, dtype=torch.float32),
+    )
+
+
+def _gated_delta_rule_setup(ctx, inputs, output):
+    *tensors, query_scale, cu_seqlens = inputs
+    ctx.save_for_backward(*tensors, cu_seqlens)
+    ctx.query_scale = query_scale
+
+
+def _gated_delta_rule_grad(ctx, doutput, dfinal_state):
+    *tensors, cu_seqlens = ctx.saved_tensors
+    grads = gated_delta_rule_backward(
+        doutput.contiguous(), dfinal_state.contiguous(), *tensors, ctx.query_scale, cu_seqlens
+    )
+    return grads + (None, None)
+
+
+gated_delta_rule.register_autograd(_gated_delta_rule_grad, setup_context=_gated_delta_rule_setup)
+
+
+# ---- ctc_loss -------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("rudnn::ctc_loss", mutates_args=())
+def ctc_loss(
+    log_probs: Tensor,
+    targets: Tensor,
+    input_lengths: Tensor,
+    target_lengths: Tensor,
+    blank: int,
+    reduction: str,
+    zero_infinity: bool,
+) -> Tensor:
+    """rudnn.ctc_loss: [N] for reduction 'none', else 0-d; log_probs' dtype."""
+    return _ctc.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_infinity)
+
+
+@ctc_loss.register_fake
+def _(log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_infinity):
+    shape = (log_probs.shape[1],) if reduction == "none" else ()
+    return log_probs.new_empty(shape)
+
+
+@torch.library.custom_op("rudnn::ctc_loss_backward", mutates_args=())
+def ctc_loss_backward(
+    log_probs: Tensor,
+    targets: Tensor,
+    input_lengths: Tensor,
+    target_lengths: Tensor,
+    grad_loss: Tensor,
+    blank: int,
+    reduction: str,
+    zero_infinity: bool,
+) -> Tensor:
+    """rudnn.ctc_loss_backward: [T, N, C] in log_probs' dtype."""
+    return _ctc.ctc_loss_backward(
+        log_probs, targets, input_lengths, target_lengths, grad_loss, blank, reduction, zero_infinity
+    )
+
+
+@ctc_loss_backward.register_fake
+def _(log_probs, targets, input_lengths, target_lengths, grad_loss, blank, reduction, zero_infinity):
+    return log_probs.new_empty(log_probs.shape)
+
+
+def _ctc_setup(ctx, inputs, output):
+    log_probs, targets, input_lengths, target_lengths, *options = inputs
+    ctx.save_for_backward(log_probs, targets, input_lengths, target_lengths)
+    ctx.options = options
+
+
+def _ctc_grad(ctx, grad):
+    log_probs, targets, input_lengths, target_lengths = ctx.saved_tensors
+    blank, reduction, zero_infinity = ctx.options
+    dlp = ctc_loss_backward(
+        log_probs, targets, input_lengths, target_lengths, grad.contiguous(), blank, reduction, zero_infinity
+    )
+    return (dlp,) + (None,) * 6
+
+
+ctc_loss.register_autograd(_ctc_grad, setup_context=_ctc_setup)
+
+
+# ---- attention ---------------------------------------------------------------------------------
+#
+# The forward always returns the logsumexp (the backward needs it); the lse output is not
+# differentiable (its incoming gradient is ignored). The backward runs strategy "auto"
+# (the forward's strategy may have no backward, e.g. "composed" or "split_kv").
+
+
+def _attention_options(mask, bias, sinks, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, is_causal, window,
+                       softcap, layout, max_seqlen_q, max_seqlen_k, max_score_bytes):
+    return dict(
+        mask=mask, bias=bias, sinks=sinks, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k, scale=scale, is_causal=is_causal, window=window, softcap=softcap, layout=layout,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, max_score_bytes=max_score_bytes,
+    )
+
+
+@torch.library.custom_op("rudnn::attention", mutates_args=())
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Optional[Tensor],
+    bias: Optional[Tensor],
+    sinks: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    scale: Optional[float],
+    is_causal: bool,
+    window: Optional[int],
+    softcap: Optional[float],
+    layout: str,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    max_score_bytes: Optional[int],
+    strategy: str,
+) -> Tuple[Tensor, Tensor]:
+    """rudnn.attention with return_lse: (out, lse)."""
+    return _attn.attention(
+        q, k, v, return_lse=True, strategy=strategy,
+        **_attention_options(mask, bias, sinks, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, is_causal, window,
+                             softcap, layout, max_seqlen_q, max_seqlen_k, max_score_bytes),
+    )
+
+
+def _attention_fake_shapes(q, v, cu_seqlens_q, layout):
+    out = tuple(q.shape[:-1]) + (v.shape[-1],)
+    if cu_seqlens_q is not None:
+        return out, (q.shape[1], q.shape[0])
+    if layout == "bshd":
+        return out, (q.shape[0], q.shape[2], q.shape[1])
+    return out, tuple(q.shape[:3])
+
+
+@attention.register_fake
+def _(q, k, v, mask, bias, sinks, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, is_causal, window, softcap,
+      layout, max_seqlen_q, max_seqlen_k, max_score_bytes, strategy):
+    out, lse = _attention_fake_shapes(q, v, cu_seqlens_q, layout)
+    return q.new_empty(out), q.new_empty(lse, dtype=_loss_dtype(q))
+
+
+@torch.library.custom_op("rudnn::attention_backward", mutates_args=())
+def attention_backward(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    o: Tensor,
+    lse: Tensor,
+    mask: Optional[Tensor],
+    bias: Optional[Tensor],
+    sinks: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    scale: Optional[float],
+    is_causal: bool,
+    window: Optional[int],
+    softcap: Optional[float],
+    layout: str,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    max_score_bytes: Optional[int],
+    bias_requires_grad: bool,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(dq, dk, dv, dsinks, dbias); dsinks is empty without sinks, dbias without
+    bias_requires_grad. o: the forward's output ("out" is a reserved name in op schemas)."""
+    dq, dk, dv, dsinks, dbias = _attn.attention_backward(
+        dout, q, k, v, o, lse, bias_requires_grad=bias_requires_grad,
+        **_attention_options(mask, bias, sinks, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, is_causal, window,
+                             softcap, layout, max_seqlen_q, max_seqlen_k, max_score_bytes),
+    )
+    return dq, dk, dv, _nothing(q) if dsinks is None else dsinks, _nothing(q) if dbias is None else dbias
+
+
+@attention_backward.register_fake
+def _(dout, q, k, v, o, lse, mask, bias, sinks, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, is_causal, window,
+      softcap, layout, max_seqlen_q, max_seqlen_k, max_score_bytes, bias_requires_grad):
+    dsinks = _nothing(q) if sinks is None else sinks.new_empty(sinks.shape)
+    dbias = bias.new_empty(bias.shape) if bias is not None and bias_requires_grad else _nothing(q)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsinks, dbias
+
+
+def _attention_setup(ctx, inputs, output):
+    q, k, v, mask, bias, sinks, alibi_slopes, cu_q, cu_k, *scalars = inputs
+    ctx.save_for_backward(q, k, v, output[0], output[1], mask, bias, sinks, alibi_slopes, cu_q, cu_k)
+    ctx.scalars = scalars[:-1]  # the strategy is the forward's only
+
+
+def _attention_grad(ctx, dout, _dlse):
+    q, k, v, out, lse, mask, bias, sinks, alibi_slopes, cu_q, cu_k = ctx.saved_tensors
+    bias_grad = bias is not None and ctx.needs_input_grad[4]
+    dq, dk, dv, dsinks, dbias = attention_backward(
+        dout.contiguous(), q, k, v, out, lse, mask, bias, sinks, alibi_slopes, cu_q, cu_k, *ctx.scalars, bias_grad
+    )
+    return (
+        dq,
+        dk,
+        dv,
+        None,
+        dbias if bias_grad else None,
+        dsinks if sinks is not None and ctx.needs_input_grad[5] else None,
+    ) + (None,) * 12
+
+
+attention.register_autograd(_attention_grad, setup_context=_attention_setup)

@@ -9,5 +9,10 @@ namespace rudnn_py {
 
 void bind_normalization(pybind11::module_& m);
 void bind_transformer(pybind11::module_& m);
+void bind_pooling(pybind11::module_& m);
+void bind_grid_sample(pybind11::module_& m);
+void bind_gated_delta(pybind11::module_& m);
+void bind_ctc(pybind11::module_& m);
+void bind_attention(pybind11::module_& m);
 
 }  // namespace rudnn_py

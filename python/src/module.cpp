@@ -9,4 +9,9 @@ PYBIND11_MODULE(_rudnn, m) {
   rudnn_py::bind_core(m);
   rudnn_py::bind_normalization(m);
   rudnn_py::bind_transformer(m);
+  rudnn_py::bind_pooling(m);
+  rudnn_py::bind_grid_sample(m);
+  rudnn_py::bind_gated_delta(m);
+  rudnn_py::bind_ctc(m);
+  rudnn_py::bind_attention(m);
 }

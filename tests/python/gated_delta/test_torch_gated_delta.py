@@ -1,0 +1,191 @@
+"""The gated delta family's torch ops (skipped without torch >= 2.4; the CUDA cases also without a
+GPU or a CUDA build of ruDNN): rudnn.torch_autograd.gated_delta / gated_delta_rule against a
+torch float64 recurrence (grouped key heads, Dk up to 256 on the GPU, float32 / float16 /
+bfloat16; varlen), their gradients against torch autograd of that reference, gradcheck in
+float64 on the CPU, torch.library.opcheck of the custom ops (schema, fake implementation,
+autograd registration), and torch.compile(fullgraph=True) of a step, forward and backward. Inputs are random with a fresh seed per test (conftest's
+rng; RUDNN_TEST_SEED=<int> replays one).
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+if not hasattr(torch.library, "custom_op"):
+    pytest.skip("torch >= 2.4 (torch.library.custom_op) is needed", allow_module_level=True)
+
+import rudnn  # noqa: E402
+from rudnn import torch_autograd as ta  # noqa: E402
+
+CUDA = torch.cuda.is_available() and rudnn.built_with_cuda()
+DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
+TOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
+
+
+@pytest.fixture
+def gen(rng):
+    g = torch.Generator()
+    g.manual_seed(int(rng.seed_value))
+    return g
+
+
+def close(what, got, ref, dtype, seed, case=None):
+    msg = f"{what} [{dtype}] (seed={seed}; RUDNN_TEST_SEED={seed} replays; case={case})"
+    assert got.dtype == ref.dtype and got.shape == ref.shape, f"{msg}: {got.dtype} {tuple(got.shape)}"
+    if ref.numel():
+        g, r = got.detach().double(), ref.detach().double()
+        err = (g - r).norm().item() / max(r.norm().item(), 1e-12)
+        assert err <= TOL[dtype], f"{msg}: relative L2 error {err:.3g}"
+
+
+def ref_gated_delta(q, k, v, g, beta, state):
+    """Spec 003's recurrence in float64: (y [B, T, Hv, Dv], final state [B, Hv, Dv, Dk])."""
+    q, k, v, g, beta, S = (t.double() for t in (q, k, v, g, beta, state))
+    S = S.clone()
+    group = v.shape[2] // q.shape[2]
+    qh, kh = q.repeat_interleave(group, 2), k.repeat_interleave(group, 2)
+    ys = []
+    for t in range(q.shape[1]):
+        S = S * g[:, t, :, None, None]
+        kt = kh[:, t]
+        err = v[:, t] - torch.einsum("bhvk,bhk->bhv", S, kt)
+        S = S + beta[:, t, :, None, None] * torch.einsum("bhv,bhk->bhvk", err, kt)
+        ys.append(torch.einsum("bhvk,bhk->bhv", S, qh[:, t]))
+    return torch.stack(ys, 1), S
+
+
+def inputs(gen, B, T, Hk, Hv, Dk, Dv, dtype, device):
+    def r(*shape):
+        return torch.randn(shape, generator=gen, dtype=torch.float64)
+
+    k = torch.nn.functional.normalize(r(B, T, Hk, Dk), dim=-1)
+    t = dict(q=r(B, T, Hk, Dk) * Dk**-0.5, k=k, v=r(B, T, Hv, Dv),
+             g=torch.rand(B, T, Hv, generator=gen, dtype=torch.float64) * 0.5 + 0.5,
+             beta=torch.rand(B, T, Hv, generator=gen, dtype=torch.float64))
+    t = {n: a.to(device=device, dtype=dtype) for n, a in t.items()}
+    t["state"] = (r(B, Hv, Dv, Dk) * 0.5).to(device=device, dtype=torch.float32)
+    return t
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dims", [(2, 7, 2, 4, 64, 32), (1, 1, 1, 2, 128, 128), (2, 3, 4, 8, 256, 64),
+                                  (3, 16, 1, 1, 32, 96)], ids=str)
+def test_gated_delta_against_torch_reference(rng, gen, device, dtype, dims):
+    B, T, Hk, Hv, Dk, Dv = dims
+    a = inputs(gen, B, T, Hk, Hv, Dk, Dv, dtype, device)
+    y, state = ta.gated_delta(**a)
+    ref_y, ref_state = ref_gated_delta(**a)
+    assert y.device.type == device and state.dtype == torch.float32
+    close("y", y, ref_y.to(dtype), dtype, rng.seed_value, dims)
+    # The state is float32 whatever the inputs' dtype, computed from their rounded values.
+    close("state", state, ref_state.float(), torch.float32, rng.seed_value, dims)
+    states = rudnn.gated_delta_steps(**a)[1]
+    assert torch.equal(states[:, -1], state), f"gated_delta_steps' last state differs (seed={rng.seed_value})"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gated_delta_rule_matches_the_other_form(rng, gen, device):
+    a = inputs(gen, 2, 5, 3, 3, 32, 16, torch.float32, device)
+    log_decay = a["g"].log().transpose(1, 2).contiguous()
+    out, final = ta.gated_delta_rule(
+        a["q"].transpose(1, 2), a["k"].transpose(1, 2), a["v"].transpose(1, 2), a["beta"].transpose(1, 2),
+        log_decay, a["state"].transpose(-1, -2).contiguous(), 1.0,
+    )
+    y, state = ref_gated_delta(a["q"], a["k"], a["v"], log_decay.exp().transpose(1, 2), a["beta"], a["state"])
+    close("output", out, y.transpose(1, 2).float(), torch.float32, rng.seed_value)
+    close("final_state", final, state.transpose(-1, -2).float(), torch.float32, rng.seed_value)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_slots_update_the_pool_in_place(rng, gen, device):
+    a = inputs(gen, 3, 4, 2, 2, 16, 16, torch.float32, device)
+    pool = torch.randn((5,) + a["state"].shape[1:], generator=gen).to(device)
+    slots = torch.tensor([4, 0, 2], device=device)
+    state = pool[slots].clone()
+    del a["state"]
+    y = rudnn.gated_delta_slots(**a, pool=pool, slots=slots)
+    ref_y, ref_state = rudnn.gated_delta(**a, state=state)
+    assert torch.equal(y, ref_y) and torch.equal(pool[slots], ref_state), f"seed={rng.seed_value}"
+
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA GPU (or ruDNN built without CUDA)")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_chained_steps_are_bit_equal_on_the_gpu(rng, gen, dtype):
+    # The header's promise: with a float32 state, T steps equal T one-step calls chained
+    # through the returned state, bit for bit (the decode loop of an engine).
+    a = inputs(gen, 2, 6, 2, 4, 128, 64, dtype, "cuda")
+    y_all, s_all = rudnn.gated_delta(**a)
+    s = a["state"]
+    for t in range(6):
+        y_t, s = rudnn.gated_delta(*(a[n][:, t : t + 1] for n in ("q", "k", "v", "g", "beta")), s)
+        assert torch.equal(y_t[:, 0], y_all[:, t]), f"step {t}: y differs (seed={rng.seed_value})"
+    assert torch.equal(s, s_all), f"chained final state differs (seed={rng.seed_value})"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("varlen", [False, True])
+def test_gradients_against_torch_autograd(rng, gen, device, dtype, varlen):
+    B, T = (1, 9) if varlen else (2, 5)
+    a = inputs(gen, B, T, 1, 2, 32, 16, dtype, device)
+    cu = torch.tensor([0, 4, 4, 9], dtype=torch.int32, device=device) if varlen else None
+    if varlen:
+        a["state"] = torch.randn((3,) + a["state"].shape[1:], generator=gen).to(device) * 0.5
+    mine = {n: t.clone().requires_grad_() for n, t in a.items()}
+    ref = {n: t.detach().double().requires_grad_() for n, t in a.items()}
+    y, state = ta.gated_delta(**mine, cu_seqlens=cu)
+    if varlen:  # each sequence alone, from its own state
+        parts = [ref_gated_delta(*(ref[n][:, s:e] for n in ("q", "k", "v", "g", "beta")), ref["state"][i : i + 1])
+                 for i, (s, e) in enumerate([(0, 4), (4, 4), (4, 9)])]
+        ry, rs = torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 0)
+    else:
+        ry, rs = ref_gated_delta(**ref)
+    dy = torch.randn(y.shape, generator=gen, dtype=torch.float64).to(device)
+    ds = torch.randn(state.shape, generator=gen, dtype=torch.float64).to(device)
+    ((y.double() * dy).sum() + (state.double() * ds).sum()).backward()
+    ((ry * dy).sum() + (rs * ds).sum()).backward()
+    case = dict(varlen=varlen, device=device)
+    close("y", y, ry.to(dtype), dtype, rng.seed_value, case)
+    for n in mine:
+        close(f"d{n}", mine[n].grad, ref[n].grad.to(mine[n].dtype), dtype, rng.seed_value, case)
+
+
+def test_gradcheck_float64_cpu(gen):
+    a = inputs(gen, 1, 3, 1, 2, 4, 3, torch.float64, "cpu")
+    a["state"] = a["state"].double()
+    args = tuple(t.requires_grad_() for t in a.values())
+    assert torch.autograd.gradcheck(lambda *x: ta.gated_delta(*x), args)
+    q, k, v, beta = (a[n].detach().transpose(1, 2).contiguous().requires_grad_() for n in ("q", "k", "v", "beta"))
+    log_decay = torch.full((1, 1, 3), -0.2, dtype=torch.float32)
+    init = torch.randn(1, 1, 4, 3, generator=gen).float()
+    assert torch.autograd.gradcheck(
+        lambda *x: ta.gated_delta_rule(*x, log_decay, init, 0.5), (q, k, v[:, :1].detach().requires_grad_(),
+                                                                    beta[:, :1].detach().requires_grad_()))
+
+
+def test_custom_ops_pass_opcheck(gen):
+    a = inputs(gen, 2, 3, 1, 2, 8, 4, torch.float64, "cpu")
+    utils = ("test_schema", "test_faketensor", "test_autograd_registration")
+    a = {n: t.requires_grad_() for n, t in a.items()}
+    torch.library.opcheck(torch.ops.rudnn.gated_delta, tuple(a.values()) + (None,), test_utils=utils)
+    args = (a["q"].transpose(1, 2), a["k"].transpose(1, 2), a["q"].transpose(1, 2), a["beta"][..., :1].transpose(1, 2),
+            torch.zeros(2, 1, 3), torch.zeros(2, 1, 8, 8), 0.5, None)
+    torch.library.opcheck(torch.ops.rudnn.gated_delta_rule, args, test_utils=utils)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph(rng, gen, device):
+    def step(q, k, v, g, beta, state):
+        y, state = ta.gated_delta(q, k, v, g, beta, state)
+        y2, state2 = rudnn.gated_delta(q.detach(), k.detach(), v.detach(), g.detach(), beta.detach(), state.detach())
+        return (y**2).sum() + state.sum() + y2.sum(), state2
+
+    a = inputs(gen, 2, 3, 2, 4, 16, 16, torch.float32, device)
+    results = []
+    for fn in (torch.compile(step, fullgraph=True), step):
+        leaves = {n: t.clone().requires_grad_() for n, t in a.items()}
+        loss, state2 = fn(**leaves)
+        loss.backward()
+        results.append([loss.detach(), state2] + [t.grad for t in leaves.values()])
+    for x, y in zip(*results):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
