@@ -3,6 +3,8 @@
 #pragma once
 
 #include "rudnn/allocator.h"
+#include "rudnn/attention.h"
+#include "rudnn/conv.h"
 #include "rudnn/device.h"
 #include "rudnn/dlpack.h"
 #include "rudnn/ctc.h"
@@ -10,6 +12,7 @@
 #include "rudnn/error.h"
 #include "rudnn/gated_delta.h"
 #include "rudnn/grid_sample.h"
+#include "rudnn/interpolation.h"
 #include "rudnn/moe.h"
 #include "rudnn/normalization.h"
 #include "rudnn/pooling.h"
