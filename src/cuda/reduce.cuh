@@ -78,6 +78,9 @@ __device__ __forceinline__ S warp_reduce(S s, Merge merge) {
   return s;
 }
 
+// A float's sum over the warp (butterfly), every lane getting the same bits.
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce(v, SumOp{}); }
+
 // Reduces over the kThreads threads that share a row and returns the result to all of
 // them. kThreads is 32 (one warp: no shared memory, no barrier; `scratch` is unused) or a
 // multiple of 32 up to 1024 covering the whole block; then `scratch` holds 32 states, and

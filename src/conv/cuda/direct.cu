@@ -11,6 +11,7 @@
 #include "conv/cuda/launch.h"
 #include "core/cuda_check.h"
 #include "cuda/launch.cuh"
+#include "cuda/reduce.cuh"
 #include "cuda/types.cuh"
 
 namespace rudnn::conv_detail::cuda {
@@ -91,10 +92,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
+using rudnn::cuda::warp_sum;
 
 // Warps [0, weights) take the weight elements (logical [K, C/groups, kz, ky, kx] order), the
 // next K warps (when dbias) the bias elements.

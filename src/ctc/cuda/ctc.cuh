@@ -23,6 +23,7 @@
 #include "core/cuda_check.h"
 #include "ctc/cuda/launch.h"
 #include "cuda/launch.cuh"
+#include "cuda/reduce.cuh"
 #include "cuda/types.cuh"
 
 namespace rudnn::ctc::cuda {
@@ -30,7 +31,7 @@ namespace rudnn::ctc::cuda {
 using rudnn::cuda::from_float;
 using rudnn::cuda::to_float;
 
-constexpr unsigned kFullMask = 0xffffffffu;
+using rudnn::cuda::kFullMask;
 constexpr int kPrepareThreads = 1024;
 constexpr int kMaxRecursionThreads = 1024;
 constexpr int kGradThreads = 256;
@@ -96,11 +97,7 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
   return v;
 }
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
-  return v;
-}
+using rudnn::cuda::warp_sum;
 
 static __global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(CtcProblem p, Views v) {
   __shared__ int64_t warp_totals[kPrepareThreads / 32];

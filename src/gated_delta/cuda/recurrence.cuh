@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/launch.cuh"
+#include "cuda/reduce.cuh"
 #include "cuda/types.cuh"
 #include "gated_delta/cuda/launch.h"
 
@@ -51,11 +52,7 @@ __device__ __forceinline__ void store_any(void* p, int64_t i, DType dt, float v)
   }
 }
 
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
+using rudnn::cuda::warp_sum;
 
 // The column of element j of a lane's share of a row: with kQuads (Dk a multiple of 128)
 // four consecutive columns per 128 (one 16-byte load of an F32 state row), else every 32nd.

@@ -4,23 +4,19 @@
 #include <cstdint>
 
 #include "cuda/types.cuh"
+#include "cuda/reduce.cuh"
 #include "moe/order_key.h"
 
 namespace rudnn::moe::cuda {
 
-constexpr unsigned kFullMask = 0xffffffffu;
+using rudnn::cuda::kFullMask;
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
   return v;
 }
-// Additions are commutative bit for bit, so every lane ends with the same sum.
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(kFullMask, v, o);
-  return v;
-}
+using rudnn::cuda::warp_sum;
 __device__ __forceinline__ uint64_t warp_max_key(uint64_t v) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {
