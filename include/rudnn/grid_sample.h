@@ -32,8 +32,6 @@
 // pixel coordinate near 32768 is only known to 2^-8 pixels (1e-3 relative error in the output
 // at W = 40000), and one that lands an ulp below an integer floors to the other pixel, where
 // the grid gradient jumps; the FP64 floors are the reference's. torch computes them in FP32.
-//
-// Not implemented (yet): the Python bindings.
 #pragma once
 
 #include <cstdint>
