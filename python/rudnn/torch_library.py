@@ -21,18 +21,22 @@ Loaded by ``import rudnn`` when torch is already imported, else by ``rudnn.torch
 """
 
 # No `from __future__ import annotations`: custom_op reads the annotations as types.
+import importlib
 from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from . import attention as _attn
-from . import ctc as _ctc
-from . import gated_delta as _gd
-from . import grid_sample as _gs
-from . import normalization as _ops
-from . import pooling as _pool
-from . import transformer as _tf
+# The family modules by their sys.modules entries: `from . import attention` would return the
+# package attribute, which rudnn/__init__.py rebinds to the function of the same name
+# (rudnn.attention, rudnn.grid_sample, rudnn.gated_delta are functions).
+_attn = importlib.import_module(".attention", __package__)
+_ctc = importlib.import_module(".ctc", __package__)
+_gd = importlib.import_module(".gated_delta", __package__)
+_gs = importlib.import_module(".grid_sample", __package__)
+_ops = importlib.import_module(".normalization", __package__)
+_pool = importlib.import_module(".pooling", __package__)
+_tf = importlib.import_module(".transformer", __package__)
 
 REDUCTIONS = ("mean", "sum", "none")
 

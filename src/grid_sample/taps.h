@@ -87,8 +87,11 @@ RUDNN_GS_HD R reflect(R in, int64_t twice_low, int64_t twice_high, R* grad) {
     in = -in;
   }
   const R extra = std::fmod(in, span);
-  const int64_t flips = static_cast<int64_t>(std::floor(in / span));
-  if (flips % 2 == 0) {
+  // The parity of the number of flips, taken in R: converting floor(in / span) to an integer
+  // overflows for huge coordinates (torch's CPU and CUDA kernels disagree there: one wraps,
+  // the other saturates). Huge quotients are even in both float and double.
+  const bool odd_flips = std::fmod(std::floor(in / span), R(2)) != R(0);
+  if (!odd_flips) {
     *grad = sign;
     return extra + low;
   }
