@@ -80,10 +80,9 @@ enum class AttentionLayout {
 
 // What runs the attention on the GPU.
 //   Auto         what plan_attention picks: SplitKv for decode (Lq, or max_seqlen_q, <= 8),
-//                else Composed where it can run (16-bit, padded batches, under the cap),
-//                else FlashScalar. Never fails where some strategy can run. Auto does not
-//                take Flash yet: its GPU tests have not run (only its benchmark rows, whose
-//                reference checks passed); ask for Flash explicitly to use it.
+//                else Flash where it can run (f16/bf16, its head sizes, sm_80+), else
+//                Composed where it can run (16-bit, padded batches, under the cap), else
+//                FlashScalar. Never fails where some strategy can run.
 //   Flash        one fused tensor-core kernel (FlashAttention-2 style on mma.sync, sm_80
 //                and later): no scores in memory, no scratch, FP32 accumulators and an FP32
 //                online softmax, the probabilities rounded to q's dtype for p·v. F16 and
@@ -248,7 +247,8 @@ struct AttentionPlan {
 // process, whatever memory is free, and the op runs exactly this plan.
 //
 // Rules (forward): Flash holds no scratch and no score-sized intermediate (any cap is
-// honoured, capped = false); Auto does not take it yet (see AttentionStrategy). Decode shapes (Lq <= 8) run SplitKv under Auto: partitions of
+// honoured, capped = false); Auto takes it for f16/bf16 prefill (Lq > 8) of its head sizes
+// on sm_80 and later. Decode shapes (Lq <= 8) run SplitKv under Auto: partitions of
 // `split_keys` keys (a multiple of 128 fixed by B · Hkv, the head sizes, the dtype and the
 // device, never by Lq or Lk, which is what keeps the serial rule); two passes when the
 // longest row spans more than one partition; no score memory, so the cap does not apply.
@@ -313,8 +313,8 @@ void attention_into(const Tensor& out, const Tensor& lse_out, const Tensor& q, c
 // a pass over the key tiles, dk/dv by one over the query tiles of every grouped head, in
 // head order), and two runs give the same bits. options.deterministic asks for that
 // guarantee (a later, faster kernel may use atomics without it).
-// Strategies: Auto (FlashScalar; Flash once its GPU tests pass), Flash (f16/bf16, D = Dv in
-// {64, 96, 128}, no bias gradient, sm_80+), FlashScalar (D, Dv <= 1024), whatever strategy ran the
+// Strategies: Auto (Flash for f16/bf16 with D = Dv in {64, 96, 128} and no bias gradient on
+// sm_80+, else FlashScalar), Flash, FlashScalar (D, Dv <= 1024), whatever strategy ran the
 // forward (the backward needs only out and lse); Composed has no backward yet
 // (Unsupported), SplitKv is forward only.
 // Memory: FP32 D_i per query row (and the sink terms with sinks); with a bias gradient the

@@ -86,11 +86,6 @@ std::string flash_backward_refusal(const PlanInput& in, const DeviceFacts& facts
   return {};
 }
 
-// Whether Auto plans Flash where it can run. Not yet: the Flash kernels were written without
-// a GPU and only their benchmark rows have run on one (RESULTS.md round 37, reference checks
-// passed); Auto takes them once their GPU tests pass. Until then Flash runs when asked for.
-constexpr bool kAutoTakesFlash = false;
-
 // Flash holds no scratch and no score-sized intermediate: every cap is honoured.
 AttentionPlan flash_plan() {
   AttentionPlan plan;
@@ -255,8 +250,7 @@ AttentionPlan forward_plan(const PlanInput& in, const DeviceFacts& facts) {
   // blocks too small to feed them; the rest runs FlashScalar, or Composed for head sizes
   // beyond it.
   if (decode && scalar_takes_heads(in)) return split_kv_plan(in, facts);
-  if (kAutoTakesFlash && !in.device.is_cpu() && flash_refusal(in, facts).empty())
-    return flash_plan();
+  if (!in.device.is_cpu() && flash_refusal(in, facts).empty()) return flash_plan();
   const bool composed_possible = !in.varlen;
   const bool composed_preferred =
       composed_possible && (!scalar_takes_heads(in) || (is_16bit(in.dtype) && in.len_k >= 64));
@@ -300,7 +294,7 @@ AttentionPlan backward_plan(const PlanInput& in, const DeviceFacts& facts) {
       fail(ErrorCode::Unsupported,
            cat(in.op, ": strategy Composed has no backward yet; use FlashScalar or Auto"));
     case AttentionStrategy::Auto:
-      if (kAutoTakesFlash && !in.device.is_cpu() && flash_backward_refusal(in, facts).empty())
+      if (!in.device.is_cpu() && flash_backward_refusal(in, facts).empty())
         return flash_backward_plan(in);
       break;
     case AttentionStrategy::FlashScalar:

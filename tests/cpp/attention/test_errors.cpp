@@ -538,23 +538,17 @@ TEST(AttentionPlan, GpuChoicesAndCapRules) {
   // head sizes Composed; F32 FlashScalar; decode SplitKv.
   for (int64_t d : {int64_t{64}, int64_t{96}, int64_t{128}, int64_t{192}, int64_t{256}}) {
     for (DType dt : {DType::f16, DType::bf16}) {
-      const AttentionPlan f =
-          plan_attention({2, 8, 1000, d}, {2, 2, 1000, d}, {2, 2, 1000, d}, dt,
-                         AttentionOptions{}.set_max_score_bytes(1), AttentionStrategy::Flash);
+      const AttentionPlan f = plan_attention({2, 8, 1000, d}, {2, 2, 1000, d}, {2, 2, 1000, d}, dt,
+                                             AttentionOptions{}.set_max_score_bytes(1));
       EXPECT_EQ(f.kernel, AttentionKernel::Flash) << "D = " << d;
       EXPECT_EQ(f.scratch_bytes, 0u);
       EXPECT_EQ(f.max_intermediate_bytes, 0u);
       EXPECT_FALSE(f.capped);
     }
   }
-  EXPECT_EQ(plan_attention({1, 4, 100, 192}, {1, 2, 100, 192}, {1, 2, 100, 128}, DType::bf16, {},
-                           AttentionStrategy::Flash)
-                .kernel,
-            AttentionKernel::Flash);
-  // Auto does not plan Flash until its GPU tests have passed (plan.cpp kAutoTakesFlash).
-  EXPECT_NE(plan_attention({2, 8, 1000, 128}, {2, 2, 1000, 128}, {2, 2, 1000, 128}, DType::bf16)
-                .kernel,
-            AttentionKernel::Flash);
+  EXPECT_EQ(
+      plan_attention({1, 4, 100, 192}, {1, 2, 100, 192}, {1, 2, 100, 128}, DType::bf16).kernel,
+      AttentionKernel::Flash);
   EXPECT_EQ(plan_attention({1, 4, 100, 64}, {1, 2, 100, 64}, {1, 2, 100, 64}, DType::f32).kernel,
             AttentionKernel::FlashScalar);
   const Shape q{2, 8, 1000, 40}, k{2, 2, 1000, 40};
@@ -610,9 +604,7 @@ TEST(AttentionPlan, GpuChoicesAndCapRules) {
                Tensor::zeros({3}, DType::i32, Device::cuda(0)), 500, 500);
   EXPECT_EQ(plan_attention({1000, 8, 40}, {1000, 2, 40}, {1000, 2, 40}, DType::bf16, v).kernel,
             AttentionKernel::FlashScalar);
-  EXPECT_EQ(plan_attention({1000, 8, 64}, {1000, 2, 64}, {1000, 2, 64}, DType::bf16, v,
-                           AttentionStrategy::Flash)
-                .kernel,
+  EXPECT_EQ(plan_attention({1000, 8, 64}, {1000, 2, 64}, {1000, 2, 64}, DType::bf16, v).kernel,
             AttentionKernel::Flash);
 }
 

@@ -433,7 +433,7 @@ TEST(AttentionGpu, FlashVarlen) {
   }
 }
 
-// Flash holds no scratch: the op allocates nothing beyond its outputs.
+// Flash holds no scratch: the op allocates nothing beyond its outputs; and Auto runs it.
 TEST(AttentionGpu, FlashPlanAndScratch) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
@@ -441,14 +441,13 @@ TEST(AttentionGpu, FlashPlanAndScratch) {
   const Tensor k = random_tensor(rng, {2, 2, 300, 128}, DType::bf16).to(kGpu);
   const Tensor out = Tensor::empty({2, 8, 300, 128}, DType::bf16, kGpu);
   const Tensor lse = Tensor::empty({2, 8, 300}, DType::f32, kGpu);
-  const AttentionPlan plan =
-      plan_attention(q.shape(), k.shape(), k.shape(), DType::bf16, {}, AttentionStrategy::Flash);
+  const AttentionPlan plan = plan_attention(q.shape(), k.shape(), k.shape(), DType::bf16);
   EXPECT_EQ(plan.kernel, AttentionKernel::Flash);
   EXPECT_EQ(plan.scratch_bytes, 0u);
   current_stream(kGpu).synchronize();
   const size_t before = allocator_stats(kGpu).bytes_in_use;
   reset_peak_memory_stats(kGpu);
-  attention_into(out, lse, q, k, k, AttentionOptions{}.set_causal(), AttentionStrategy::Flash);
+  attention_into(out, lse, q, k, k, AttentionOptions{}.set_causal());
   current_stream(kGpu).synchronize();
   EXPECT_EQ(allocator_stats(kGpu).peak_bytes_in_use - before, 0u);
 }
