@@ -15,6 +15,7 @@
 #include "rudnn/interpolation.h"
 #include "rudnn/moe.h"
 #include "rudnn/normalization.h"
+#include "rudnn/paged_attention.h"
 #include "rudnn/pooling.h"
 #include "rudnn/stream.h"
 #include "rudnn/tensor.h"

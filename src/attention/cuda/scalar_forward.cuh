@@ -28,6 +28,7 @@
 
 #include "attention/cuda/common.cuh"
 #include "attention/cuda/loads.cuh"
+#include "attention/cuda/merge.cuh"
 #include "cuda/reduce.cuh"
 
 namespace rudnn::attn::cuda {
@@ -164,19 +165,14 @@ __global__ void __launch_bounds__(kThreads, 3) scalar_forward_kernel(const Scala
       for (int r = 0; r < kRows; ++r) {
         const bool in = j < key_end && j >= range[r].lo && j < range[r].hi;
         const float s = in ? logit(rules, row[r], b, capped_product(rules, acc[r]), j) : kNegInf;
-        const float tile_max = rudnn::cuda::warp_reduce(s, rudnn::cuda::MaxOp{});
-        p[r] = 0.0f;
-        if (tile_max == kNegInf) continue;
+        const SoftmaxStep step = online_softmax_step(s, m[r], l[r]);
+        p[r] = step.p;
+        if (!step.any) continue;
         any = true;
-        const float m_new = rudnn::cuda::MaxOp{}(m[r], tile_max);
-        const float alpha = m[r] == m_new ? 1.0f : __expf(m[r] - m_new);
-        p[r] = s == kNegInf ? 0.0f : __expf(s - m_new);
-        l[r] = l[r] * alpha + p[r];
 #pragma unroll
         for (int c = 0; c < kChunks; ++c)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) o[r][c][e] *= alpha;
-        m[r] = m_new;
+          for (int e = 0; e < 4; ++e) o[r][c][e] *= step.alpha;
       }
       if (!any) continue;
 #pragma unroll
@@ -196,39 +192,15 @@ __global__ void __launch_bounds__(kThreads, 3) scalar_forward_kernel(const Scala
   if (a.decode) {
     constexpr int kState = kChunks * 128 + 4;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      float* const st = merge_s + (warp * kRows + r) * kState;
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c)
-        *reinterpret_cast<float4*>(st + c * 128 + lane * 4) =
-            make_float4(o[r][c][0], o[r][c][1], o[r][c][2], o[r][c][3]);
-      if (lane == 0) {
-        st[kChunks * 128] = m[r];
-        st[kChunks * 128 + 1] = l[r];
-      }
-    }
+    for (int r = 0; r < kRows; ++r)
+      store_warp_state<kChunks>(merge_s + (warp * kRows + r) * kState, o[r], m[r], l[r], lane);
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (r % kWarps != warp) continue;
-      float top = kNegInf;
-      for (int w = 0; w < kWarps; ++w)
-        top = rudnn::cuda::MaxOp{}(top, merge_s[(w * kRows + r) * kState + kChunks * 128]);
-      float sum = 0.0f, acc[kChunks][4] = {};
-      for (int w = 0; w < kWarps; ++w) {
-        const float* st = merge_s + (w * kRows + r) * kState;
-        const float mw = st[kChunks * 128];
-        const float f = mw == top ? 1.0f : (mw == kNegInf ? 0.0f : __expf(mw - top));
-        sum = fmaf(f, st[kChunks * 128 + 1], sum);
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-          const float4 ov = *reinterpret_cast<const float4*>(st + c * 128 + lane * 4);
-          acc[c][0] = fmaf(f, ov.x, acc[c][0]);
-          acc[c][1] = fmaf(f, ov.y, acc[c][1]);
-          acc[c][2] = fmaf(f, ov.z, acc[c][2]);
-          acc[c][3] = fmaf(f, ov.w, acc[c][3]);
-        }
-      }
+      float top, sum, acc[kChunks][4];
+      merge_warp_states<kChunks>(merge_s + r * kState, kRows * kState, kWarps, lane, top, sum,
+                                 acc);
       m[r] = top;
       l[r] = sum;
 #pragma unroll
@@ -312,32 +284,18 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeA
   const KeyRange range = key_range(a.rules, i, seq.len_q, seq.len_k);
   const int s_first = range.lo / a.split_keys;
   const int s_last = range.hi > range.lo ? (range.hi - 1) / a.split_keys : s_first - 1;
-  const float* const recs = a.partials + row_id * a.splits * a.record;
   const int dim_v = static_cast<int>(sz.dim_v);
-
-  float top = kNegInf;
-  for (int s = s_first; s <= s_last; ++s)
-    top = rudnn::cuda::MaxOp{}(top, recs[s * a.record + dim_v]);
-  float sum = 0.0f;
-  for (int s = s_first; s <= s_last; ++s) {
-    const float ms = recs[s * a.record + dim_v];
-    const float f = ms == top ? 1.0f : (ms == kNegInf ? 0.0f : __expf(ms - top));
-    sum = fmaf(f, recs[s * a.record + dim_v + 1], sum);
-  }
+  const RecordMerge merge{a.partials + row_id * a.splits * a.record, a.record, dim_v, s_first,
+                          s_last};
+  float top, sum;
+  merge.stats(top, sum);
   const RowEnd end = finish_row(top, sum, a.rules.sinks != nullptr, sink_of(a.rules, h));
   T* const orow = static_cast<T*>(a.out.data) + seq.view_batch * a.out.batch_stride +
                   (seq.q_begin + i) * a.out.seq_stride +
                   static_cast<int64_t>(h) * a.out.head_stride;
   for (int d = lane * 4; d < dim_v; d += 128) {
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int s = s_first; s <= s_last; ++s) {
-      const float* rec = recs + s * a.record;
-      const float ms = rec[dim_v];
-      const float f = ms == top ? 1.0f : (ms == kNegInf ? 0.0f : __expf(ms - top));
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (d + e < dim_v) acc[e] = fmaf(f, rec[d + e], acc[e]);
-    }
+    float acc[4];
+    merge.features(d, top, acc);
     float y[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) y[e] = acc[e] * end.factor;

@@ -1,0 +1,234 @@
+// Paged attention family: attention over a KV cache kept in fixed-size physical pages, for
+// a packed batch of queries from sequences of different lengths (prefill chunks and decode
+// steps in one call), multi-head / grouped-query attention and MLA (absorbed latent cache),
+// split-history workspaces, cache writes, and spec 003's block-table form.
+//
+// Schedule (HostPlan). Sequence s keeps its keys in the physical pages tables[s][0], [1],
+// ... (page_size keys each, key j of s in page tables[s][j / page_size], row
+// j % page_size) and has lengths[s] keys. Query i belongs to sequence sequence_ids[i] and
+// sits at the absolute, zero-based position positions[i] of it (its own key is already in
+// the cache). Query i sees the keys 0 .. positions[i] (causal) or 0 .. lengths[s] - 1 (not
+// causal). Pages may be shared between sequences (shared prefixes).
+//
+// Definition (every device), for query i of sequence s, head h, KV head hk = h / (Hq / Hkv):
+//   x_j = scale · (q_ih · k_{s,j,hk})  over the keys j query i sees
+//   out_ih = Σ_j softmax(x)_j v_{s,j,hk}
+// A query that sees no key (only possible in the block-table form) gives a row of zeros.
+// MLA: x_j = scale · (q_ih · latent_{s,j} + qp_ih · kp_{s,j}), out_ih = Σ_j p_j latent_{s,j}.
+//
+// Common contract of the DevicePlan calls:
+// - Dtypes: q, caches and outputs share one dtype, F32, F16 or BF16 (F64 too on the CPU,
+//   where the float64 reference runs). Products and the softmax accumulate in FP32 on the
+//   GPU; outputs are rounded once.
+// - Layout: q and the caches must be contiguous (a paged cache is one allocation whose
+//   pages the kernels address directly; no copy is ever made). Outputs of the _into forms
+//   must be contiguous and overlap no input.
+// - Devices and streams: every tensor on the plan's device (else DeviceMismatch); every call
+//   runs on the stream the plan was uploaded to (a SplitWorkspace made for another stream:
+//   InvalidArgument). Nothing synchronises the host and no device value is read back:
+//   every launch decision comes from the plan's host copy of the schedule and the shapes.
+// - Inputs are never modified (append and paged_write modify the caches they are given).
+// - Errors: rudnn::Error naming the op, the argument and the rule, before anything is
+//   written: metadata that does not validate, shapes that do not match the plan or each
+//   other, Hq not a multiple of Hkv, D or Dv outside 1..1024, P outside 1..256, dtype /
+//   device / stream mismatch, a non-finite or non-positive scale, overlapping outputs,
+//   workspace budgets and workspace reuse with other shapes or another stream.
+// Kernels (GPU), both on CUDA cores with an FP32 online softmax, page rows gathered through
+// the table:
+// - decode: schedules with one query per sequence (and the block form with L = 1), D = Dv in
+//   {64, 128, 256} (256: F16/BF16), Hq / Hkv in {1, 2, 4, 8}, 16-byte aligned rows. One block
+//   per (sequence, KV head, split) with all Hq / Hkv query heads of the KV head, 16-byte
+//   loads, every load of a warp's key tile in flight before its first use.
+// - general: everything else (prefill chunks, mixed batches, MLA, any D, Dv, group): blocks
+//   of up to 4 (query, head) rows of one sequence's run of queries and one KV head.
+// Internal split (the calls without a workspace): when the unsplit grid has fewer blocks
+// than 16 (decode kernel) or 2 (general kernel) per multiprocessor, the longest history is
+// cut into the fewest partitions that reach that count, at most 32 and at least 256 keys
+// each (a multiple of 128 keys), with FP32 partial records in a stream-ordered scratch
+// allocation of queries · Hq · splits · (Dv + 2 rounded up to 4) floats and a merge pass.
+// Tensor-core paths (D in {64, 128, 256} prefill, MLA R = 512 as a GEMM) are not
+// implemented yet: no argument selects them, and the CUDA-core kernels run every shape.
+// Backward (spec 000 §11) is not implemented yet.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "rudnn/stream.h"
+#include "rudnn/tensor.h"
+
+namespace rudnn::paged {
+
+// Limits of the kernels.
+constexpr int64_t kMaxPageSize = 256;
+constexpr int64_t kMaxHeadDim = 1024;       // D and Dv (and MLA's R)
+constexpr int64_t kMaxPositionalDim = 256;  // MLA's P
+constexpr int64_t kMinSplits = 2, kMaxSplits = 32;
+constexpr size_t kWorkspaceBudget = size_t{64} << 20;  // SplitWorkspace bytes at most
+// Queries of one sequence that one work item (a block's row range) takes at most.
+constexpr int64_t kItemQueries = 8;
+
+// Host scheduling metadata, validated at construction (InvalidArgument naming the entry):
+//   page_size in 1..256; pages >= 0 physical pages in the caches;
+//   tables[s][k] in 0 .. pages - 1; lengths.size() == tables.size();
+//   0 <= lengths[s] <= tables[s].size() · page_size (the table's capacity);
+//   sequence_ids.size() == positions.size() (one entry per query);
+//   0 <= sequence_ids[i] < tables.size(); 0 <= positions[i] < lengths[sequence_ids[i]];
+//   every count and the flattened tables below 2^31 entries.
+// The plan also records, for append, each query's physical slot (page · page_size + row) and
+// whether two queries share one (shared-prefix pages can make them).
+class HostPlan {
+ public:
+  HostPlan(int64_t page_size, int64_t pages, std::vector<std::vector<int64_t>> tables,
+           std::vector<int64_t> lengths, std::vector<int64_t> sequence_ids,
+           std::vector<int64_t> positions);
+
+  int64_t page_size() const noexcept { return page_size_; }
+  int64_t pages() const noexcept { return pages_; }
+  int64_t sequences() const noexcept { return static_cast<int64_t>(lengths_.size()); }
+  int64_t queries() const noexcept { return static_cast<int64_t>(positions_.size()); }
+  // The most keys any query sees (causal: its position + 1; else its sequence's length).
+  int64_t max_keys(bool causal) const noexcept { return causal ? max_causal_ : max_full_; }
+  // Whether two queries write one physical slot (append refuses such a plan).
+  bool duplicate_slots() const noexcept { return duplicate_slots_; }
+  // The metadata as the kernels read it: one int32 array (see paged_attention/schedule.h).
+  const std::vector<int32_t>& packed() const noexcept { return packed_; }
+  // Work items (runs of consecutive queries of one sequence, at most kItemQueries each).
+  int64_t items() const noexcept { return items_; }
+  int64_t max_item_queries() const noexcept { return max_item_queries_; }
+
+ private:
+  int64_t page_size_, pages_;
+  std::vector<int64_t> lengths_, positions_;
+  int64_t max_causal_ = 0, max_full_ = 0;
+  bool duplicate_slots_ = false;
+  int64_t items_ = 0, max_item_queries_ = 0;
+  std::vector<int32_t> packed_;
+};
+
+class SplitWorkspace;
+
+// DevicePlan::append's result: the caches to keep using (the same tensors, written in place).
+struct AppendResult {
+  Tensor key_cache, value_cache;
+};
+
+// A HostPlan on a device and stream. Reuse it only while the schedule is unchanged (a new
+// schedule needs a new HostPlan and upload). Copies of a DevicePlan share its storage.
+class DevicePlan {
+ public:
+  DevicePlan() = default;
+
+  // Uploads `host` to q's device, on `stream` (default: current_stream of q's device), which
+  // every later call must use. q is read for its device only. The host does not wait for
+  // device work: the metadata is packed into pinned host memory (cudaHostAlloc) owned by the
+  // plan and copied with cudaMemcpyAsync into a stream-ordered device allocation; the plan
+  // keeps the pinned buffer until its last copy is destroyed, which waits for that copy
+  // alone (an event). CUDA lists a pinned allocation among the calls that order work of
+  // different streams queued around it (no overlap across it), so upload outside hot loops
+  // and reuse the plan while the schedule holds; it cannot be captured in a CUDA graph.
+  // On the CPU the plan holds the packed metadata in host memory.
+  static DevicePlan upload(const HostPlan& host, const Tensor& q, const Stream& stream = {});
+
+  bool defined() const noexcept { return state_ != nullptr; }
+  // Device bytes the plan holds (the packed metadata).
+  size_t bytes() const;
+  Device device() const;
+  const Stream& stream() const;
+  const HostPlan& host() const;
+
+  // Attention over the paged caches. q [queries, Hq, D], k_cache [pages, page_size, Hkv, D],
+  // v_cache [pages, page_size, Hkv, Dv]; returns [queries, Hq, Dv] in q's dtype. Hq a
+  // multiple of Hkv; D, Dv in 1..1024; scale finite and > 0. Long histories with few
+  // blocks split the keys internally (see "Internal split" above); otherwise no scratch.
+  Tensor attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, float scale,
+                   bool causal) const;
+  void attention_into(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                      const Tensor& v_cache, float scale, bool causal) const;
+
+  // MLA over a shared latent cache. q [queries, H, R], qp [queries, H, P], latent
+  // [pages, page_size, 1, R], kp [pages, page_size, 1, P]; returns [queries, H, R]. R in
+  // 1..1024, P in 1..256. `scale` is the model's QK scale. Same splitting rule as attention.
+  Tensor mla(const Tensor& q, const Tensor& qp, const Tensor& latent, const Tensor& kp,
+             float scale, bool causal) const;
+  void mla_into(const Tensor& out, const Tensor& q, const Tensor& qp, const Tensor& latent,
+                const Tensor& kp, float scale, bool causal) const;
+
+  // The same with a caller's split workspace: exactly workspace.splits() partitions of the
+  // longest history (FP32 partial results, merged in partition order), no allocation. The
+  // workspace must have been made for this call's (queries, heads, value_dim), on the plan's
+  // device and stream (else InvalidArgument naming what differs).
+  Tensor attention_with_workspace(SplitWorkspace& workspace, const Tensor& q,
+                                  const Tensor& k_cache, const Tensor& v_cache, float scale,
+                                  bool causal) const;
+  Tensor mla_with_workspace(SplitWorkspace& workspace, const Tensor& q, const Tensor& qp,
+                            const Tensor& latent, const Tensor& kp, float scale,
+                            bool causal) const;
+
+  // Writes query i's new key k[i] and value v[i] (k [queries, Hkv, D], v [queries, Hkv, Dv])
+  // at its position's slot of key_cache / value_cache ([pages, page_size, Hkv, D|Dv]), in
+  // place, on the plan's stream, and returns the caches to keep (these same tensors: a C++
+  // Tensor is a shared handle, so the caller decides who else sees the write; copy first to
+  // keep an old version). A plan where two queries share a slot is refused
+  // (InvalidArgument: "duplicate physical writes"). k/v must not overlap the caches.
+  AppendResult append(const Tensor& k, const Tensor& v, const Tensor& key_cache,
+                      const Tensor& value_cache) const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// FP32 partial results of split-history calls: [queries · heads, splits, value_dim + 2
+// rounded up to 4] floats, allocated on q's device and stream (default: current stream),
+// splits in 2..32, at most 64 MiB (else InvalidArgument naming the bytes). Reusable for any
+// number of calls with the same (queries, heads, value_dim) on the same stream.
+class SplitWorkspace {
+ public:
+  SplitWorkspace(const Tensor& q, int64_t queries, int64_t heads, int64_t value_dim,
+                 int64_t splits, const Stream& stream = {});
+  int64_t queries() const noexcept { return queries_; }
+  int64_t heads() const noexcept { return heads_; }
+  int64_t value_dim() const noexcept { return value_dim_; }
+  int64_t splits() const noexcept { return splits_; }
+  size_t bytes() const noexcept { return bytes_; }
+  const Stream& stream() const noexcept { return stream_; }
+  const Tensor& storage() const noexcept { return storage_; }
+
+ private:
+  int64_t queries_, heads_, value_dim_, splits_;
+  size_t bytes_;
+  Stream stream_;
+  Tensor storage_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Spec 003's block-table form.
+//
+// paged_attention: q [B, Hq, L, D], k_cache [blocks, Hkv, block_size, D], v_cache
+// [blocks, Hkv, block_size, Dv], block_tables [B, max_blocks] and lengths [B] (I32 or I64,
+// contiguous, on q's device; read on the device only). Query l of sequence b sees the keys
+// 0 ..= lengths[b] - L + l (causal at the end); key j in block block_tables[b][j /
+// block_size], row j % block_size. Block ids are clamped to 0 .. blocks - 1 and lengths to
+// 0 .. max_blocks · block_size on every device, so no value can make a read leave the
+// caches; a query that then sees no key gives zeros. Returns [B, Hq, L, Dv]. Same dtypes,
+// head limits and scale rule as above; block_size 1..256; blocks >= 1 unless B · L = 0.
+Tensor paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                       const Tensor& block_tables, const Tensor& lengths, float scale,
+                       const Stream& stream = {});
+
+// paged_write: cache [blocks, Hkv, block_size, D] with new [T, Hkv, D] written at slots
+// [T] (I32 or I64): slot t is block slots[t] / block_size, row slots[t] % block_size.
+// Out-of-range slots (negative or >= blocks · block_size) are skipped. Slots must be
+// distinct: on the CPU duplicates are InvalidArgument; on the GPU (where they are not read
+// back) which write lands is unspecified. paged_write returns a new cache (a copy with the
+// writes); paged_write_ writes into `cache` in place.
+Tensor paged_write(const Tensor& cache, const Tensor& new_values, const Tensor& slots,
+                   const Stream& stream = {});
+void paged_write_(const Tensor& cache, const Tensor& new_values, const Tensor& slots,
+                  const Stream& stream = {});
+
+}  // namespace rudnn::paged

@@ -1,0 +1,27 @@
+// Launch choices of the paged kernels that the benchmark harness (rudnn_bench --variants)
+// and the GPU tests may override, so that alternatives can be timed side by side and each
+// one stays tested. Not part of the public API. Not synchronised: set it before launching
+// from several threads.
+#pragma once
+
+namespace rudnn::paged::cuda {
+
+struct KernelTuning {
+  // Decode schedules run the decode kernel (decode.cuh) when it takes the shape; false: the
+  // general kernel.
+  bool decode_kernel = true;
+  // The decode kernel's __launch_bounds__ minimum of resident blocks per multiprocessor for
+  // Hq / Hkv <= 4: 1 keeps everything in registers (G = 4, D = 128: two blocks fit); 3 caps
+  // the registers at 168 so that three fit, at the price of about 130 spilled bytes.
+  int decode_min_blocks = 1;
+  // The decode kernel loads the next tile's keys while it uses a tile's values (true), or
+  // every load of a tile at its start (false).
+  bool decode_pipelined = true;
+  // The internal split: blocks wanted per multiprocessor by the decode and general kernels.
+  int decode_blocks_per_sm = 16;
+  int general_blocks_per_sm = 2;
+};
+
+KernelTuning& kernel_tuning();
+
+}  // namespace rudnn::paged::cuda
