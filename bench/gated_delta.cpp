@@ -9,6 +9,8 @@
 //   B = --gdn-bwd-batch, T = --gdn-steps, forward, and backward from dy and dstate. Bytes:
 //   every operand and result once (the backward's workspace traffic is not counted).
 //
+// - chunk_gated_delta_rule: the chunked prefill at the shapes (see bench_chunked).
+//
 // Check: the first and last sequences against the CPU path (the float64 reference).
 //
 // Shape options: --gdn-batch B --gdn-value-heads Hv --gdn-key-heads Hk --gdn-key-dim K
@@ -17,6 +19,8 @@
 #include <rudnn/rudnn.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "harness.h"
@@ -201,9 +205,54 @@ void bench_prefill_and_backward(Bench& b, const Dims& d) {
   }
 }
 
+// The chunked prefill (chunk_gated_delta_rule, spec 000's [B,H,T,D] form, chunk 64): the
+// issue's two shapes, K = V = 128, bf16 q/k/v/beta, F32 log_decay and state. Bytes: every
+// operand and result once (the workspace's W, U, Q K^T traffic is not counted). Check: the
+// first and last (sequence, head) against the CPU recurrence (float64).
+void bench_chunked(Bench& b, const std::string& op, int64_t B, int64_t H, int64_t T) {
+  if (!b.wanted(op)) return;
+  const int64_t K = 128, V = 128, chunk = 64;
+  const DType bf = DType::bf16;
+  GatedDeltaInput in;
+  in.query = b.normal({B, H, T, K}, bf, 601, 0.0f, 0.09f);
+  in.key = b.normal({B, H, T, K}, bf, 602, 0.0f, 0.09f);
+  in.value = b.normal({B, H, T, V}, bf, 603);
+  in.beta = b.normal({B, H, T}, bf, 604, 0.5f, 0.1f);
+  in.log_decay = b.normal({B, H, T}, DType::f32, 605, -0.05f, 0.02f);
+  in.initial_state = b.normal({B, H, K, V}, DType::f32, 606, 0.0f, 0.05f);
+  in.query_scale = 0.088f;
+  const double tokens = double(B) * H * T;
+  const double bytes = tokens * ((2 * K + 2 * V) * 2 + 2 + 4) + 2.0 * B * H * K * V * 4;
+  Tensor y0;
+  b.run(
+      op, {B, H, T, K}, bf, bytes, 1,
+      [&](int) {
+        GatedDeltaOutput r = chunk_gated_delta_rule(in, chunk, b.stream);
+        if (!y0.defined()) y0 = r.output;
+      },
+      [&] {
+        b.sync();
+        double err = 0;
+        for (auto [bb, hh] : {std::pair<int64_t, int64_t>{0, 0}, {B - 1, H - 1}}) {
+          auto one = [&](const Tensor& t) {
+            return t.slice(0, bb, bb + 1).slice(1, hh, hh + 1).to_host().contiguous();
+          };
+          GatedDeltaInput h = in;
+          for (Tensor* t : {&h.query, &h.key, &h.value, &h.beta, &h.log_decay, &h.initial_state})
+            *t = one(*t);
+          const GatedDeltaOutput r = gated_delta_rule(h);
+          err = bench::worst(err, bench::relative_l2_error(one(y0), r.output));
+        }
+        return err;
+      },
+      2e-2);
+}
+
 void bench_all(Bench& b) {
   bench_decode(b);
   bench_prefill_and_backward(b, dims_of(b));
+  bench_chunked(b, "chunk_gated_delta_rule B4 T4096 H16", 4, 16, 4096);
+  bench_chunked(b, "chunk_gated_delta_rule B1 T32768 H32", 1, 32, 32768);
 }
 
 bench::Family make_family() {

@@ -44,13 +44,18 @@
 // Every op has an _into form writing preallocated outputs: each of the result's shape and
 // dtype, contiguous, on the inputs' device, overlapping no input and no other output.
 //
-// NOT IMPLEMENTED YET (later work of issue 14): the chunked prefill form
-// chunk_gated_delta_rule (tensor cores) and its backward, GPU Dk > 256, a varlen
-// gated_delta_steps, and a device-side check of slot ids and cu_seqlens (on the GPU, ids out
-// of range or repeated and bad offsets are the caller's error and not detected).
+// Chunked prefill (chunk_gated_delta_rule, spec 000's form): the WY / UT-transform algorithm
+// over chunks of chunk_size steps, the same results as gated_delta_rule up to rounding (see
+// its declaration below).
 //
-// Errors (rudnn::Error, message "op: argument ...; expected ..."): an undefined operand, a
-// non-floating dtype (F64 only on the CPU), operands on different devices, a shape that does not
+// NOT IMPLEMENTED YET (later work of issue 14): the backward of the chunked form, GPU
+// Dk > 256, a varlen gated_delta_steps, and a device-side check of slot ids and cu_seqlens (on
+// the GPU, ids out of range or repeated and bad offsets are the caller's error and not
+// detected).
+//
+// Errors (rudnn::Error, message "op: argument ...; expected ..."): a chunk_size that is not
+// positive or whose workspace exceeds the shared-memory limit (chunk_gated_delta_rule), an
+// undefined operand, a non-floating dtype (F64 only on the CPU), operands on different devices, a shape that does not
 // match the rules above, q/k/v of different dtypes, Hv not a multiple of Hk, a non-finite
 // query_scale, log_decay or initial_state not F32 (spec 000's form), slot ids not integers, out of
 // range or repeated (checked on the host when slots live there); cu_seqlens not I32, not
@@ -118,6 +123,45 @@ GatedDeltaOutput gated_delta_rule(const GatedDeltaInput& input, const Stream& st
 void gated_delta_rule_into(const Tensor& output_out, const Tensor& final_state_out,
                            const GatedDeltaInput& input, const Stream& stream = {});
 
+// Spec 000's chunk_gated_delta_rule: the chunked prefill, equal to gated_delta_rule up to
+// rounding. Each sequence is cut into chunks of chunk_size steps (its last chunk padded with
+// steps that change nothing and are excluded from the output). Per chunk, with G the running
+// sum of log_decay inside it: A = strictly lower (beta_i k_i.k_j exp(G_i - G_j)),
+// T = (I + A)^-1 by forward substitution, W = T (beta exp(G) K), U = T (beta V); then, chunk
+// after chunk, carrying the FP32 state S [K, V]: V' = U - W S, O = scale ((Q exp(G)) S +
+// (Q K^T, lower, exp(G_i - G_j)) V'), S = exp(G_last) S + (K exp(G_last - G))^T V'.
+// Shapes and dtypes as gated_delta_rule: output [B,H,T,V] in the query's dtype, final_state
+// [B,H,K,V] F32; the initial state is never written.
+// chunk_size: positive, and the chunk's triangular FP32 workspace, 4 x (chunk_size^2 +
+// chunk_size) bytes (A and T share one chunk_size^2 block; G takes the rest), within the
+// per-block shared-memory limit: on a CUDA device its opt-in limit
+// (cudaDevAttrMaxSharedMemoryPerBlockOptin), on the CPU 227 KiB (Hopper's, so that a size
+// accepted on the host is accepted there). Otherwise rudnn::Error (InvalidArgument) naming
+// the limit.
+// Precision: on the CPU the algorithm in float64 (not the step-by-step definition: rounding
+// differs from gated_delta_rule's at the 1e-15 level), output rounded once. On a CUDA device
+// two kernels: a parallel one per (chunk, head) building A in FP32 from tensor-core products
+// (16-bit inputs: mma.sync m16n8k16 with ldmatrix fragments, FP32 accumulation), solving T in
+// FP32 (16 x 16 diagonal blocks, then block rows) and writing W, U and the masked, decayed
+// Q K^T in q's dtype; then a sequential one per (sequence, head, 32 value columns) holding
+// the FP32 state in shared memory, the next chunk's operands loaded by cp.async during this
+// chunk's products, the state and V' rounded to q's dtype as product operands (as fla does).
+// F32 inputs run the same kernels with FP32 CUDA-core products (no rounding of
+// intermediates). Expected error against the float64 recurrence: about 1e-2 relative
+// (bf16), 3e-3 (f16), 1e-5 (f32). Indexing is 64-bit (T x H x K past 2^31 is tested).
+// GPU limits (ErrorCode::Unsupported): chunk_size <= 128; K and V <= 256; the kernels'
+// shared memory (about 2 x chunk x (K + 8) x itemsize + 4 x chunk^2 + ...) within the
+// device's limit (e.g. K = 256 needs chunk_size <= 64 in bf16, F32 too).
+// Memory (device workspace, allocated by each call on its stream, so a call is not for CUDA
+// graph capture): per (chunk, head) W [c, K], U [c, V], Q K^T [c, c] in q's dtype and G [c]
+// F32, c = chunk_size rounded up to 16, K and V to 16: at c = 64, K = V = 128 in bf16 40 KB a
+// chunk and head, about 0.6 KB per token and head.
+GatedDeltaOutput chunk_gated_delta_rule(const GatedDeltaInput& input, int64_t chunk_size,
+                                        const Stream& stream = {});
+void chunk_gated_delta_rule_into(const Tensor& output_out, const Tensor& final_state_out,
+                                 const GatedDeltaInput& input, int64_t chunk_size,
+                                 const Stream& stream = {});
+
 // ---- Variable-length packed sequences (see the top of this file) -------------------------------
 
 // gated_delta over N packed sequences: q, k [1,T,Hk,Dk], v [1,T,Hv,Dv], g, beta [1,T,Hv],
@@ -150,6 +194,16 @@ GatedDeltaOutput gated_delta_rule_varlen(const GatedDeltaInput& input, const Ten
 void gated_delta_rule_varlen_into(const Tensor& output_out, const Tensor& final_state_out,
                                   const GatedDeltaInput& input, const Tensor& cu_seqlens,
                                   const Stream& stream = {});
+
+// chunk_gated_delta_rule over N packed sequences (layouts as gated_delta_rule_varlen); each
+// sequence is chunked on its own (no chunk spans two sequences), and its results equal a
+// separate chunk_gated_delta_rule call on it (up to rounding).
+GatedDeltaOutput chunk_gated_delta_rule_varlen(const GatedDeltaInput& input,
+                                               const Tensor& cu_seqlens, int64_t chunk_size,
+                                               const Stream& stream = {});
+void chunk_gated_delta_rule_varlen_into(const Tensor& output_out, const Tensor& final_state_out,
+                                        const GatedDeltaInput& input, const Tensor& cu_seqlens,
+                                        int64_t chunk_size, const Stream& stream = {});
 
 // ---- Backward ----------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@
 #include "gated_delta/problem.h"
 #include "gated_delta/reference.h"
 #if RUDNN_WITH_CUDA
+#include "cuda/device_info.h"
 #include "gated_delta/cuda/launch.h"
 #endif
 
@@ -534,6 +535,125 @@ GatedDeltaOutput gated_delta_rule_impl(OpCall& call, Outputs& outs, const GatedD
   return out;
 }
 
+// ---- The chunked prefill ----------------------------------------------------------------------
+
+// Hopper's opt-in per-block shared memory: the limit the chunk-size rule uses on the host.
+constexpr int64_t kHostSharedLimit = 227 * 1024;
+
+// chunk_size positive, and its triangular workspace 4 (c^2 + c) bytes within the per-block
+// shared-memory limit of the call's device.
+void check_chunk_size(const OpCall& call, int64_t chunk_size) {
+  if (chunk_size < 1) {
+    fail(ErrorCode::InvalidArgument, cat(call.op, ": chunk_size = ", chunk_size,
+                                         "; expected a positive chunk size"));
+  }
+  int64_t limit = kHostSharedLimit;
+  const char* what = "the host's limit, Hopper's opt-in maximum";
+#if RUDNN_WITH_CUDA
+  if (!call.device.is_cpu()) {
+    limit = int64_t(cuda::device_info(call.device).shared_bytes_per_block_optin);
+    what = "the device's opt-in limit";
+  }
+#endif
+  // Compared in floating point first: chunk_size^2 overflows int64 long before any limit.
+  const double bytes = 4.0 * (double(chunk_size) * double(chunk_size) + double(chunk_size));
+  if (bytes > double(limit)) {
+    fail(ErrorCode::InvalidArgument,
+         cat(call.op, ": chunk_size = ", chunk_size, " needs a triangular workspace of 4 x (",
+             chunk_size, "^2 + ", chunk_size, ") = ", bytes,
+             " bytes; expected at most the per-block shared-memory limit of ", limit, " bytes (",
+             what, ")"));
+  }
+}
+
+#if RUDNN_WITH_CUDA
+// What the GPU kernels do not take (after the contract's checks passed).
+void require_gpu_chunked(const OpCall& call, const gdn::Chunked& p) {
+  if (p.chunk > gdn::cuda::kMaxChunk) {
+    fail(ErrorCode::Unsupported, cat(call.op, ": chunk_size = ", p.chunk,
+                                     " is not supported on the GPU yet; expected chunk_size <= ",
+                                     gdn::cuda::kMaxChunk));
+  }
+  if (p.key_dim > gdn::cuda::kMaxChunkDim || p.value_dim > gdn::cuda::kMaxChunkDim) {
+    fail(ErrorCode::Unsupported,
+         cat(call.op, ": K = ", p.key_dim, ", V = ", p.value_dim,
+             " are not supported by the GPU chunked kernels yet; expected K, V <= ",
+             gdn::cuda::kMaxChunkDim));
+  }
+  const int64_t need = gdn::cuda::chunked_shared_bytes(p);
+  const int64_t limit = int64_t(cuda::device_info(call.device).shared_bytes_per_block_optin);
+  if (need > limit) {
+    fail(ErrorCode::Unsupported,
+         cat(call.op, ": chunk_size = ", p.chunk, " with K = ", p.key_dim, ", V = ", p.value_dim,
+             " in ", dtype_name(p.dtype), " needs ", need,
+             " bytes of shared memory per block in the GPU kernels; expected at most the "
+             "device's opt-in limit of ",
+             limit, " bytes (use a smaller chunk_size)"));
+  }
+}
+#endif
+
+GatedDeltaOutput chunk_rule_impl(OpCall& call, Outputs& outs, const GatedDeltaInput& in,
+                                 int64_t chunk_size, const Tensor& cu) {
+  gdn::reference::SeqLens seqs;
+  const int64_t entries = in.query.defined() && in.query.dim() == 4 ? in.query.shape()[0] : 0;
+  const Dims d = check_rule_input(call, in, cu, seqs);
+  check_chunk_size(call, chunk_size);
+  gdn::Chunked p;
+  p.sequences = d.batch;
+  p.steps = d.steps;
+  p.heads = d.key_heads;
+  p.key_dim = d.key_dim;
+  p.value_dim = d.value_dim;
+  p.chunk = chunk_size;
+  p.dtype = in.query.dtype();
+  p.scale = in.query_scale;
+  if (!call.device.is_cpu()) {
+#if RUDNN_WITH_CUDA
+    require_gpu_chunked(call, p);
+#else
+    fail(ErrorCode::Unsupported, cat(call.op, ": ruDNN was built without CUDA"));
+#endif
+  }
+  GatedDeltaOutput out;
+  out.output =
+      outs.take("output_out", {entries, d.key_heads, d.steps, d.value_dim}, in.query.dtype());
+  out.final_state = outs.take("final_state_out", in.initial_state.shape(), DType::f32);
+  outs.check_overlaps({{"query", &in.query},
+                       {"key", &in.key},
+                       {"value", &in.value},
+                       {"beta", &in.beta},
+                       {"log_decay", &in.log_decay},
+                       {"initial_state", &in.initial_state},
+                       {"cu_seqlens", &cu}});
+  if (!call.device.is_cpu()) {
+#if RUDNN_WITH_CUDA
+    p.q = common::dense_in(call, in.query);
+    p.k = common::dense_in(call, in.key);
+    p.v = common::dense_in(call, in.value);
+    p.beta = common::dense_in(call, in.beta);
+    p.log_decay = static_cast<const float*>(common::dense_in(call, in.log_decay));
+    p.state_in = static_cast<const float*>(common::dense_in(call, in.initial_state));
+    p.state_out = static_cast<float*>(out.final_state.data());
+    p.y = out.output.data();
+    if (cu.defined()) p.cu_seqlens = static_cast<const int32_t*>(cu.data());
+    const Tensor& workspace =
+        call.keep(call.empty({std::max<int64_t>(gdn::cuda::chunked_workspace_bytes(p), 1)},
+                             DType::u8));
+    gdn::cuda::chunked(p, workspace.data(), call.stream);
+#endif
+    return out;
+  }
+  std::vector<double> s = host_doubles(in.initial_state), y;
+  gdn::reference::gated_delta_bhtd_chunked(d, host_doubles(in.query), host_doubles(in.key),
+                                           host_doubles(in.value), host_doubles(in.beta),
+                                           host_doubles(in.log_decay), in.query_scale,
+                                           chunk_size, s, y, seqs);
+  store_doubles(out.output, y);
+  store_doubles(out.final_state, s);
+  return out;
+}
+
 // ---- Backward ------------------------------------------------------------------------------
 
 void run_gpu_backward(OpCall& call, gdn::RecurrenceBackward& p, const Tensor& dy,
@@ -750,6 +870,41 @@ void gated_delta_rule_into(const Tensor& output_out, const Tensor& final_state_o
   const std::vector<Tensor> given{output_out, final_state_out};
   Outputs outs(call, &given);
   gated_delta_rule_impl(call, outs, in, Tensor());
+}
+
+GatedDeltaOutput chunk_gated_delta_rule(const GatedDeltaInput& in, int64_t chunk_size,
+                                        const Stream& stream) {
+  OpCall call("chunk_gated_delta_rule", "query", in.query, stream);
+  Outputs outs(call, nullptr);
+  return chunk_rule_impl(call, outs, in, chunk_size, Tensor());
+}
+
+void chunk_gated_delta_rule_into(const Tensor& output_out, const Tensor& final_state_out,
+                                 const GatedDeltaInput& in, int64_t chunk_size,
+                                 const Stream& stream) {
+  OpCall call("chunk_gated_delta_rule", "query", in.query, stream);
+  const std::vector<Tensor> given{output_out, final_state_out};
+  Outputs outs(call, &given);
+  chunk_rule_impl(call, outs, in, chunk_size, Tensor());
+}
+
+GatedDeltaOutput chunk_gated_delta_rule_varlen(const GatedDeltaInput& in,
+                                               const Tensor& cu_seqlens, int64_t chunk_size,
+                                               const Stream& stream) {
+  OpCall call("chunk_gated_delta_rule_varlen", "query", in.query, stream);
+  common::require_defined(call, "cu_seqlens", cu_seqlens);
+  Outputs outs(call, nullptr);
+  return chunk_rule_impl(call, outs, in, chunk_size, cu_seqlens);
+}
+
+void chunk_gated_delta_rule_varlen_into(const Tensor& output_out, const Tensor& final_state_out,
+                                        const GatedDeltaInput& in, const Tensor& cu_seqlens,
+                                        int64_t chunk_size, const Stream& stream) {
+  OpCall call("chunk_gated_delta_rule_varlen", "query", in.query, stream);
+  common::require_defined(call, "cu_seqlens", cu_seqlens);
+  const std::vector<Tensor> given{output_out, final_state_out};
+  Outputs outs(call, &given);
+  chunk_rule_impl(call, outs, in, chunk_size, cu_seqlens);
 }
 
 GatedDeltaResult gated_delta_varlen(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -56,3 +56,24 @@ struct RecurrenceBackward {
 };
 
 }  // namespace rudnn::gdn
+
+namespace rudnn::gdn {
+
+// The validated chunked problem (spec 000's form, dense [B,H,T,D] operands, [K,V] F32 state).
+struct Chunked {
+  int64_t sequences = 0;  // B, or N with cu_seqlens (then the operands have batch 1)
+  int64_t steps = 0, heads = 0, key_dim = 0, value_dim = 0, chunk = 0;
+  DType dtype = DType::f32;  // query, key, value, beta and output
+  const void *q = nullptr, *k = nullptr, *v = nullptr, *beta = nullptr;
+  const float* log_decay = nullptr;
+  const float* state_in = nullptr;  // [N, H, K, V]
+  float* state_out = nullptr;
+  void* y = nullptr;
+  float scale = 1.0f;
+  const int32_t* cu_seqlens = nullptr;  // [N + 1] on the device, or null (dense)
+  // Set by the launch: rows of q and k (async_qk), of v (async_v) are whole 16-byte chunks,
+  // 16-byte aligned, so that they can be copied with cp.async.
+  bool async_qk = false, async_v = false;
+};
+
+}  // namespace rudnn::gdn

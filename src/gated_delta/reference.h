@@ -42,6 +42,16 @@ void gated_delta_bhtd(const Dims& dims, const std::vector<double>& q, const std:
                       std::vector<double>& state, std::vector<double>& y,
                       const SeqLens& cu_seqlens = {});
 
+// The chunked (WY / UT-transform) algorithm of gated_delta_bhtd, in float64, chunks of
+// `chunk_size` steps (the last of each sequence shorter): the CPU backend of
+// chunk_gated_delta_rule, equal to gated_delta_bhtd up to rounding. Same operands and layouts.
+void gated_delta_bhtd_chunked(const Dims& dims, const std::vector<double>& q,
+                              const std::vector<double>& k, const std::vector<double>& v,
+                              const std::vector<double>& beta,
+                              const std::vector<double>& log_decay, double query_scale,
+                              std::int64_t chunk_size, std::vector<double>& state,
+                              std::vector<double>& y, const SeqLens& cu_seqlens = {});
+
 // Gradients of a loss L(y, final state) with respect to every input, in the inputs' layouts.
 // dgate is dL/dg (spec 003) or dL/dlog_decay (spec 000); dstate is dL/d(initial state).
 struct Grads {

@@ -17,4 +17,16 @@ void recurrence_backward(const RecurrenceBackward& p, const Stream& stream);
 // The FP32 workspace recurrence_backward needs (checkpoints, per-chunk states, partials).
 int64_t backward_workspace_floats(const Recurrence& f);
 
+// The chunked prefill (chunked.cuh): a parallel kernel per (chunk, head) writing W, U, the
+// masked Q K^T and G to `workspace`, then a sequential one per (sequence, head, column slab).
+// Limits the entry points check first: chunk <= kMaxChunk, K and V <= kMaxChunkDim, and
+// chunked_shared_bytes within the device's opt-in shared memory.
+constexpr int64_t kMaxChunk = 128;
+constexpr int64_t kMaxChunkDim = 256;
+// The larger of the two kernels' dynamic shared memory.
+int64_t chunked_shared_bytes(const Chunked& p);
+// The device workspace chunked needs, in bytes.
+int64_t chunked_workspace_bytes(const Chunked& p);
+void chunked(const Chunked& p, void* workspace, const Stream& stream);
+
 }  // namespace rudnn::gdn::cuda

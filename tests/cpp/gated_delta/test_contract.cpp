@@ -261,6 +261,61 @@ std::vector<OpRow> make_rows() {
           },
       .takes_big = false,
   });
+  // The chunked prefill at chunk size 2: T = 3 spans a full and a padded chunk. Neither row
+  // takes the > 2^31 case: it grows the batch at a few hundred elements a row, which at a
+  // workspace of about 3 KB per (chunk, head) would need over 100 GB;
+  // GatedDeltaChunkedGpu.BeyondTwoToThe31Elements passes 2^31 along T instead.
+  const char* const kChunkWorkspace =
+      "it allocates its workspace (W, U, Q K^T per chunk) on the stream";
+  rows.push_back({
+      .name = "chunk_gated_delta_rule",
+      .inputs = rule_operands(),
+      .outputs = {{"output_out"}, {"final_state_out"}},
+      .make =
+          [](Rng& rng, DType dt, int64_t r, int64_t cols) {
+            const int64_t dv = value_dim(cols);
+            return Args{rule_inputs(rng, dt, r, kT, r, dv),
+                        {Tensor::empty({r, kHv, kT, dv}, dt),
+                         Tensor::empty({r, kHv, kDk, dv}, DType::f32)}};
+          },
+      .functional =
+          [](const Args& a, const Stream& s) {
+            const GatedDeltaOutput o = chunk_gated_delta_rule(rule_of(a.inputs), 2, s);
+            return std::vector<Tensor>{o.output, o.final_state};
+          },
+      .into =
+          [](const Args& a, const Stream& s) {
+            chunk_gated_delta_rule_into(a.outputs[0], a.outputs[1], rule_of(a.inputs), 2, s);
+          },
+      .takes_big = false,
+      .not_capturable_because = kChunkWorkspace,
+  });
+  rows.push_back({
+      .name = "chunk_gated_delta_rule_varlen",
+      .inputs = with_offsets(rule_operands()),
+      .outputs = {{"output_out"}, {"final_state_out"}},
+      .make =
+          [](Rng& rng, DType dt, int64_t r, int64_t cols) {
+            const int64_t dv = value_dim(cols), t = packed_steps(r);
+            std::vector<Tensor> in = rule_inputs(rng, dt, 1, t, r, dv);
+            in.push_back(packed_offsets(r));
+            return Args{in, {Tensor::empty({1, kHv, t, dv}, dt),
+                             Tensor::empty({r, kHv, kDk, dv}, DType::f32)}};
+          },
+      .functional =
+          [](const Args& a, const Stream& s) {
+            const GatedDeltaOutput o =
+                chunk_gated_delta_rule_varlen(rule_of(a.inputs), a.inputs[6], 2, s);
+            return std::vector<Tensor>{o.output, o.final_state};
+          },
+      .into =
+          [](const Args& a, const Stream& s) {
+            chunk_gated_delta_rule_varlen_into(a.outputs[0], a.outputs[1], rule_of(a.inputs),
+                                               a.inputs[6], 2, s);
+          },
+      .takes_big = false,
+      .not_capturable_because = kChunkWorkspace,
+  });
   const char* const kWorkspace =
       "it allocates its FP32 workspace (checkpoints, partial sums) on the stream";
   rows.push_back({
