@@ -1,7 +1,7 @@
 // The convolution family's benchmark cases at the issue's shapes (issue 15, ANCHORS.md):
 //   conv2d bf16 NHWC N32 C256 56x56 K256 3x3 pad 1: forward, dgrad, wgrad (TFLOP/s on stderr)
 //   conv3d bf16 NDHWC N4 C64 16x56x56 K64 3x3x3 pad 1: forward
-//   depthwise 3x3 bf16 [32, 256, 56, 56] channels-last: forward (GB/s vs copy)
+//   depthwise 3x3 (and 7x7) bf16 [32, 256, 56, 56] channels-last: forward (GB/s vs copy)
 //   causal conv1d W 4 bf16 [8, 1024, 4096] [B, L, C]: forward and backward (GB/s vs copy)
 // The forwards run Direct and ImplicitGemm (tensor cores); the gradients Direct (their
 // implicit GEMMs are not built yet); depthwise its own kernel. The checks compare
@@ -130,19 +130,21 @@ void run_all(Bench& b) {
     o.padding = {1, 1, 1};
     bench_conv<3>(b, "conv3d 3x3x3", {4, 16, 56, 56, 64}, {64, 3, 3, 3, 64}, o, false);
   }
-  if (b.wanted("depthwise 3x3")) {
+  for (const int64_t k : {3, 7}) {
+    const std::string name = "depthwise " + std::to_string(k) + "x" + std::to_string(k);
+    if (!b.wanted(name)) continue;
     const Shape shape{32, 56, 56, 256};
     ConvOptions<2> o;
-    o.padding = {1, 1};
+    o.padding = {k / 2, k / 2};
     o.groups = 256;
     const double bytes = static_cast<double>(shape_numel(shape)) * 2 * 2;
     const int sets = b.sets_for(static_cast<size_t>(bytes));
     const std::vector<Tensor> x = b.normals(sets, shape, kBf16, 41);
-    const Tensor w = b.normal({256, 3, 3, 1}, kBf16, 42);
+    const Tensor w = b.normal({256, k, k, 1}, kBf16, 42);
     const std::vector<Tensor> y = b.empties(sets, shape, kBf16);
     b.sync();
     b.run(
-        "depthwise 3x3", shape, kBf16, bytes, sets,
+        name, shape, kBf16, bytes, sets,
         [&](int s) { conv_forward_nhwc_into<2>(y[s], x[s], w, {}, o, ConvStrategy::Auto, {}, b.stream); },
         [&] {
           return bench::relative_l2_error(

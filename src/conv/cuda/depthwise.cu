@@ -1,16 +1,30 @@
 // Depthwise forward (groups == C, 1-D or 2-D, any kernel size, any channel multiplier): a
-// memory-bound kernel. Channels-last operands with one filter per channel, C a multiple of a
-// 16-byte pack and aligned rows take the packed kernel: a thread computes one pack of
-// channels of one output pixel (16-byte loads and stores), the filters and bias transposed
-// to [tap][C] FP32 in shared memory so that a pack's weights are consecutive too. Anything
-// else takes the scalar kernel: one thread per output element along the output's innermost
-// memory axis. Both clip the tap ranges to the input once per output, so the window loop has
-// no bounds test.
+// memory-bound kernel. Three kernels, the first that applies:
+//  * rows: channels-last operands with one filter per channel, C a multiple of a 16-byte
+//    pack, aligned rows, no column dilation, and a kernel width of 1-5 or 7 with column
+//    stride 1 or of 3, 5 or 7 with column stride 2 (the common depthwise shapes; other widths
+//    take the packed kernel). A thread owns one pack of channels (16-byte loads and stores)
+//    and kRowTile consecutive outputs of one output row; for each kernel row it loads the
+//    (kRowTile-1)*stride + KW input packs that its windows cover once into registers and
+//    slides the kernel over them, and it issues the loads of several kernel rows together
+//    (kRowPacks packs) so that many are in flight. The threads of a block are consecutive
+//    output rows of the same columns, so the rows they share are served by L1, and DRAM
+//    sees each input about once (expected bytes per output element: 2 read + 2 written for
+//    16-bit types; L1 serves KH*(1 + (KW-1)/kRowTile) loads per output). The filters and
+//    bias of the block's channel slice are staged in shared memory as [tap][channel] FP32,
+//    once per block: a block walks several groups of output rows.
+//  * packed: the same operands otherwise: a thread computes one pack of channels of one
+//    output pixel.
+//  * scalar: anything else; one thread per output element along the output's innermost
+//    memory axis.
+// Each clips the tap rows (and the last two the tap columns) to the input once per output,
+// so the window loop has no bounds test; the rows kernel loads zeros for padded columns.
 #include <cuda_runtime.h>
 
 #include "conv/cuda/common.cuh"
 #include "conv/cuda/launch.h"
 #include "core/cuda_check.h"
+#include "cuda/device_info.h"
 #include "cuda/launch.cuh"
 #include "cuda/types.cuh"
 #include "cuda/vec.cuh"
@@ -121,6 +135,127 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The rows kernel (see the top). Launch: blockDim kThreads, grid (strip blocks, channel
+// slices); shared memory (taps + 1) * slice_packs * V floats.
+constexpr int kRowTile = 2;  // outputs per thread along the output row
+constexpr int kRowPacks = 12;  // input packs a thread loads at once (kernel rows x span)
+
+struct RowsLaunch {
+  int slice_packs = 0;  // packs of channels per block (the last slice may have fewer)
+  int strips_per_block = 0;
+  int64_t strips = 0;   // batch * out rows * column tiles
+  int64_t column_tiles = 0;
+  int64_t groups = 0;   // groups of strips_per_block strips; a block walks several
+};
+
+template <class T, int V, int KW, int SX>
+__global__ void __launch_bounds__(kThreads, 2)
+    depthwise_rows_kernel(Forward p, RowsLaunch r, const T* __restrict__ input,
+                          const T* __restrict__ weight, const T* __restrict__ bias,
+                          const T* __restrict__ residual, T* __restrict__ out) {
+  using Pack = rudnn::cuda::Pack<T, V>;
+  constexpr int kSpan = (kRowTile - 1) * SX + KW;  // input packs one kernel row covers
+  // Kernel rows whose inputs are loaded together: their loads are all in flight at once.
+  constexpr int kRows = kRowPacks / kSpan > 1 ? kRowPacks / kSpan : 1;
+  extern __shared__ float filters[];  // [taps][slice channels], then bias [slice channels]
+  const ConvShape& s = p.s;
+  const int KH = static_cast<int>(s.kernel[1]);
+  const int slice = r.slice_packs * V;  // channels of a full slice
+  const int64_t C = s.out_channels, packs = C / V;
+  const int64_t c_base = int64_t{blockIdx.y} * slice;
+  const int filter_count = KH * KW * slice;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < filter_count; i += blockDim.x) {
+    const int cc = i % slice, t = i / slice;
+    const int64_t k = c_base + cc;
+    filters[i] = k < C ? to_float(weight[k * p.weight_st.n + t / KW * p.weight_st.sp[1] +
+                                         t % KW * p.weight_st.sp[2]])
+                       : 0.0f;
+  }
+  for (int cc = threadIdx.x; cc < slice; cc += blockDim.x) {
+    const int64_t k = c_base + cc;
+    filters[filter_count + cc] = bias != nullptr && k < C ? to_float(bias[k]) : 0.0f;
+  }
+  __syncthreads();
+  const int lane_pack = static_cast<int>(threadIdx.x % r.slice_packs);
+  const int local_strip = static_cast<int>(threadIdx.x / r.slice_packs);
+  const int64_t pack = int64_t{blockIdx.y} * r.slice_packs + lane_pack;
+  if (local_strip >= r.strips_per_block || pack >= packs) return;
+  const int64_t c0 = pack * V;
+  const int lc = lane_pack * V;  // the pack's first channel within the slice
+  for (int64_t group = blockIdx.x; group < r.groups; group += gridDim.x) {
+    const int64_t strip = group * r.strips_per_block + local_strip;
+    if (strip >= r.strips) break;
+    // Output rows fastest, so that a block's threads share input rows. 32-bit arithmetic:
+    // the launch checked that strips and row coordinates fit.
+    const uint32_t strip32 = static_cast<uint32_t>(strip);
+    const uint32_t out_rows = static_cast<uint32_t>(s.out[1]);
+    const uint32_t tiles = static_cast<uint32_t>(r.column_tiles);
+    const int oy = static_cast<int>(strip32 % out_rows);
+    const int64_t tile = strip32 / out_rows % tiles, n = strip32 / out_rows / tiles;
+    const int64_t ox0 = tile * kRowTile;
+    // Kernel rows [ylo, yhi) whose input rows exist.
+    const int dil = static_cast<int>(s.dilation[1]);
+    const int start = oy * static_cast<int>(s.stride[1]) - static_cast<int>(s.pad[1]);
+    const int last = static_cast<int>(s.in[1]) - 1 - start;  // the largest ty * dil allowed
+    const int ylo = start >= 0 ? 0 : (-start + dil - 1) / dil;
+    const int yhi = max(ylo, last < 0 ? 0 : min(KH, last / dil + 1));
+    const int64_t ix0 = ox0 * SX - s.pad[2];
+    float acc[kRowTile][V];
+#pragma unroll
+    for (int o = 0; o < kRowTile; ++o)
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[o][j] = filters[filter_count + lc + j];
+    const T* base = input + n * p.input_st.n + c0 +
+                    (oy * s.stride[1] - s.pad[1]) * p.input_st.sp[1];
+    const int64_t row_step = s.dilation[1] * p.input_st.sp[1];
+    for (int ty0 = ylo; ty0 < yhi; ty0 += kRows) {
+      Pack raw[kRows][kSpan];
+#pragma unroll
+      for (int rr = 0; rr < kRows; ++rr) {
+        const T* row = base + (ty0 + rr) * row_step;
+#pragma unroll
+        for (int j = 0; j < kSpan; ++j) {
+          const int64_t ix = ix0 + j;
+          raw[rr][j] = ty0 + rr < yhi && ix >= 0 && ix < s.in[2]
+                           ? *reinterpret_cast<const Pack*>(row + ix * p.input_st.sp[2])
+                           : rudnn::cuda::filled_pack<T, V>(0.0f);
+        }
+      }
+#pragma unroll
+      for (int rr = 0; rr < kRows; ++rr) {
+        if (ty0 + rr >= yhi) break;
+        const float* f = filters + (ty0 + rr) * KW * slice + lc;
+#pragma unroll
+        for (int tx = 0; tx < KW; ++tx) {
+          float w[V];
+#pragma unroll
+          for (int j = 0; j < V; ++j) w[j] = f[tx * slice + j];
+#pragma unroll
+          for (int o = 0; o < kRowTile; ++o)
+#pragma unroll
+            for (int j = 0; j < V; ++j)
+              acc[o][j] += rudnn::cuda::pack_element<T, V>(raw[rr][o * SX + tx], j) * w[j];
+        }
+      }
+    }
+#pragma unroll
+    for (int o = 0; o < kRowTile; ++o) {
+      const int64_t ox = ox0 + o;
+      if (ox >= s.out[2]) break;
+      if (residual != nullptr) {
+        float res[V];
+        rudnn::cuda::load_pack<T, V>(residual + at(p.residual_st, n, c0, 0, oy, ox), res);
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[o][j] += res[j];
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[o][j] = activate(p.activation, acc[o][j]);
+      rudnn::cuda::store_pack<T, V>(out + at(p.out_st, n, c0, 0, oy, ox), acc[o]);
+    }
+  }
+}
+
 // Whether a channels-last operand's pixels start on pack boundaries: channel stride 1 and
 // every other stride a multiple of the pack, from an aligned base.
 bool packed_rows(const Strides& st, const void* data, int v, size_t bytes) {
@@ -128,6 +263,68 @@ bool packed_rows(const Strides& st, const void* data, int v, size_t bytes) {
          reinterpret_cast<uintptr_t>(data) % bytes == 0;
 }
 
+
+// The rows kernel for this problem, when it applies (see the top); false otherwise.
+template <class T, int V>
+bool launch_rows(const Forward& p, Device device, cudaStream_t stream) {
+  const ConvShape& s = p.s;
+  if (s.dilation[2] != 1 || (s.stride[2] != 1 && s.stride[2] != 2)) return false;
+  const int64_t packs = s.out_channels / V, taps = s.kernel[1] * s.kernel[2];
+  // A slice of at most 32 packs whose filters fit 48 KiB of shared memory.
+  int64_t slice_packs = std::min<int64_t>(packs, 32);
+  while (slice_packs > 0 && (taps + 1) * slice_packs * V * int64_t{sizeof(float)} > 48 * 1024) {
+    slice_packs /= 2;
+  }
+  if (slice_packs == 0) return false;
+  RowsLaunch r;
+  r.slice_packs = static_cast<int>(slice_packs);
+  r.strips_per_block = kThreads / r.slice_packs;
+  r.column_tiles = (s.out[2] + kRowTile - 1) / kRowTile;
+  r.strips = s.batch * s.out[1] * r.column_tiles;
+  r.groups = (r.strips + r.strips_per_block - 1) / r.strips_per_block;
+  // The kernel's row arithmetic is 32-bit.
+  constexpr int64_t kLimit = int64_t{1} << 30;
+  if (r.strips >= kLimit || s.in[1] >= kLimit || s.out[1] * s.stride[1] >= kLimit ||
+      s.pad[1] >= kLimit || s.kernel[1] * s.dilation[1] >= kLimit) {
+    return false;
+  }
+  const int64_t slices = (packs + slice_packs - 1) / slice_packs;
+  if (slices >= 65536) return false;
+  // Enough blocks for a few waves; each walks several groups, so that its filters are
+  // staged once for many outputs.
+  const int64_t resident = int64_t{rudnn::cuda::device_info(device).multiprocessors} * 2;
+  const int64_t blocks =
+      std::min(r.groups, std::max<int64_t>(1, resident * 4 / slices));
+  const size_t shared = static_cast<size_t>((taps + 1) * slice_packs * V) * sizeof(float);
+  bool launched = false;
+  auto launch = [&](auto kernel) {
+    kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(slices)), kThreads, shared,
+             stream>>>(p, r, static_cast<const T*>(p.input), static_cast<const T*>(p.weight),
+                       static_cast<const T*>(p.bias), static_cast<const T*>(p.residual),
+                       static_cast<T*>(p.out));
+    launched = true;
+  };
+  const int64_t kw = s.kernel[2];
+  if (s.stride[2] == 1) {
+    switch (kw) {
+      case 1: launch(depthwise_rows_kernel<T, V, 1, 1>); break;
+      case 2: launch(depthwise_rows_kernel<T, V, 2, 1>); break;
+      case 3: launch(depthwise_rows_kernel<T, V, 3, 1>); break;
+      case 4: launch(depthwise_rows_kernel<T, V, 4, 1>); break;
+      case 5: launch(depthwise_rows_kernel<T, V, 5, 1>); break;
+      case 7: launch(depthwise_rows_kernel<T, V, 7, 1>); break;
+      default: break;
+    }
+  } else {
+    switch (kw) {
+      case 3: launch(depthwise_rows_kernel<T, V, 3, 2>); break;
+      case 5: launch(depthwise_rows_kernel<T, V, 5, 2>); break;
+      case 7: launch(depthwise_rows_kernel<T, V, 7, 2>); break;
+      default: break;
+    }
+  }
+  return launched;
+}
 }  // namespace
 
 void depthwise_forward(const Forward& p, const Stream& stream) {
@@ -143,9 +340,12 @@ void depthwise_forward(const Forward& p, const Stream& stream) {
     constexpr int V = 16 / sizeof(T);
     const int64_t C = p.s.out_channels, taps = p.s.kernel[1] * p.s.kernel[2];
     const size_t shared = static_cast<size_t>((taps + 1) * C) * sizeof(float);
-    if (p.s.group_out() == 1 && C % V == 0 && shared <= 48 * 1024 &&
-        packed_rows(p.input_st, p.input, V, 16) && packed_rows(p.out_st, p.out, V, 16) &&
-        (p.residual == nullptr || packed_rows(p.residual_st, p.residual, V, 16))) {
+    const bool packed = p.s.group_out() == 1 && C % V == 0 &&
+                        packed_rows(p.input_st, p.input, V, 16) &&
+                        packed_rows(p.out_st, p.out, V, 16) &&
+                        (p.residual == nullptr || packed_rows(p.residual_st, p.residual, V, 16));
+    if (packed && launch_rows<T, V>(p, ctx.device, ctx.stream)) return;
+    if (packed && shared <= 48 * 1024) {
       const int64_t total = p.s.batch * p.s.out_space() * (C / V);
       depthwise_packed_kernel<T, V><<<blocks_for(total), kThreads, shared, ctx.stream>>>(
           p, static_cast<const T*>(p.input), static_cast<const T*>(p.weight),

@@ -206,6 +206,56 @@ TEST(ConvGpu, DepthwiseMatchesReference) {
   }
 }
 
+// The rows kernel (channels-last, C a multiple of the pack, kernel widths 1-5 and 7 at
+// column stride 1, 3/5/7 at stride 2): output widths that are not a multiple of its tile,
+// channel slices (C > 32 packs, and a 7x7 whose filters split the slice for shared memory),
+// padding on every side, row stride and dilation, 1-D; next to it the shapes it declines
+// (column dilation, width 6, odd C) through the packed and scalar kernels.
+TEST(ConvGpu, DepthwiseRowsKernelMatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  ConvOptions<2> asym = opts<2>({1, 1}, {0, 2}, {1, 1}, 64);
+  asym.padding_end = {2, 0};
+  const std::vector<Case<2>> c2 = {
+      make<2>({2, 64, 17, 18}, {64, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 64)),
+      make<2>({1, 520, 9, 10}, {520, 1, 5, 5}, opts<2>({1, 1}, {2, 2}, {1, 1}, 520)),
+      make<2>({1, 264, 8, 9}, {264, 1, 7, 7}, opts<2>({1, 1}, {3, 3}, {1, 1}, 264)),
+      make<2>({2, 48, 15, 17}, {48, 1, 3, 3}, opts<2>({2, 2}, {1, 1}, {1, 1}, 48)),
+      make<2>({1, 32, 19, 23}, {32, 1, 5, 5}, opts<2>({1, 2}, {2, 2}, {2, 1}, 32)),
+      make<2>({1, 16, 9, 29}, {16, 1, 7, 7}, opts<2>({1, 2}, {3, 3}, {1, 1}, 16)),
+      make<2>({1, 24, 6, 7}, {24, 1, 2, 1}, opts<2>({1, 1}, {0, 0}, {1, 1}, 24)),
+      make<2>({1, 16, 7, 9}, {16, 1, 3, 2}, opts<2>({1, 1}, {1, 0}, {1, 1}, 16)),
+      make<2>({1, 64, 6, 11}, {64, 1, 3, 4}, asym),
+      make<2>({1, 16, 8, 8}, {16, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 2}, 16)),  // packed
+      make<2>({1, 16, 8, 12}, {16, 1, 3, 6}, opts<2>({1, 1}, {1, 2}, {1, 1}, 16)),  // packed
+      make<2>({1, 12, 8, 9}, {12, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 12)),  // 16-bit: scalar
+  };
+  const std::vector<Case<1>> c1 = {
+      make<1>({2, 64, 37}, {64, 1, 3}, opts<1>({1}, {1}, {1}, 64)),
+      make<1>({1, 48, 30}, {48, 1, 5}, opts<1>({2}, {2}, {1}, 48)),
+      make<1>({3, 16, 5}, {16, 1, 4}, opts<1>({1}, {3}, {1}, 16)),
+  };
+  for (DType dt : kDtypes) {
+    for (const auto& c : c2) {
+      for (Layout l : {Layout::ChannelsLastView, Layout::Nhwc}) check_case<2>(rng, dt, c, l);
+      check_case<2>(rng, dt, c, Layout::Nhwc, ConvStrategy::Auto, ConvActivation::Gelu, true);
+    }
+    for (const auto& c : c1) {
+      check_case<1>(rng, dt, c, Layout::Nhwc);
+      check_case<1>(rng, dt, c, Layout::Nhwc, ConvStrategy::Auto, ConvActivation::Relu, true);
+    }
+  }
+}
+
+// Enough output rows that a block of the rows kernel walks several groups of them (its grid
+// holds a few waves of blocks: 132 SMs x 2 x 4 of 8-row groups at C = 256 bf16).
+TEST(ConvGpu, DepthwiseRowsKernelWalksSeveralGroups) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const Case<2> c = make<2>({6, 256, 56, 56}, {256, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 256));
+  check_case<2>(rng, DType::bf16, c, Layout::Nhwc);
+}
+
 TEST(ConvGpu, StrategiesOnTheGpu) {
   RUDNN_REQUIRE_CUDA();
   const Tensor x = Tensor::zeros({1, 4, 8, 8}, DType::bf16, kGpu);
@@ -377,6 +427,47 @@ TEST(CausalConv1dGpu, Varlen) {
       check_causal(rng, dt, 1, 30, 40, W, true, W > 1, true, {0, 7, 7, 8, 30});
       check_causal(rng, dt, 1, 19, 5, W, false, false, false, {0, 19});
     }
+}
+
+// The packed kernels (W <= 8, C a multiple of the pack: forward 8 bf16/f16 or 4 f32 up to
+// W = 4, half that beyond; backward 2 or 1 elements): several runs per batch row with a
+// short last one, the state and the zero padding starting the window, C of several pack
+// slices and of one pack, and the scalar forward next to them for C that does not split
+// (36 in 16-bit types).
+TEST(CausalConv1dGpu, PackedKernelsMatchReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kDtypes)
+    for (int64_t W : {1, 2, 3, 4, 5, 6, 8})
+      for (int mode = 0; mode < 4; ++mode) {
+        const bool bias = mode & 1, state = (mode & 2) && W > 1, silu = mode != 0;
+        check_causal(rng, dt, 3, 100, 64, W, bias, state, silu);
+        check_causal(rng, dt, 1, 37, 288, W, bias, state, silu);
+        check_causal(rng, dt, 2, 16, 8, W, bias, state, silu);
+        check_causal(rng, dt, 2, 21, 36, W, bias, state, silu);
+      }
+}
+
+// Varlen sequences whose boundaries cut the packed kernels' runs (and runs inside one
+// sequence next to them), empty sequences, a one-position sequence, with and without state.
+TEST(CausalConv1dGpu, PackedVarlen) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : kDtypes)
+    for (int64_t W : {2, 4, 7}) {
+      check_causal(rng, dt, 1, 90, 64, W, true, true, true, {0, 5, 5, 40, 41, 90});
+      check_causal(rng, dt, 1, 90, 16, W, false, false, true, {0, 32, 48, 90});
+      check_causal(rng, dt, 1, 70, 8, W, true, false, false, {0, 3, 70});
+    }
+}
+
+// More rows than the backward's fixed grid holds: each thread walks several runs, and the
+// partial rows are summed in order (checked bit-identical run to run in check_causal).
+TEST(CausalConv1dGpu, PackedBackwardManyRows) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  check_causal(rng, DType::bf16, 1, 300000, 64, 4, true, true, true);
+  check_causal(rng, DType::f32, 2, 70000, 64, 3, true, false, false);
 }
 
 }  // namespace
