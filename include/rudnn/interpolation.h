@@ -41,8 +41,9 @@
 // nearest, linear and cubic modes, a scatter with FP32 atomic adds into the zeroed gradient
 // (one thread per output, as torch's CUDA kernels): faster when many outputs share an input
 // (large upsampling factors), but the order of the sums, so the last bits, may vary run to
-// run. For F16/BF16, for area, and on the CPU the gather always runs (16-bit atomic
-// accumulators would lose precision; area's windows are already gathers).
+// run. For F16/BF16, for area, for bilinear upsampling by exactly 2 without align_corners (a
+// dedicated gather kernel, faster than the scatter) and on the CPU the gather always runs
+// (16-bit atomic accumulators would lose precision; area's windows are already gathers).
 //
 // Divergences from torch: inputs must carry the batch axis (add a batch of 1 for unbatched
 // input); antialias is not implemented; torch's CPU nearest kernels return dst itself when

@@ -5,6 +5,8 @@
 // taps once (uniform across the warp: a warp covers one row). Consecutive threads write
 // consecutive outputs (16-byte stores for F32 when the row length allows), and the input
 // rows a row reads are neighbours of the previous row's, so they come from L1/L2.
+// Exact 2x upsampling of 2-D planes (bilinear forward and backward, nearest forward) and
+// area 1/2 forward: x2.cuh.
 // Forward (area): one thread per output summing its window.
 // Backward (default): one thread per input element gathering, in a fixed order, the outputs
 // whose taps reach it (found by binary search on the forward's own index arithmetic): each
@@ -24,6 +26,7 @@
 #include "cuda/types.cuh"
 #include "cuda/vec.cuh"
 #include "interpolation/cuda/launch.h"
+#include "interpolation/cuda/x2.cuh"
 #include "interpolation/taps.h"
 
 namespace rudnn::interpolation_detail::cuda {
@@ -259,6 +262,10 @@ void launch_forward_taps(const Forward& p, cudaStream_t stream, int multiprocess
 template <class T>
 void forward_typed(const Forward& p, cudaStream_t stream, int multiprocessors) {
   const InterpShape& s = p.s;
+  if (x2::try_forward<T>(p, stream)) {
+    detail::check_launch("interpolate forward (2x)");
+    return;
+  }
   switch (s.rule) {
     case kIdentity:
       launch_forward_taps<T, kIdentity, 3>(p, stream, multiprocessors);
@@ -305,6 +312,10 @@ void launch_scatter(const Backward& p, cudaStream_t stream) {
 template <class T>
 void backward_typed(const Backward& p, cudaStream_t stream) {
   const InterpShape& s = p.s;
+  if (x2::try_backward<T>(p, stream)) {
+    detail::check_launch("interpolate backward (2x)");
+    return;
+  }
   if constexpr (std::is_same_v<T, float>) {
     if (!p.deterministic && s.rule != kArea && s.rule != kIdentity) {
       switch (s.rule) {

@@ -22,4 +22,9 @@ void lp_backward(const LpBackward& p, const Stream& stream);
 bool strip_max_forward(const MaxForward& p, cudaStream_t stream);
 bool strip_avg_forward(const AvgForward& p, cudaStream_t stream);
 
+// The channels-last kernels of pool_nhwc.cu: fixed windows of any rank, 16 bytes of channels
+// per thread. Same contract: false (nothing launched) leaves the problem to the general kernel.
+bool nhwc_max_forward(const MaxForward& p, cudaStream_t stream);
+bool nhwc_avg_forward(const AvgForward& p, cudaStream_t stream);
+
 }  // namespace rudnn::pooling_detail::cuda

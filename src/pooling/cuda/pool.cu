@@ -3,8 +3,8 @@
 // channels, so every window tap is a coalesced read of C-contiguous data). Backward: one
 // thread per input element gathering the outputs whose windows cover it, so every gradient is
 // written once, in a fixed order, without atomics. All offsets are 64-bit. The common 2-D
-// NCHW bench shapes go to the strip kernels of pool_strip.cu first, global pooling to a
-// block-per-plane reduction.
+// NCHW bench shapes go to the strip kernels of pool_strip.cu first, channels-last max and
+// average to pool_nhwc.cu, global pooling to a block-per-plane reduction.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -322,7 +322,7 @@ void launch_backward(const PoolShape& s, const void* dout, const int64_t* indice
 void max_forward(const MaxForward& p, const Stream& stream) {
   {
     const rudnn::cuda::LaunchContext ctx(stream);
-    if (strip_max_forward(p, ctx.stream)) {
+    if (strip_max_forward(p, ctx.stream) || nhwc_max_forward(p, ctx.stream)) {
       detail::check_launch("max_pool forward");
       return;
     }
@@ -337,7 +337,7 @@ void max_forward(const MaxForward& p, const Stream& stream) {
 void avg_forward(const AvgForward& p, const Stream& stream) {
   {
     const rudnn::cuda::LaunchContext ctx(stream);
-    if (strip_avg_forward(p, ctx.stream)) {
+    if (strip_avg_forward(p, ctx.stream) || nhwc_avg_forward(p, ctx.stream)) {
       detail::check_launch("avg_pool forward");
       return;
     }

@@ -1,10 +1,12 @@
 // Strip kernels for the 2-D NCHW pooling windows that dominate networks (max 3x3 stride 2
 // padding 1, max and average 2x2 stride 2): memory-bound, so every input byte is read once
-// with 16-byte loads and every output byte written with vector stores. A thread owns eight
-// adjacent input columns (four outputs along W); a max thread walks down kRows output rows
-// and keeps the horizontal maxima of the row two windows share (3x3 stride 2) in registers,
-// so each input row is loaded once. The column left of the strip (3x3 only) comes from a
-// scalar load that the neighbouring strip's vector load has just brought into L1.
+// with 16-byte loads and every output byte written with vector stores. An average thread owns
+// eight adjacent input columns (four outputs along W). A max thread owns 16 bytes of input
+// columns (4 F32 or 8 F16/BF16: half as many outputs) over kRows output rows, loads every row
+// of those windows at once (the row two 3x3 stride-2 windows share once), and writes its
+// values and I64 indices with one store each per row, so a warp's stores are contiguous. The
+// column left of the strip (3x3 only) comes from a scalar load that the neighbouring strip's
+// vector load brings into L1.
 //
 // NaN and tie rules are torch's, as the general kernel: each reduction starts from its first
 // in-bounds tap and takes a later value when it is greater or NaN. Reducing rows first and
@@ -28,7 +30,7 @@ using rudnn::cuda::to_float;
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kRows = 4;  // output rows per max thread
+constexpr int kRows = 4;  // output rows per max thread (K = 3 reloads 1 row in 2 kRows + 1)
 
 // Eight elements at p (16-byte aligned) as floats.
 template <class T>
@@ -47,11 +49,12 @@ __device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
   }
 }
 
-// The four horizontal maxima of one input row: output column j of the strip takes columns
+// The kOut horizontal maxima of one input row: output column j of the strip takes columns
 // 2j - P .. 2j - P + K - 1 relative to the strip's first column (P = K / 2 for K = 3, else 0).
+template <int kOut>
 struct RowMax {
-  float v[4];
-  int col[4];  // relative to the strip's first column (-1: the column left of it)
+  float v[kOut];
+  int col[kOut];  // relative to the strip's first column (-1: the column left of it)
 };
 
 __device__ __forceinline__ void take(float v, int i, float& best, int& best_i) {
@@ -61,15 +64,14 @@ __device__ __forceinline__ void take(float v, int i, float& best, int& best_i) {
   }
 }
 
-template <int K, class T>
-__device__ __forceinline__ RowMax row_max(const T* row, bool has_left) {
-  float v[8];
-  load8(row, v);
-  RowMax r;
+// v: the strip's 2 kOut columns; left: the column before it (K = 3, when has_left).
+template <int K, int kOut>
+__device__ __forceinline__ RowMax<kOut> row_max(const float (&v)[2 * kOut], float left,
+                                                bool has_left) {
+  RowMax<kOut> r;
   if constexpr (K == 3) {
-    const float left = has_left ? to_float(row[-1]) : 0.0f;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < kOut; ++j) {
       if (j == 0) {
         r.v[0] = has_left ? left : v[0];
         r.col[0] = has_left ? -1 : 0;
@@ -83,36 +85,13 @@ __device__ __forceinline__ RowMax row_max(const T* row, bool has_left) {
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < kOut; ++j) {
       r.v[j] = v[2 * j];
       r.col[j] = 2 * j;
       take(v[2 * j + 1], 2 * j + 1, r.v[j], r.col[j]);
     }
   }
   return r;
-}
-
-// Folds a later row's maxima into the running result (rows in scan order).
-__device__ __forceinline__ void fold(const RowMax& r, int row, float (&best)[4], int (&col)[4],
-                                     int (&best_row)[4]) {
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    if (r.v[j] > best[j] || isnan(r.v[j])) {
-      best[j] = r.v[j];
-      col[j] = r.col[j];
-      best_row[j] = row;
-    }
-  }
-}
-
-__device__ __forceinline__ void start(const RowMax& r, int row, float (&best)[4], int (&col)[4],
-                                      int (&best_row)[4]) {
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    best[j] = r.v[j];
-    col[j] = r.col[j];
-    best_row[j] = row;
-  }
 }
 
 // id = (outer * middle + m) * inner + i, in 32-bit division when the grid allows (64-bit
@@ -133,60 +112,78 @@ __device__ __forceinline__ void split_id(int64_t id, int64_t threads, int inner,
   m = static_cast<int>(rest - outer * middle);
 }
 
-// Thread (plane, row group, strip): outputs rows [g * kRows, ...) x columns [4t, 4t + 4).
+// Thread (plane, row group g, strip t): output rows [g kRows, g kRows + kRows) x columns
+// [kOut t, kOut t + kOut), from the 2 kOut input columns (16 bytes) under them. Every input row
+// the thread needs is loaded before any is reduced, so its loads are in flight together; a warp's
+// loads and its value and index stores each cover one contiguous span (no store writes part of
+// a sector that another instruction completes).
 template <int K, class T>
 __global__ void __launch_bounds__(kThreads)
     max_strip_kernel(const T* __restrict__ input, T* __restrict__ out,
                      int64_t* __restrict__ indices, int64_t threads, int H, int W, int Ho,
                      int groups) {
+  constexpr int kIn = 16 / sizeof(T), kOut = kIn / 2;
+  constexpr int kSpan = K == 3 ? 2 * kRows + 1 : 2 * kRows;  // input rows of kRows windows
   const int64_t id = blockIdx.x * int64_t{kThreads} + threadIdx.x;
   if (id >= threads) return;
   int t, g;
   int64_t plane;
-  split_id(id, threads, W / 8, groups, t, g, plane);
+  split_id(id, threads, W / kIn, groups, t, g, plane);
   const int Wo = W / 2;
-  const T* in = input + plane * H * int64_t{W} + 8 * t;
-  const int64_t out_plane = plane * Ho * int64_t{Wo} + 4 * t;
+  const int c0 = kIn * t;
+  const T* in = input + plane * H * int64_t{W} + c0;
   const bool has_left = K == 3 && t > 0;
+  const int y_begin = g * kRows;
+  const int first_row = K == 3 ? 2 * y_begin - 1 : 2 * y_begin;
 
-  const int y_begin = g * kRows, y_end = min(y_begin + kRows, Ho);
-  RowMax carry;  // 3x3: row 2y - 1, shared with the previous output row
-  bool have_carry = false;
-  if constexpr (K == 3) {
-    if (2 * y_begin - 1 >= 0) {
-      carry = row_max<K>(in + (2 * y_begin - 1) * int64_t{W}, has_left);
-      have_carry = true;
+  RowMax<kOut> rows[kSpan];
+  {
+    float raw[kSpan][kIn], left[kSpan];
+#pragma unroll
+    for (int i = 0; i < kSpan; ++i) {
+      // Rows outside the plane are never reduced; clamping keeps their loads in bounds.
+      const T* row = in + min(max(first_row + i, 0), H - 1) * int64_t{W};
+      if constexpr (kIn == 8) {
+        load8(row, raw[i]);
+      } else {
+        load_pack<T, kIn>(row, raw[i]);
+      }
+      left[i] = has_left ? to_float(row[-1]) : 0.0f;
     }
+#pragma unroll
+    for (int i = 0; i < kSpan; ++i) rows[i] = row_max<K, kOut>(raw[i], left[i], has_left);
   }
-  for (int y = y_begin; y < y_end; ++y) {
-    const int r0 = 2 * y, r1 = 2 * y + 1;  // the window's rows besides the carried one
-    const bool has0 = r0 < H, has1 = r1 < H;
-    RowMax a, b;
-    if (has0) a = row_max<K>(in + r0 * int64_t{W}, has_left);
-    if (has1) b = row_max<K>(in + r1 * int64_t{W}, has_left);
-    float best[4];
-    int col[4], row[4];
-    if (have_carry) {
-      start(carry, r0 - 1, best, col, row);
-      if (has0) fold(a, r0, best, col, row);
-    } else {
-      start(a, r0, best, col, row);
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    const int y = y_begin + k;
+    if (y >= Ho) break;
+    float best[kOut];
+    int col[kOut], best_row[kOut];
+    bool started = false;
+    // The window's rows in scan order; the first in the plane starts the reduction.
+#pragma unroll
+    for (int kr = 0; kr < K; ++kr) {
+      const int i = 2 * k + kr, r = first_row + i;
+      if (r < 0 || r >= H) continue;
+#pragma unroll
+      for (int j = 0; j < kOut; ++j) {
+        if (!started || rows[i].v[j] > best[j] || isnan(rows[i].v[j])) {
+          best[j] = rows[i].v[j];
+          col[j] = rows[i].col[j];
+          best_row[j] = r;
+        }
+      }
+      started = true;
     }
-    if (has1) fold(b, r1, best, col, row);
-    if constexpr (K == 3) {
-      carry = b;
-      have_carry = has1;
+    const int64_t o = (plane * Ho + y) * int64_t{Wo} + kOut * t;
+    store_pack<T, kOut>(out + o, best);
+#pragma unroll
+    for (int j = 0; j < kOut; j += 2) {
+      longlong2 pair;
+      pair.x = best_row[j] * int64_t{W} + c0 + col[j];
+      pair.y = best_row[j + 1] * int64_t{W} + c0 + col[j + 1];
+      *reinterpret_cast<longlong2*>(indices + o + j) = pair;
     }
-    const int64_t o = out_plane + y * int64_t{Wo};
-    store_pack<T, 4>(out + o, best);
-    longlong2 i01, i23;
-    const int64_t c0 = 8 * t;
-    i01.x = row[0] * int64_t{W} + c0 + col[0];
-    i01.y = row[1] * int64_t{W} + c0 + col[1];
-    i23.x = row[2] * int64_t{W} + c0 + col[2];
-    i23.y = row[3] * int64_t{W} + c0 + col[3];
-    *reinterpret_cast<longlong2*>(indices + o) = i01;
-    *reinterpret_cast<longlong2*>(indices + o + 2) = i23;
   }
 }
 
@@ -236,11 +233,11 @@ bool strip_max_forward(const MaxForward& p, cudaStream_t stream) {
   const int H = static_cast<int>(s.in[1]), W = static_cast<int>(s.in[2]);
   const int Ho = static_cast<int>(s.out[1]);
   const int groups = (Ho + kRows - 1) / kRows;
-  const int64_t threads = s.planes * groups * (W / 8);
-  if ((threads + kThreads - 1) / kThreads > std::numeric_limits<int>::max()) return false;
   bool launched = false;
   rudnn::cuda::with_float_type(s.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    const int64_t threads = s.planes * groups * (W / (16 / static_cast<int>(sizeof(T))));
+    if ((threads + kThreads - 1) / kThreads > std::numeric_limits<int>::max()) return;
     const T* in = static_cast<const T*>(p.input);
     T* out = static_cast<T*>(p.out);
     if (K == 3) {

@@ -183,12 +183,79 @@ TEST(InterpolationGpu, NonContiguousInputAndEmptyBatch) {
   EXPECT_EQ(interpolate(empty, o).shape(), (Shape{0, 3, 6, 8}));
 }
 
+// The exact 2x kernels (bilinear without align_corners, nearest, nearest-exact on 2-D planes;
+// area by 1/2). Upsampling: several row groups and a partial last one, H = 1, W of one and of several column strips,
+// W not a whole number of strips for F16/BF16 (general kernel), scale or size, and the 2x
+// problems they leave to the general kernel (align_corners, 2x on one axis only, a
+// misaligned input). check() runs the backward too (the 2x gather for bilinear).
+TEST(InterpolationGpu, TwoXUpsamplingMatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const Shape shapes[] = {{2, 3, 16, 16}, {1, 2, 9, 12}, {1, 2, 1, 8},  {2, 3, 17, 6},
+                          {1, 2, 5, 2},   {1, 3, 20, 4}, {3, 1, 8, 40}, {1, 1, 2, 10}};
+  for (DType dt : kDtypes) {
+    for (const Shape& in : shapes) {
+      for (Mode m : {Mode::bilinear, Mode::nearest, Mode::nearest_exact}) {
+        check(rng, dt, in, by_scale(m, {2.0}));
+        check(rng, dt, in, by_size(m, {2 * in[2], 2 * in[3]}));
+      }
+      check(rng, dt, in, by_scale(Mode::bilinear, {2.0}, true));
+      check(rng, dt, in, by_scale(Mode::bilinear, {2.0}, false, true));
+      check(rng, dt, in, by_scale(Mode::bilinear, {3.0, 2.0}));
+      check(rng, dt, in, by_scale(Mode::nearest, {2.0, 1.0}));
+    }
+  }
+  // Area by exactly 1/2 (2 x 2 windows): 16 bytes of columns per thread, W not a whole number
+  // of them for F16/BF16 ({1, 2, 4, 12}), and odd H (general kernel).
+  for (DType dt : kDtypes) {
+    for (const Shape& in : {Shape{2, 3, 16, 16}, Shape{1, 2, 6, 8}, Shape{1, 2, 4, 12},
+                            Shape{3, 1, 10, 40}, Shape{1, 2, 2, 16}}) {
+      check(rng, dt, in, by_scale(Mode::area, {0.5}));
+      check(rng, dt, in, by_size(Mode::area, {in[2] / 2, in[3] / 2}));
+    }
+    check(rng, dt, {1, 2, 7, 8}, by_size(Mode::area, {3, 4}));
+  }
+  // Large magnitudes (near each dtype's range) keep their relative accuracy.
+  for (DType dt : kDtypes) {
+    SCOPED_TRACE(::testing::Message() << "large values " << dtype_name(dt));
+    const Shape in{2, 3, 12, 16};
+    const Tensor x = random_tensor(rng, in, dt, 0.0f, dt == DType::f16 ? 1e4f : 1e30f);
+    const Tensor d_x = x.to(kGpu);
+    const InterpolateOptions o = by_scale(Mode::bilinear, {2.0});
+    EXPECT_TRUE(all_close(interpolate(d_x, o).to_host(), interpolate(x, o)));
+  }
+  // A contiguous input at an address not 8-byte aligned: the general kernel.
+  for (DType dt : kDtypes) {
+    SCOPED_TRACE(::testing::Message() << "misaligned input " << dtype_name(dt));
+    const Shape in{2, 3, 8, 16};
+    const Tensor x = random_tensor(rng, in, dt);
+    const Tensor buffer = Tensor::zeros({2 * 3 * 8 * 16 + 1}, dt, kGpu);
+    const Tensor d_x = buffer.as_strided(in, {3 * 8 * 16, 8 * 16, 16, 1}, 1);
+    d_x.copy_from(x);
+    ASSERT_TRUE(d_x.is_contiguous());
+    for (Mode m : {Mode::bilinear, Mode::nearest}) {
+      const InterpolateOptions o = by_scale(m, {2.0});
+      EXPECT_TRUE(all_close(interpolate(d_x, o).to_host(), interpolate(x, o)));
+    }
+    // The backward's dout misaligned the same way.
+    const Shape out{2, 3, 16, 32};
+    const Tensor dout = random_tensor(rng, out, dt);
+    const Tensor dout_buffer = Tensor::zeros({2 * 3 * 16 * 32 + 1}, dt, kGpu);
+    const Tensor d_dout = dout_buffer.as_strided(out, {3 * 16 * 32, 16 * 32, 32, 1}, 1);
+    d_dout.copy_from(dout);
+    const InterpolateOptions o = by_scale(Mode::bilinear, {2.0});
+    EXPECT_TRUE(all_close(interpolate_backward(d_dout, in, o).to_host(),
+                          interpolate_backward(dout, in, o)));
+  }
+}
+
 TEST(InterpolationGpu, BenchShape) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
   check(rng, DType::f32, {2, 8, 128, 128}, by_scale(Mode::bilinear, {2.0}));
   check(rng, DType::bf16, {2, 8, 128, 128}, by_scale(Mode::bilinear, {2.0}));
   check(rng, DType::f32, {2, 8, 128, 128}, by_scale(Mode::nearest, {2.0}));
+  check(rng, DType::f16, {2, 8, 128, 128}, by_scale(Mode::bilinear, {2.0}));
   check(rng, DType::f32, {1, 8, 64, 64}, by_scale(Mode::bicubic, {2.0}));
 }
 

@@ -147,6 +147,9 @@ TEST(PoolingGpu, BenchShapes) {
   RUDNN_SEEDED_RNG(rng);
   check_max(rng, DType::f32, {2, 8, 128, 128}, opts({3, 3}, {2, 2}, {1, 1}));
   check_avg(rng, DType::f32, {2, 8, 128, 128}, opts({2, 2}));
+  check_max(rng, DType::f32, {2, 64, 64, 64}, opts({3, 3}, {2, 2}, {1, 1}), true);
+  check_avg(rng, DType::f32, {2, 64, 64, 64}, opts({2, 2}), true);
+  check_max(rng, DType::bf16, {2, 8, 128, 128}, opts({3, 3}, {2, 2}, {1, 1}));
 }
 
 void check_adaptive(Rng& rng, DType dt, const Shape& shape, const std::vector<int64_t>& size,
@@ -249,6 +252,74 @@ TEST(PoolingGpu, ChannelsLastMatchesReference) {
     check_avg(rng, dt, {2, 3, 14, 11}, o, true);
     check_avg(rng, dt, {2, 64, 16, 16}, opts({2, 2}), true);
     check_avg(rng, dt, {1, 2, 5, 7, 5}, opts({2, 3, 2}, {1, 2, 2}, {1, 1, 0}), true);
+  }
+}
+
+// The channels-last pack kernel (16 bytes of channels per thread: C a multiple of 4 for F32,
+// of 8 for F16/BF16) over 1-D, 2-D and 3-D windows with padding, stride, dilation, ceil_mode,
+// count_include_pad and divisor_override; C = 12 (a whole number of packs for F32 only) and
+// a misaligned input (the general kernel).
+TEST(PoolingGpu, ChannelsLastPackKernelMatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    for (int64_t C : {8, 16, 12, 64}) {
+      check_max(rng, dt, {2, C, 13, 15}, opts({3, 3}, {2, 2}, {1, 1}), true);
+      check_max(rng, dt, {2, C, 13, 15}, opts({3, 3}, {2, 2}, {1, 1}, {}, true), true);
+      check_max(rng, dt, {1, C, 12, 9}, opts({2, 3}, {1, 2}, {1, 0}, {2, 1}, true), true);
+      check_max(rng, dt, {2, C, 10, 16}, opts({2, 2}), true);
+      check_max(rng, dt, {2, C, 17}, opts({3}, {2}, {1}), true);
+      check_max(rng, dt, {1, C, 5, 7, 6}, opts({2, 3, 2}, {2, 1, 2}, {1, 1, 0}, {1, 2, 1}), true);
+      for (bool include_pad : {true, false}) {
+        for (int64_t divisor : {0, 3}) {
+          PoolOptions o = opts({3, 3}, {2, 2}, {1, 1}, {}, true);
+          o.count_include_pad = include_pad;
+          o.divisor_override = divisor;
+          check_avg(rng, dt, {2, C, 14, 11}, o, true);
+        }
+      }
+      check_avg(rng, dt, {2, C, 16, 10}, opts({2, 2}), true);
+      check_avg(rng, dt, {2, C, 23}, opts({4}, {3}, {2}), true);
+      check_avg(rng, dt, {1, C, 5, 7, 5}, opts({2, 3, 2}, {1, 2, 2}, {1, 1, 0}, {}, true), true);
+    }
+  }
+  // Channels-last storage one element past a 16-byte boundary.
+  const Shape shape{2, 8, 10, 12};
+  const Tensor x = random_tensor(rng, shape, DType::f32);
+  const Tensor buffer = Tensor::zeros({2 * 8 * 10 * 12 + 1}, DType::f32, kGpu);
+  const Tensor d_x = buffer.as_strided(shape, {10 * 12 * 8, 1, 12 * 8, 8}, 1);
+  d_x.copy_from(x);
+  const PoolOptions mo = opts({3, 3}, {2, 2}, {1, 1});
+  const MaxPoolResult expected = max_pool(x, mo);
+  const MaxPoolResult got = max_pool(d_x, mo);
+  EXPECT_TRUE(bit_equal(got.out.to_host(), expected.out));
+  EXPECT_TRUE(bit_equal(got.indices.to_host(), expected.indices));
+  EXPECT_TRUE(all_close(avg_pool(d_x, opts({2, 2})).to_host(), avg_pool(x, opts({2, 2}))));
+}
+
+// Ties and NaNs in channels-last: each channel of the pack keeps torch's index.
+TEST(PoolingGpu, ChannelsLastTiesAndNansMatchReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const Shape shape{2, 16, 11, 14};
+  std::vector<double> v(2 * 16 * 11 * 14);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double& e : v) {
+    const int64_t r = rng.integer(0, 9);
+    e = r == 0 ? nan : r == 1 ? -inf : static_cast<double>(r % 3);
+  }
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor x = host_tensor(v, shape, dt);
+    for (const PoolOptions& o : {opts({3, 3}, {2, 2}, {1, 1}), opts({2, 2}),
+                                 opts({3, 3}, {1, 1}, {1, 1}, {2, 2})}) {
+      SCOPED_TRACE(options_str(o));
+      const MaxPoolResult expected = max_pool(x, o);
+      const MaxPoolResult got = max_pool(channels_last(x.to(kGpu)), o);
+      EXPECT_TRUE(bit_equal(got.indices.to_host(), expected.indices));
+      EXPECT_TRUE(all_close(got.out.to_host(), expected.out));
+    }
   }
 }
 
