@@ -330,6 +330,9 @@ void run_variants(Bench& b) {
       {"tile", {"logsumexp"}, [](KernelTuning& t) { t.logsumexp_warp_rows = false; }},
       {"two-pass loop", grads, [](KernelTuning& t) { t.cluster_cross_entropy = false; }},
       {"cluster of 512-thread blocks", grads, [](KernelTuning& t) { t.cluster_threads = 512; }},
+      {"register tile",
+       {"layer_norm_backward (gamma+beta)", "layer_norm_backward (gamma+beta, saved stats)"},
+       [](KernelTuning& t) { t.streamed_layer_norm_backward = false; }},
   };
   for (const Variant& v : variants) {
     kernel_tuning() = defaults;

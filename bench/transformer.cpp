@@ -5,9 +5,10 @@
 // - rope of Llama-sized q [8, 32, 4096, 128] and k [8, 8, 4096, 128], bf16, in one run (the
 //   anchor of ANCHORS.md, Liger's rope of q and k: 2 · (|q| + |k|) bytes): positions from an
 //   offset, position ids [B, T], interleaved pairs, and rope_backward.
-// - norm_rope: q's per-head RMSNorm and rotation into a new tensor, and k's into a KV cache
-//   [8, 8, 8192, 128] at positions 4096 .. 8191 (Qwen 3's q_norm / k_norm), counted as x read
-//   and its rotation written once: what the fused kernel moves (rudnn/transformer.h).
+// - norm_rope: q's per-head RMSNorm and rotation into a new tensor (halves pairs, and
+//   interleaved pairs), and k's into a KV cache [8, 8, 8192, 128] at positions 4096 .. 8191
+//   (Qwen 3's q_norm / k_norm), counted as x read and its rotation written once: what the
+//   fused kernel moves (rudnn/transformer.h).
 // - SwiGLU forward (two tensors, and the halves of one [R, 2I] projection) and backward, and
 //   GeGLU forward, at the silu(a)·b anchor [16384, 8192] bf16 (3 tensors moved forward, 5
 //   backward).
@@ -180,6 +181,13 @@ void bench_norm_rope(Bench& b) {
         norm_rope_into(yq[s], q[s], RopeNorm{q_norm, eps}, rot, b.stream);
       },
       [&] { return check_rope_ends(yq[0], q[0], reference(q_norm_h, rot)); }, tol_for(bf));
+  const RopeOptions rot_trad = RopeOptions{rot}.set_traditional(true);
+  b.run(
+      "norm_rope q (interleaved, new tensor)", {B, H, T, D}, bf, 2 * Q, sets,
+      [&](int s) {
+        norm_rope_into(yq[s], q[s], RopeNorm{q_norm, eps}, rot_trad, b.stream);
+      },
+      [&] { return check_rope_ends(yq[0], q[0], reference(q_norm_h, rot_trad)); }, tol_for(bf));
   b.run(
       "norm_rope k -> cache", {B, HK, T, D}, bf, 2 * K, sets,
       [&](int s) {

@@ -141,7 +141,7 @@ void rope_backward_into(const Tensor& dx_out, const Tensor& dy, const RopeOption
 // The result equals rms_norm, rope and the cache update composed, bit for bit on every
 // device. On the GPU one kernel does it in one pass (x read once, the destination written
 // once, no scratch) when D is a multiple of the 16-byte vector (8 F16/BF16, 4 F32 elements)
-// with D <= 1024 (F16/BF16) or D <= 512 (F32), halves pairs (traditional = false) with
+// with D <= 1024 (F16/BF16) or D <= 512 (F32), interleaved pairs or halves pairs with
 // dims / 2 also a multiple of it, and x (as read: in place, or its dense copy
 // for layouts whose middle axes do not collapse), the destination and the weight have
 // 16-byte-aligned data and strides that are multiples of that vector; the weight may be F32

@@ -225,17 +225,15 @@ void check_rope_rotation(const OpCall& call, const RopeOptions& o) {
 #if RUDNN_WITH_CUDA
 // The fused kernel (problem.h NormRope) where its bits are the composition's: a CUDA device,
 // D a multiple of the 16-byte vector W with at most 128 vectors (rms_norm's warp tiles),
-// halves pairs a multiple of W apart, every pointer and stride of x (as read), dest and the
-// weight aligned to W elements. Returns whether it ran; when not, nothing was launched.
+// halves pairs a multiple of W apart (interleaved pairs always lie in one vector), every
+// pointer and stride of x (as read), dest and the weight aligned to W elements. Returns
+// whether it ran; when not, nothing was launched.
 bool norm_rope_fused(OpCall& call, const Tensor& dest, const char* dest_name, const Tensor& x,
                      const RopeNorm& norm, const RopeOptions& o) {
-  if (!call.device.is_cuda()) return false;
+  if (!call.device.is_cuda() || !transformer::cuda::norm_rope_available(call.device)) return false;
   const int64_t w = 16 / static_cast<int64_t>(x.itemsize()), d = x.shape().back();
   if (d % w != 0 || d / w > 128) return false;
-  // Interleaved pairs differ from the composition in the last bit on the H200 (round 37:
-  // f32 and f16, several D and dims); until that is found they run the composition.
-  if (o.traditional) return false;
-  if ((o.dims / 2) % w != 0) return false;  // halves whole vectors apart
+  if (!o.traditional && (o.dims / 2) % w != 0) return false;  // halves whole vectors apart
   transformer::NormRope q;
   q.rope.dtype = x.dtype();
   rope_options(call, x, o, q.rope);

@@ -14,12 +14,26 @@
 // LayerNorm's saved statistics (p.mean, p.rstd), when given, replace the row's Welford
 // reduction in the tile kernel and the statistics pass of the loop kernel.
 //
+// Streamed LayerNorm (rows of 129 .. 1024 16-byte vectors, the default where it applies:
+// tuning.h streamed_layer_norm_backward): the tile kernel's rows are loaded, waited for,
+// reduced behind block barriers and written before the next load starts; with two 256-thread
+// blocks an SM (116 registers, 64 KB of column sums each) most of the time no load is in
+// flight (51-55 % of the copy bandwidth, RESULTS.md rounds 24 and 37). In the streamed kernel
+// each thread owns one vector of the row and copies its own x and dy vectors of the block's
+// next rows into a ring of shared-memory slots with cp.async, so kStreamStages - 1 rows are in
+// flight while the block works on one, however long its reductions take. A thread reads back
+// only what it copied, so the ring needs no barrier (cp.async.wait_group orders a thread's own
+// copies). Its W columns' dgamma/dbeta sums stay in registers; each block writes one partial
+// row at the end, summed by reduce_partials as the tile kernel's.
+//
 // Both orders are fixed by the grid, so the gradients are deterministic run to run on one
 // device.
 #include <type_traits>
 
+#include "cuda/tensor_core/mma_sync.cuh"
 #include "normalization/cuda/launch.h"
 #include "normalization/cuda/row_tile.cuh"
+#include "normalization/cuda/tuning.h"
 #include "rudnn/tensor.h"
 
 namespace rudnn::norm::cuda {
@@ -219,6 +233,130 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
   }
 }
 
+// ---- Streamed LayerNorm backward (see the top of the file) ------------------------------------
+
+constexpr int kStreamStages = 4;  // ring slots: three rows of a block in flight while one is used
+
+// Dynamic shared memory of a block: kStreamStages slots of x's and dy's vectors, 16 bytes each.
+template <int kThreads>
+constexpr size_t kStreamShared = size_t{kStreamStages} * 2 * kThreads * 16;
+
+// kThreads threads a row, thread t owning vector t (W columns); 1024 threads' worth of
+// blocks an SM (64 registers a thread).
+template <class T, int kThreads, bool kSaved>
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
+    layer_norm_backward_stream(NormBackward p, float* __restrict__ dgamma_part,
+                               float* __restrict__ dbeta_part) {
+  namespace tc = rudnn::cuda::tc;
+  constexpr int W = 16 / sizeof(T);
+  using Packed = rudnn::cuda::Pack<T, W>;
+  extern __shared__ uint4 ring[];  // [kStreamStages][2][kThreads]: slot, x (0) or dy (1), thread
+  __shared__ float2 scratch2[32];
+  __shared__ WelfordState welford_scratch[32];
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int cols = static_cast<int>(p.cols);
+  const int col = tid * W;
+  const bool active = col < cols;
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+  const int64_t step = gridDim.x;
+  const T* const xs = static_cast<const T*>(p.x.data);
+  const T* const dys = static_cast<const T*>(p.dy.data);
+
+  // Copies this thread's vectors of `row` into `slot` (none past the last row or the row's
+  // end) and closes the group: one group per row, empty or not, so that every thread counts
+  // the same groups in flight.
+  auto fetch = [&](int64_t row, int slot) {
+    if (active && row < p.rows) {
+      tc::cp_async_16(&ring[(slot * 2) * kThreads + tid], xs + row * p.x.stride + col, 16);
+      tc::cp_async_16(&ring[(slot * 2 + 1) * kThreads + tid], dys + row * p.dy.stride + col, 16);
+    }
+    tc::cp_async_commit();
+  };
+
+  int64_t row = blockIdx.x;
+#pragma unroll
+  for (int s = 0; s < kStreamStages - 1; ++s) fetch(row + s * step, s);
+
+  // The saved statistics of the block's next row, loaded one row ahead.
+  float next_mean = 0.0f, next_rstd = 0.0f;
+  if constexpr (kSaved) {
+    if (row < p.rows) {
+      next_mean = static_cast<const float*>(p.mean)[row];
+      next_rstd = static_cast<const float*>(p.rstd)[row];
+    }
+  }
+
+  float dgamma[W], dbeta[W];
+#pragma unroll
+  for (int j = 0; j < W; ++j) dgamma[j] = dbeta[j] = 0.0f;
+
+  // The loop bound is the same for every thread of the block (the reductions' barriers).
+  for (int slot = 0; row < p.rows; row += step, slot = slot + 1 == kStreamStages ? 0 : slot + 1) {
+    tc::cp_async_wait<kStreamStages - 2>();  // this row's group has landed
+    float x[W], dy[W];
+    {
+      const Packed xp = __builtin_bit_cast(Packed, ring[(slot * 2) * kThreads + tid]);
+      const Packed dp = __builtin_bit_cast(Packed, ring[(slot * 2 + 1) * kThreads + tid]);
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        x[j] = active ? rudnn::cuda::pack_element(xp, j) : 0.0f;
+        dy[j] = active ? rudnn::cuda::pack_element(dp, j) : 0.0f;
+      }
+    }
+    // The slot read in the previous iteration is free: the row kStreamStages - 1 ahead.
+    fetch(row + (kStreamStages - 1) * step, slot == 0 ? kStreamStages - 1 : slot - 1);
+
+    float mean, rstd;
+    if constexpr (kSaved) {
+      mean = next_mean;
+      rstd = next_rstd;
+      if (row + step < p.rows) {
+        next_mean = static_cast<const float*>(p.mean)[row + step];
+        next_rstd = static_cast<const float*>(p.rstd)[row + step];
+      }
+    } else {
+      const WelfordState w =
+          group_reduce<kThreads>(rudnn::cuda::local_welford(x, active ? W : 0),
+                                 rudnn::cuda::WelfordMerge{}, welford_scratch);
+      mean = w.mean;
+      rstd = rsqrtf(w.m2 * inv_cols + p.eps);
+    }
+
+    // x becomes xhat, dy becomes gamma * dy; the parameter sums take dy * xhat and dy first.
+    float g[W];
+    if (active) {
+      load_param_or<T, W>(p.gamma, col, 1.0f, g);
+    } else {
+#pragma unroll
+      for (int j = 0; j < W; ++j) g[j] = 0.0f;
+    }
+    float2 sums = make_float2(0.0f, 0.0f);  // (sum g*dy, sum g*dy*xhat)
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      x[j] = (x[j] - mean) * rstd;
+      dgamma[j] += dy[j] * x[j];
+      dbeta[j] += dy[j];
+      dy[j] *= g[j];
+      sums.x += dy[j];
+      sums.y += dy[j] * x[j];
+    }
+    sums = group_reduce<kThreads>(sums, rudnn::cuda::PairSumOp{}, scratch2);
+    const float mean_gdy = sums.x * inv_cols, mean_gdy_xhat = sums.y * inv_cols;
+    if (active) {
+#pragma unroll
+      for (int j = 0; j < W; ++j) dy[j] = rstd * (dy[j] - mean_gdy - x[j] * mean_gdy_xhat);
+      rudnn::cuda::store_pack<T, W>(static_cast<T*>(p.dx.data) + row * p.dx.stride + col, dy);
+    }
+  }
+  tc::cp_async_wait<0>();  // the groups past the last row are empty
+
+  if (!active) return;
+  const int64_t part = static_cast<int64_t>(blockIdx.x) * cols + col;
+  if (dgamma_part) rudnn::cuda::store_pack<float, W>(dgamma_part + part, dgamma);
+  if (dbeta_part) rudnn::cuda::store_pack<float, W>(dbeta_part + part, dbeta);
+}
+
 // row_mean / row_rstd: where to record each row's statistics for the column kernel (null:
 // not needed, or LayerNorm's saved statistics, which are read from p instead).
 template <class T, int W, NormKind kKind>
@@ -413,6 +551,66 @@ void launch_tile(const NormBackward& p, const LaunchContext& ctx) {
   part.reduce<T>(p, ctx.stream);
 }
 
+// The streamed kernel on a persistent grid of resident blocks, then the reduction of its
+// per-block partials.
+template <class T, int kThreads, bool kSaved>
+void launch_stream(const NormBackward& p, const LaunchContext& ctx) {
+  const auto kernel = layer_norm_backward_stream<T, kThreads, kSaved>;
+  constexpr size_t shared = kStreamShared<kThreads>;
+  static PerDevice<int> shared_allowed, occupancy;
+  if constexpr (shared > 48 * 1024) {  // above the default limit: opt in, once per device
+    shared_allowed.get(ctx.device, [&] {
+      detail::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(shared)),
+                         "cudaFuncSetAttribute");
+      return 1;
+    });
+  }
+  int64_t blocks = resident_blocks(kernel, kThreads, ctx.device, occupancy, shared);
+  // At most two blocks an SM (two partial rows: normalization.h's bound on the scratch); the
+  // ring, not the count of resident threads, keeps the loads in flight.
+  const int64_t most = 2 * static_cast<int64_t>(device_info(ctx.device).multiprocessors);
+  if (blocks > most) blocks = most;
+  if (blocks > p.rows) blocks = p.rows;
+  const Partials part(p, blocks, ctx.rudnn_stream);
+  if (blocks > 0) {
+    kernel<<<static_cast<unsigned>(blocks), kThreads, shared, ctx.stream>>>(p, part.dgamma,
+                                                                           part.dbeta);
+    check_launch("layer_norm_backward_stream");
+  }
+  part.reduce<T>(p, ctx.stream);
+}
+
+// Runs the streamed LayerNorm backward when it applies (the tuning allows it; rows of 129 ..
+// 1024 aligned 16-byte vectors; cp.async in the device code: sm_80 and up, checked as
+// Hopper's, the only architecture built for it) and returns whether it did.
+template <class T>
+bool try_stream(const NormBackward& p, const Alignment& a, const LaunchContext& ctx) {
+  constexpr int W = 16 / sizeof(T);
+  if (!kernel_tuning().streamed_layer_norm_backward || !a.ok || p.cols % W != 0) return false;
+  const int64_t vectors = p.cols / W;
+  if (vectors <= 128 || vectors > 1024) return false;
+  static PerDevice<signed char> hopper;
+  if (!built_for_hopper(layer_norm_backward_stream<T, 1024, false>, ctx.device, hopper))
+    return false;
+  auto go = [&](auto threads) {
+    constexpr int kThreads = decltype(threads)::value;
+    if (p.mean != nullptr) {
+      launch_stream<T, kThreads, true>(p, ctx);
+    } else {
+      launch_stream<T, kThreads, false>(p, ctx);
+    }
+  };
+  if (vectors <= 256) {
+    go(std::integral_constant<int, 256>{});
+  } else if (vectors <= 512) {
+    go(std::integral_constant<int, 512>{});
+  } else {
+    go(std::integral_constant<int, 1024>{});
+  }
+  return true;
+}
+
 template <class T, NormKind kKind>
 void launch(const NormBackward& p, const LaunchContext& ctx) {
   const bool want_params = p.dgamma.data != nullptr || p.dbeta.data != nullptr;
@@ -421,6 +619,9 @@ void launch(const NormBackward& p, const LaunchContext& ctx) {
   require_rows_aligned(a, p.dy.data, p.dy.stride, sizeof(T));
   require_rows_aligned(a, p.dx.data, p.dx.stride, sizeof(T));
   a.pointer(p.gamma.data);
+  if constexpr (kKind == NormKind::layer) {
+    if (try_stream<T>(p, a, ctx)) return;
+  }
   // Up to 512 threads: x and dy stay in registers (the sums are in shared memory), at most
   // 128 registers a thread; a 1024-thread tile would need 64, and LayerNorm's two sums
   // 256 KB of shared memory.

@@ -22,6 +22,10 @@ struct KernelTuning {
   bool cluster_cross_entropy = true;
   int cluster_size = 0;
   int cluster_threads = 0;
+  // LayerNorm backward of rows of 129 .. 1024 aligned 16-byte vectors: the streamed kernel
+  // (each thread's x and dy vectors of the next rows copied ahead into shared memory with
+  // cp.async, norm_backward.cu), or the register tile (false).
+  bool streamed_layer_norm_backward = true;
   // Print each warp-row or cluster launch's shape to stderr (the benchmark's --variants sets
   // it).
   bool trace = false;

@@ -52,21 +52,26 @@ __device__ __forceinline__ double rope_frequency(const Rope& p, int64_t j, doubl
 }
 
 // sin and cos of pos · w: the angle reduced to [-π, π] in float64, then the SFU's FP32
-// approximations (abs error <= 2^-21.4 there).
+// approximations (abs error <= 2^-21.4 there). The roundings are spelled out (explicit
+// multiply and FMA) so that every kernel that inlines this computes the same bits: left to
+// the compiler, a multiply-add may be contracted in one kernel and not in another.
 __device__ __forceinline__ void rope_sincos(double pos, double w, float& s, float& c) {
   constexpr double kTwoPi = 6.283185307179586476925;
   constexpr double kInvTwoPi = 0.159154943091895335769;
-  double angle = pos * w;
-  angle -= rint(angle * kInvTwoPi) * kTwoPi;
-  __sincosf(static_cast<float>(angle), &s, &c);
+  const double angle = __dmul_rn(pos, w);
+  const double reduced = __fma_rn(-rint(__dmul_rn(angle, kInvTwoPi)), kTwoPi, angle);
+  __sincosf(static_cast<float>(reduced), &s, &c);
 }
 
-// The pair (a, e) rotated by the angle of cosine c and sine s.
+// The pair (a, e) rotated by the angle of cosine c and sine s. Explicit roundings for the
+// same reason: a * c - e * s can be contracted as fma(a, c, -(e * s)) or fma(-e, s, a * c),
+// which is the likely cause of the last-bit differences between rope's kernel and the fused
+// norm_rope that round 37 found for interleaved pairs (RESULTS.md).
 struct RotatedPair {
   float a, e;
 };
 __device__ __forceinline__ RotatedPair rope_rotate(float a, float e, float c, float s) {
-  return {a * c - e * s, a * s + e * c};
+  return {__fmaf_rn(a, c, -__fmul_rn(e, s)), __fmaf_rn(a, s, __fmul_rn(e, c))};
 }
 
 // P pairs per unit: halves (kTrad false) read P elements at j and P at j + dims/2;

@@ -498,6 +498,55 @@ TEST(NormGpu, BackwardIsDeterministic) {
   }
 }
 
+// LayerNorm backward on rows of 129 .. 1024 16-byte vectors: the streamed kernel (the
+// default there) and the register tile (tuning.h streamed_layer_norm_backward = false), from
+// recomputed and from saved statistics, at the boundaries of the streamed kernel's block
+// sizes (256, 512, 1024 threads) and on enough rows (~8M elements) that each block's ring of
+// four row slots wraps over.
+TEST(NormGpu, LayerNormBackwardStreamedAndTiled) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  using norm::cuda::kernel_tuning;
+  struct Restore {
+    bool saved = kernel_tuning().streamed_layer_norm_backward;
+    ~Restore() { kernel_tuning().streamed_layer_norm_backward = saved; }
+  } restore;
+  for (bool streamed : {true, false}) {
+    kernel_tuning().streamed_layer_norm_backward = streamed;
+    for (DType dt : kFloatTypes) {
+      const int64_t width = dt == DType::f32 ? 4 : 8;
+      for (int64_t vectors : {129, 256, 257, 512, 513, 1000, 1024}) {
+        const int64_t h = vectors * width;
+        const int64_t most = (int64_t{1} << 23) / h;
+        const int64_t rows = streamed ? rng.integer(most * 3 / 4, most) : rows_for(rng, h);
+        const Shape shape{rows, h};
+        const Tensor dy = random_tensor(rng, shape, dt),
+                     x = random_tensor(rng, shape, dt, rng.uniform(-2, 2));
+        const Tensor gamma = random_param(rng, h, dt), beta = random_param(rng, h, dt);
+        const std::string what = std::string(streamed ? "streamed " : "register tile ");
+        const std::vector<double> floors = {norm_backward_scale(dy, x, gamma, true, 1e-5f),
+                                            param_grad_scale(dy, x, true, 1e-5f, true),
+                                            param_grad_scale(dy, x, true, 1e-5f, false)};
+        expect_gpu_matches_reference(
+            [](const std::vector<Tensor>& in) {
+              const LayerNormGrads g = layer_norm_backward(in[0], in[1], in[2], in[3], 1e-5f);
+              return std::vector<Tensor>{g.dx, g.dgamma, g.dbeta};
+            },
+            {dy, x, gamma, beta}, describe((what + "layer_norm_backward").c_str(), dt, shape),
+            floors);
+        expect_gpu_matches_reference(
+            [](const std::vector<Tensor>& in) {
+              const LayerNormStats stats = layer_norm_with_stats(in[1], in[2], in[3], 1e-5f).stats;
+              const LayerNormGrads g = layer_norm_backward(in[0], in[1], stats, in[2], in[3]);
+              return std::vector<Tensor>{g.dx, g.dgamma, g.dbeta};
+            },
+            {dy, x, gamma, beta},
+            describe((what + "layer_norm_backward (saved stats)").c_str(), dt, shape), floors);
+      }
+    }
+  }
+}
+
 TEST(NormGpu, RunsOnTheGivenStream) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);

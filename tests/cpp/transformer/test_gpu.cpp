@@ -305,6 +305,47 @@ TEST(TransformerGpu, NormRopeMatchesTheCompositionInEveryLayout) {
   }
 }
 
+// The fused kernel on prefill-sized inputs: more (b, t) rows than the persistent grid has
+// warps (so every warp strides), heads split into several warp tasks per (b, t) (16) or
+// filling part of one (3), every group shape of the kernel (D = 64, 128, 256: 8, 16 and 32
+// lanes a row for 16-bit types, 16, 32 and 2 vectors a lane over 32 for F32), both pair
+// layouts, full and half rotation, and the cache write; bit for bit the composition.
+TEST(TransformerGpu, NormRopeOnLongSequencesIsTheComposition) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const float eps = 1e-6f;
+  for (DType dt : kFloatTypes) {
+    for (int64_t d : {64, 128, 256}) {
+      for (bool trad : {false, true}) {
+        for (int64_t h : {16, 3}) {
+          RopeOptions o;
+          o.traditional = trad;
+          o.dims = rng.integer(0, 1) ? d : d / 2;
+          o.base = 1000000.0f;
+          o.offset = rng.integer(0, 300);
+          const int64_t b = 2, l = 2048 + rng.integer(0, 40);
+          const Tensor w = on_gpu(random_tensor(rng, {d}, rng.integer(0, 1) ? DType::f32 : dt));
+          SCOPED_TRACE(std::string(dtype_name(dt)) + " D=" + std::to_string(d) +
+                       " dims=" + std::to_string(o.dims) + (trad ? " interleaved" : " halves") +
+                       " H=" + std::to_string(h) + " L=" + std::to_string(l) +
+                       " offset=" + std::to_string(o.offset) + " weight " + dtype_name(w.dtype()));
+          // q as the transposed projection [B, L, H, D], read in place.
+          const Tensor x = on_gpu(random_tensor(rng, {b, l, h, d}, dt)).transpose(1, 2);
+          const Tensor composed = rope(rms_norm(x, w, eps), o);
+          EXPECT_TRUE(bit_equal(norm_rope(x, RopeNorm{w, eps}, o), composed)) << "new tensor";
+          const int64_t c = o.offset + l + 3;
+          const Tensor cache = Tensor::zeros({b, h, c, d}, dt, kGpu);
+          EXPECT_EQ(norm_rope(x, RopeNorm{w, eps}, o, cache).data(), cache.data());
+          EXPECT_TRUE(bit_equal(cache.slice(2, o.offset, o.offset + l), composed)) << "cache";
+          const Tensor zeros = Tensor::zeros({b, h, c, d}, dt);
+          EXPECT_TRUE(bit_equal(cache.slice(2, 0, o.offset), zeros.slice(2, 0, o.offset)));
+          EXPECT_TRUE(bit_equal(cache.slice(2, o.offset + l, c), zeros.slice(2, o.offset + l, c)));
+        }
+      }
+    }
+  }
+}
+
 // ---- Gated activations ------------------------------------------------------------------------
 
 const int64_t kWidths[] = {1,   2,   3,   7,    8,    16,   33,   64,   100,

@@ -1,0 +1,328 @@
+// norm_rope in one pass: rms_norm of each row, then its rotation, written once.
+//
+// Bit for bit rms_norm -> rope composed (transformer.h says so):
+// - The row sits in a group of G lanes of a warp as rms_norm's warp tile holds it: lane l of
+//   the group keeps vectors (i * G + l) of W elements. For rows of at most 32 vectors rms_norm
+//   uses one vector a lane over a whole warp (RegisterTile<32, 1, W>) and G is the smallest of
+//   8, 16, 32 that covers the row; the lanes past the row hold 0 in either. The warp's
+//   butterfly over offsets 16 .. G then adds exact zeros to each of the group's lanes (a lane
+//   at distance >= G holds a sum of lanes past the row), so the butterfly over offsets
+//   G/2 .. 1 inside the group leaves the same bits as rms_norm's. Longer rows take the whole
+//   warp with V = 2 or 4 vectors a lane, rms_norm's own layout.
+// - Each lane sums its squares in rms_row_rstd's order (cuda/rms_row.cuh), scales with
+//   rms_scaled and rounds to the dtype as rms_norm stores it.
+// - The rotation uses rope's frequency, angle and rotation functions (rope.cuh), whose
+//   roundings are explicit.
+//
+// Streaming: a warp's task is one (b, t) and U rows of its heads per group (32 / G groups).
+// Each lane copies its own vectors of the warp's next two tasks into the warp's ring in
+// shared memory with cp.async (a lane reads back only what it copied: no barrier), so two
+// tasks' rows are in flight while it works on one. The grid is persistent (the frequencies
+// are formed once per block). Halves pairs (j, j + dims/2) lie in other lanes of the group
+// (or, for long rows, in another vector of the same lane) and are exchanged by shuffles;
+// interleaved pairs (2j, 2j + 1) lie in one vector.
+#pragma once
+
+#include <type_traits>
+
+#include "cuda/rms_row.cuh"
+#include "cuda/tensor_core/mma_sync.cuh"
+#include "transformer/cuda/rope.cuh"
+
+namespace rudnn::transformer::cuda {
+
+constexpr int kNormRopeThreads = 256;
+constexpr int kNormRopeWarps = kNormRopeThreads / 32;
+
+// Rows a group loads before using the first (U), and the blocks per SM that
+// __launch_bounds__ asks registers for (the kernel is bound by the bytes in flight per SM).
+// V = 1 at 64 registers: 32 warps an SM with 4 rows each; the halves kernel spills ~48
+// bytes there (its partner exchange), which L1 serves, rather than drop to 24 warps at 80.
+// The weight is reloaded per row (an L1 hit) for the same reason.
+template <int V>
+constexpr int kNormRopeRows = V == 1 ? 4 : (V == 2 ? 2 : 1);
+template <int V>
+constexpr int kNormRopeMinBlocks = V == 1 ? 4 : (V == 2 ? 2 : 1);
+
+// Warp tasks whose rows are in flight: a warp copies its lanes' vectors of its next two
+// tasks into its slice of a shared-memory ring with cp.async while it works on one, so the
+// bytes in flight do not depend on the registers (round 40: the rows held in registers,
+// 32 warps an SM, reached 55 % of copy for halves pairs, 70 % for interleaved ones).
+constexpr int kNormRopeRing = 3;
+
+// Bytes of a warp's ring: kNormRopeRing tasks of U rows x V 16-byte vectors per lane.
+template <int V>
+constexpr size_t kNormRopeRingBytes = size_t{kNormRopeRing} * kNormRopeRows<V> * V * 32 * 16;
+
+// Heads of one (b, t) that one warp task covers.
+template <int G, int V>
+constexpr int64_t kNormRopeHeadsPerTask = kNormRopeRows<V> * (32 / G);
+
+template <class T, int G, int V, bool kTrad>
+__global__ void __launch_bounds__(kNormRopeThreads, kNormRopeMinBlocks<V>)
+    norm_rope_kernel(const NormRope q, const int64_t chunks) {
+  constexpr int W = 16 / sizeof(T);
+  constexpr int U = kNormRopeRows<V>;
+  constexpr int kGroups = 32 / G;
+  constexpr int P = kTrad ? W / 2 : W;  // angles per vector
+  using Packed = Pack<T, W>;
+  static_assert(V == 1 || G == 32, "several vectors a lane only over a whole warp");
+  // The warps' rings ([warp][slot][u][i][lane] 16-byte vectors), then w_j = scale · θ_j for
+  // j < dims / 2.
+  extern __shared__ uint4 norm_rope_shared[];
+  double* const frequency = reinterpret_cast<double*>(
+      norm_rope_shared + kNormRopeWarps * kNormRopeRing * U * V * 32);
+
+  const Rope& p = q.rope;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int gl = lane % G, group = lane / G, group_base = lane - gl;
+  const int cols = static_cast<int>(p.x.shape.dim);
+  const int dims = static_cast<int>(p.dims), half = dims / 2;
+  const int h = half / W;  // halves: vectors between a pair's two elements
+  const float inv_cols = 1.0f / static_cast<float>(cols);  // as rms_norm's tile forms it
+
+  {
+    const double log2_base = log2(p.base);
+    for (int j = static_cast<int>(threadIdx.x); j < half; j += kNormRopeThreads)
+      frequency[j] = rope_frequency(p, j, log2_base);
+  }
+  __syncthreads();
+
+  auto column = [&](int i) { return (i * G + gl) * W; };
+  auto valid = [&](int i) { return column(i) < cols; };
+
+  auto load_weight = [&](int i, float (&g)[W]) {
+    if (q.weight != nullptr && valid(i)) {
+      ::rudnn::cuda::load_param<T, W>(q.weight, q.weight_f32, column(i), g);
+    } else {
+#pragma unroll
+      for (int k = 0; k < W; ++k) g[k] = 1.0f;
+    }
+  };
+
+  const int64_t seq = p.x.shape.seq, heads = p.x.shape.heads;
+  const int64_t tasks = p.x.shape.batch * seq * chunks;
+  const T* const xs = static_cast<const T*>(p.x.data);
+  T* const ys = static_cast<T*>(p.y.data);
+
+  // Row u of a task's group is head m0 + u * kGroups + group (neighbouring groups take
+  // neighbouring heads). Rows past the heads, and vectors past the row, are copied as zeros:
+  // they compute on zeros and are not stored.
+  uint4* const ring = norm_rope_shared + warp * (kNormRopeRing * U * V * 32) + lane;
+  auto slot_vec = [&](int slot, int u, int i) -> uint4& { return ring[((slot * U + u) * V + i) * 32]; };
+  const int64_t task_step = static_cast<int64_t>(gridDim.x) * kNormRopeWarps;
+  // Copies this lane's vectors of `task` into `slot` (nothing past the last task) and closes
+  // the group: one group per task, so that every lane counts the same groups in flight.
+  auto fetch = [&](int64_t task, int slot) {
+    if (task < tasks) {
+      const int64_t r = task / chunks;
+      const int64_t m0 = (task - r * chunks) * kNormRopeHeadsPerTask<G, V>;
+      const int64_t b = r / seq, t = r - b * seq;
+      const T* const x = xs + b * p.x.batch_stride + t * p.x.seq_stride;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t m = m0 + u * kGroups + group;
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const bool live = m < heads && valid(i);
+          ::rudnn::cuda::tc::cp_async_16(&slot_vec(slot, u, i),
+                                         live ? x + m * p.x.head_stride + column(i) : xs,
+                                         live ? 16u : 0u);
+        }
+      }
+    }
+    ::rudnn::cuda::tc::cp_async_commit();
+  };
+
+  int64_t task = static_cast<int64_t>(blockIdx.x) * kNormRopeWarps + warp;
+#pragma unroll
+  for (int k = 0; k < kNormRopeRing - 1; ++k) fetch(task + k * task_step, k);
+
+  // The loop bound is uniform over the warp: every shuffle below has all 32 lanes.
+  for (int slot = 0; task < tasks;
+       task += task_step, slot = slot + 1 == kNormRopeRing ? 0 : slot + 1) {
+    ::rudnn::cuda::tc::cp_async_wait<kNormRopeRing - 2>();  // this task's group has landed
+    // The slot read for the previous task is free: the task kNormRopeRing - 1 ahead goes there.
+    fetch(task + (kNormRopeRing - 1) * task_step, slot == 0 ? kNormRopeRing - 1 : slot - 1);
+    const int64_t r = task / chunks;
+    const int64_t m0 = (task - r * chunks) * kNormRopeHeadsPerTask<G, V>;
+    const int64_t b = r / seq, t = r - b * seq;
+    T* const y = ys + b * p.y.batch_stride + t * p.y.seq_stride;
+
+    // The angles of this lane's elements: interleaved, pair col/2 + k of vector element 2k;
+    // halves, pair j0 + k of element k (a vector lies wholly in [0, half), [half, dims) or
+    // [dims, D): half is a multiple of W). Elements past dims keep (1, 0), unused.
+    const double pos = token_position(p, b, t);
+    float c[V][P], s[V][P];
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int col = column(i);
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        c[i][k] = 1.0f;
+        s[i][k] = 0.0f;
+      }
+      if (!valid(i) || col >= dims) continue;
+      const int j0 = kTrad ? col / 2 : (col < half ? col : col - half);
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        if (!kTrad || col + 2 * k < dims) rope_sincos(pos, frequency[j0 + k], s[i][k], c[i][k]);
+      }
+    }
+
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      Packed in[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i) in[i] = __builtin_bit_cast(Packed, slot_vec(slot, u, i));
+      auto v = [&](int i, int k) { return ::rudnn::cuda::pack_element(in[i], k); };
+      // rms_row_rstd's sum over the group's lanes (see the top of the file).
+      float ss = 0.0f;
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        if (!valid(i)) continue;
+#pragma unroll
+        for (int k = 0; k < W; ++k) ss += v(i, k) * v(i, k);
+      }
+#pragma unroll
+      for (int offset = G / 2; offset > 0; offset >>= 1)
+        ss += __shfl_xor_sync(::rudnn::cuda::kFullMask, ss, offset);
+      const float rstd = rsqrtf(ss * inv_cols + q.eps);
+
+      // rms_norm's output as stored in the dtype, read back: what rope reads.
+      float n[V][W];
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        float g[W];
+        load_weight(i, g);
+#pragma unroll
+        for (int k = 0; k < W; ++k)
+          n[i][k] = ::rudnn::cuda::round_to<T>(::rudnn::cuda::rms_scaled(v(i, k), rstd, g[k]));
+      }
+
+      float out[V][W];
+      if constexpr (kTrad) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+#pragma unroll
+          for (int k = 0; k < P; ++k) {
+            if (column(i) + 2 * k < dims) {
+              const RotatedPair rp = rope_rotate(n[i][2 * k], n[i][2 * k + 1], c[i][k], s[i][k]);
+              out[i][2 * k] = rp.a;
+              out[i][2 * k + 1] = rp.e;
+            } else {
+              out[i][2 * k] = n[i][2 * k];
+              out[i][2 * k + 1] = n[i][2 * k + 1];
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const int vec = i * G + gl, col = column(i);
+          // The partner vector pv: vec + h in the first half, vec - h in the second, none
+          // (this lane's own, unused) past dims. It lives in lane pv % G of the group, as
+          // its vector pv / G.
+          const int role = !valid(i) || col >= dims ? 0 : (col < half ? 1 : 2);
+          const int pv = role == 1 ? vec + h : (role == 2 ? vec - h : vec);
+          const int src_lane = group_base + pv % G, src_vec = pv / G;
+          float partner[W];
+          if (V > 1 && h % G == 0) {
+            // In this lane (every feature rotated on a row of 2 or 4 vectors a lane).
+#pragma unroll
+            for (int k = 0; k < W; ++k) partner[k] = n[0][k];
+#pragma unroll
+            for (int r = 1; r < V; ++r) {
+              if (r == src_vec) {
+#pragma unroll
+                for (int k = 0; k < W; ++k) partner[k] = n[r][k];
+              }
+            }
+          } else {
+#pragma unroll
+            for (int k = 0; k < W; ++k) {
+              partner[k] = 0.0f;
+#pragma unroll
+              for (int r = 0; r < V; ++r) {
+                const float got = __shfl_sync(::rudnn::cuda::kFullMask, n[r][k], src_lane);
+                if (r == src_vec) partner[k] = got;
+              }
+            }
+          }
+#pragma unroll
+          for (int k = 0; k < W; ++k) {
+            out[i][k] = role == 0 ? n[i][k]
+                        : role == 1 ? rope_rotate(n[i][k], partner[k], c[i][k], s[i][k]).a
+                                    : rope_rotate(partner[k], n[i][k], c[i][k], s[i][k]).e;
+          }
+        }
+      }
+
+      const int64_t m = m0 + u * kGroups + group;
+      if (m < heads) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          if (valid(i))
+            ::rudnn::cuda::store_pack<T, W>(y + m * p.y.head_stride + column(i), out[i]);
+        }
+      }
+    }
+  }
+  ::rudnn::cuda::tc::cp_async_wait<0>();  // the groups past the last task are empty
+}
+
+// The largest frequency table (D <= 1024: dims / 2 <= 512), which the occupancy query
+// assumes so that one query per device serves every call.
+constexpr size_t kNormRopeTableBytes = sizeof(double) * 512;
+
+template <class T, int G, int V, bool kTrad>
+void launch_norm_rope_shape(const NormRope& q, const LaunchContext& ctx) {
+  const auto kernel = norm_rope_kernel<T, G, V, kTrad>;
+  const Rope& p = q.rope;
+  constexpr int64_t kPerTask = kNormRopeHeadsPerTask<G, V>;
+  const int64_t chunks = (p.x.shape.heads + kPerTask - 1) / kPerTask;
+  const int64_t tasks = p.x.shape.batch * p.x.shape.seq * chunks;
+  constexpr size_t kRings = kNormRopeWarps * kNormRopeRingBytes<V>;
+  static ::rudnn::cuda::PerDevice<int> shared_allowed, occupancy;
+  shared_allowed.get(ctx.device, [&] {  // above the default 48 KB: opt in, once per device
+    detail::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(kRings + kNormRopeTableBytes)),
+                       "cudaFuncSetAttribute");
+    return 1;
+  });
+  const int64_t resident = ::rudnn::cuda::resident_blocks(
+      kernel, kNormRopeThreads, ctx.device, occupancy, kRings + kNormRopeTableBytes);
+  int64_t blocks = (tasks + kNormRopeWarps - 1) / kNormRopeWarps;
+  if (blocks > resident) blocks = resident;
+  const size_t shared = kRings + sizeof(double) * static_cast<size_t>(p.dims / 2);
+  kernel<<<static_cast<unsigned>(blocks), kNormRopeThreads, shared, ctx.stream>>>(q, chunks);
+}
+
+// Picks the group shape from the row's vectors (rms_norm's warp tiles: row_tile.cuh
+// choose_tile) and the pair layout.
+template <class T>
+void launch_norm_rope(const NormRope& q, const LaunchContext& ctx) {
+  constexpr int W = 16 / sizeof(T);
+  const int64_t vectors = q.rope.x.shape.dim / W;
+  const bool trad = q.rope.traditional;
+  auto go = [&](auto g_tag, auto v_tag) {
+    constexpr int G = decltype(g_tag)::value, V = decltype(v_tag)::value;
+    trad ? launch_norm_rope_shape<T, G, V, true>(q, ctx)
+         : launch_norm_rope_shape<T, G, V, false>(q, ctx);
+  };
+  using One = std::integral_constant<int, 1>;
+  if (vectors <= 8) {
+    go(std::integral_constant<int, 8>{}, One{});
+  } else if (vectors <= 16) {
+    go(std::integral_constant<int, 16>{}, One{});
+  } else if (vectors <= 32) {
+    go(std::integral_constant<int, 32>{}, One{});
+  } else if (vectors <= 64) {
+    go(std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{});
+  } else {
+    go(std::integral_constant<int, 32>{}, std::integral_constant<int, 4>{});
+  }
+  detail::check_launch("norm_rope");
+}
+
+}  // namespace rudnn::transformer::cuda
