@@ -14,7 +14,7 @@
 // LayerNorm's saved statistics (p.mean, p.rstd), when given, replace the row's Welford
 // reduction in the tile kernel and the statistics pass of the loop kernel.
 //
-// Streamed LayerNorm (rows of 129 .. 1024 16-byte vectors, the default where it applies:
+// Streamed LayerNorm (saved statistics, rows of 129 .. 1024 16-byte vectors, the default where it applies:
 // tuning.h streamed_layer_norm_backward): the tile kernel's rows are loaded, waited for,
 // reduced behind block barriers and written before the next load starts; with two 256-thread
 // blocks an SM (116 registers, 64 KB of column sums each) most of the time no load is in
@@ -588,18 +588,17 @@ template <class T>
 bool try_stream(const NormBackward& p, const Alignment& a, const LaunchContext& ctx) {
   constexpr int W = 16 / sizeof(T);
   if (!kernel_tuning().streamed_layer_norm_backward || !a.ok || p.cols % W != 0) return false;
+  // Only with saved statistics: recomputing them in the streamed kernel measured slower than
+  // the tile kernel (45.7 % against 54.8 % of the copy bandwidth, RESULTS.md round 40).
+  if (p.mean == nullptr) return false;
   const int64_t vectors = p.cols / W;
   if (vectors <= 128 || vectors > 1024) return false;
   static PerDevice<signed char> hopper;
-  if (!built_for_hopper(layer_norm_backward_stream<T, 1024, false>, ctx.device, hopper))
+  if (!built_for_hopper(layer_norm_backward_stream<T, 1024, true>, ctx.device, hopper))
     return false;
   auto go = [&](auto threads) {
     constexpr int kThreads = decltype(threads)::value;
-    if (p.mean != nullptr) {
-      launch_stream<T, kThreads, true>(p, ctx);
-    } else {
-      launch_stream<T, kThreads, false>(p, ctx);
-    }
+    launch_stream<T, kThreads, true>(p, ctx);
   };
   if (vectors <= 256) {
     go(std::integral_constant<int, 256>{});
