@@ -20,6 +20,16 @@ The functions here are two families of the C++ library:
 - attention (:mod:`rudnn.attention`): scaled dot-product attention forward and backward
   (grouped heads, varlen, both layouts, masks, bias, sinks, window, softcap, ALiBi) and its
   plan functions.
+- interpolation (:mod:`rudnn.interpolation`): interpolate (torch's every mode) with its
+  backward pass;
+- conv (:mod:`rudnn.conv`): 1-D/2-D/3-D convolution with its data and weight gradients,
+  grouped / depthwise, channels-last, a fused epilogue, plan_conv, and the causal depthwise
+  conv1d with its state, varlen form and backward pass;
+- moe (:mod:`rudnn.moe`): mixture-of-experts routing, dispatch, SwiGLU experts, combine, the
+  router's training weights, expert projections and the one-call moe_forward / moe_backward;
+- paged (:mod:`rudnn.paged`, reached as the module: ``rudnn.paged.DevicePlan``): attention
+  and MLA over a paged KV cache (host and device plans, split workspaces, cache appends) and
+  spec 003's block-table paged_attention / paged_write.
   These take their own shapes (each module's documentation); the common contract's dtypes,
   layouts, ``out=``, ``stream=`` and errors hold for them.
 
@@ -106,6 +116,14 @@ from ._rudnn import (
     cuda_device_count,
 )
 from .attention import attention, attention_backward, plan_attention, plan_attention_backward
+from .conv import (
+    causal_conv1d,
+    causal_conv1d_backward,
+    conv_data_backward,
+    conv_forward,
+    conv_weight_backward,
+    plan_conv,
+)
 from .ctc import ctc_loss, ctc_loss_backward
 from .gated_delta import (
     gated_delta,
@@ -116,6 +134,28 @@ from .gated_delta import (
     gated_delta_steps,
 )
 from .grid_sample import affine_grid, affine_grid_backward, grid_sample, grid_sample_backward
+from . import paged
+from .interpolation import interpolate, interpolate_backward, interpolate_output_shape
+from .moe import (
+    DispatchedTokens,
+    ExpertProjectionState,
+    ExpertTrainingCache,
+    MoeState,
+    RouterTrainingPlan,
+    RoutingPlan,
+    SwiGluExperts,
+    expert_projection_backward,
+    expert_projection_forward,
+    moe_backward,
+    moe_forward,
+    moe_inference,
+    native_swiglu,
+    native_swiglu_backward,
+    route,
+    route_sigmoid_grouped,
+    selected_router_backward,
+    selected_router_weights,
+)
 from .normalization import (
     add_rms_norm,
     cross_entropy,
@@ -226,6 +266,36 @@ __all__ = [
     "attention_backward",
     "plan_attention",
     "plan_attention_backward",
+    # interpolation
+    "interpolate",
+    "interpolate_backward",
+    "interpolate_output_shape",
+    # conv
+    "conv_forward",
+    "conv_data_backward",
+    "conv_weight_backward",
+    "plan_conv",
+    "causal_conv1d",
+    "causal_conv1d_backward",
+    # moe
+    "RoutingPlan",
+    "DispatchedTokens",
+    "RouterTrainingPlan",
+    "SwiGluExperts",
+    "ExpertTrainingCache",
+    "ExpertProjectionState",
+    "MoeState",
+    "route",
+    "route_sigmoid_grouped",
+    "selected_router_weights",
+    "selected_router_backward",
+    "native_swiglu",
+    "native_swiglu_backward",
+    "expert_projection_forward",
+    "expert_projection_backward",
+    "moe_forward",
+    "moe_inference",
+    "moe_backward",
 ]
 
 

@@ -248,5 +248,207 @@ def plan_attention_backward(
     device: Any = None, **options: Any,
 ) -> dict: ...
 
+# ---- interpolation, conv, moe (python/src/bind_{interpolation,conv,moe}.cpp; documented in
+# rudnn/interpolation.py, rudnn/conv.py, rudnn/moe.py, which wrap these).
+def interpolate(
+    input: Any, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+    align_corners: Optional[bool] = None, recompute_scale_factor: Optional[bool] = None, *,
+    stream: Any = None, out: Any = None,
+) -> Any: ...
+def interpolate_backward(
+    dout: Any, input_size: Any, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+    align_corners: Optional[bool] = None, recompute_scale_factor: Optional[bool] = None, *,
+    deterministic: bool = True, stream: Any = None, out: Any = None,
+) -> Any: ...
+def interpolate_output_shape(
+    input_size: Any, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+    align_corners: Optional[bool] = None, recompute_scale_factor: Optional[bool] = None,
+) -> Tuple[int, ...]: ...
+def conv_forward(
+    input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+    groups: int = 1, *, padding_end: Any = None, activation: str = "none", residual: Any = None,
+    layout: str = "nchw", strategy: str = "auto", allow_tf32: bool = False, stream: Any = None,
+    out: Any = None,
+) -> Any: ...
+def conv_data_backward(
+    dout: Any, weight: Any, input_size: Any, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+    groups: int = 1, *, padding_end: Any = None, layout: str = "nchw", strategy: str = "auto",
+    stream: Any = None, out: Any = None,
+) -> Any: ...
+def conv_weight_backward(
+    dout: Any, input: Any, weight_size: Any, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+    groups: int = 1, *, padding_end: Any = None, with_bias: bool = True, layout: str = "nchw",
+    strategy: str = "auto", stream: Any = None, out: Any = None,
+) -> Tuple[Any, Any]: ...
+def plan_conv(
+    direction: str, input_size: Any, weight_size: Any, dtype: Any, *, stride: Any = 1,
+    padding: Any = 0, dilation: Any = 1, groups: int = 1, padding_end: Any = None,
+    layout: str = "nchw", strategy: str = "auto", allow_tf32: bool = False, device: Any = None,
+) -> dict: ...
+def causal_conv1d(
+    x: Any, weight: Any, bias: Any = None, conv_state: Any = None, cu_seqlens: Any = None,
+    silu: bool = False, *, stream: Any = None, out: Any = None,
+) -> Any: ...
+def causal_conv1d_backward(
+    dout: Any, x: Any, weight: Any, bias: Any = None, initial_state: Any = None,
+    cu_seqlens: Any = None, silu: bool = False, *, stream: Any = None, out: Any = None,
+) -> Tuple[Any, Any, Any, Any]: ...
+
+class RoutingPlan:
+    @property
+    def expert_indices(self) -> Tensor: ...
+    @property
+    def weights(self) -> Tensor: ...
+    @property
+    def experts(self) -> int: ...
+    @property
+    def tokens(self) -> int: ...
+    @property
+    def top_k(self) -> int: ...
+    def dispatch(self, input: Any, *, stream: Any = None) -> DispatchedTokens: ...
+    def into_training(
+        self, logits: Any, scoring: str = "softmax", renormalize: bool = False, scale: float = 1.0, *,
+        stream: Any = None,
+    ) -> RouterTrainingPlan: ...
+
+class DispatchedTokens:
+    rows: Tensor
+    offsets: Tensor
+    token_of_row: Tensor
+    row_of_slot: Tensor
+    weights: Tensor
+    expert_indices: Tensor
+    tokens: int
+    top_k: int
+    experts: int
+    hidden: int
+    def combine(self, expert_out: Any, *, stream: Any = None) -> Tensor: ...
+    def combine_backward(
+        self, expert_out: Any, grad_output: Any, *, strategy: str = "serial", stream: Any = None
+    ) -> Tuple[Tensor, Tensor]: ...
+    def dispatch_backward(self, drows: Any, *, stream: Any = None) -> Tensor: ...
+
+class RouterTrainingPlan:
+    routing: RoutingPlan
+    def backward(self, grad_weights: Any, *, stream: Any = None) -> Tensor: ...
+
+class ExpertTrainingCache:
+    def backward(
+        self, dexpert: Any, *, strategy: str = "scalar", input: bool = True, gate: bool = True,
+        up: bool = True, down: bool = True, stream: Any = None,
+    ) -> Tuple[Any, Any, Any, Any]: ...
+
+class SwiGluExperts:
+    def __init__(self, gate: Any, up: Any, down: Any) -> None: ...
+    experts: int
+    inter: int
+    hidden: int
+    gate: Tensor
+    up: Tensor
+    down: Tensor
+    def forward_dispatched(
+        self, tokens: DispatchedTokens, *, strategy: str = "auto", stream: Any = None
+    ) -> Tensor: ...
+    def forward_dispatched_training(
+        self, tokens: DispatchedTokens, *, strategy: str = "scalar", stream: Any = None
+    ) -> Tuple[Tensor, ExpertTrainingCache]: ...
+
+class ExpertProjectionState: ...
+
+class MoeState:
+    has_expert_caches: bool
+    def route_indices(self) -> Tensor: ...
+
+def moe_route(
+    logits: Any, top_k: int = 1, renormalize: bool = False, *, stream: Any = None, out: Any = None
+) -> Any: ...
+def moe_route_sigmoid_grouped(
+    logits: Any, bias: Any = None, top_k: int = 1, groups: int = 1, selected_groups: int = 1,
+    group_top_two: bool = False, renormalize: bool = False, scale: float = 1.0, *,
+    stream: Any = None, out: Any = None,
+) -> Any: ...
+def moe_selected_router_weights(
+    logits: Any, indices: Any, scoring: str = "softmax", renormalize: bool = False,
+    scale: float = 1.0, *, stream: Any = None, out: Any = None,
+) -> Any: ...
+def moe_selected_router_backward(
+    logits: Any, indices: Any, grad_weights: Any, scoring: str = "softmax",
+    renormalize: bool = False, scale: float = 1.0, *, stream: Any = None, out: Any = None,
+) -> Any: ...
+def moe_native_swiglu(gate: Any, up: Any, *, stream: Any = None, out: Any = None) -> Any: ...
+def moe_native_swiglu_backward(
+    gate: Any, up: Any, grad: Any, *, gate_grad: bool = True, up_grad: bool = True,
+    stream: Any = None, out: Any = None,
+) -> Tuple[Any, Any]: ...
+def moe_expert_projection_forward(
+    input: Any, global_ids: Any, weights: Any, *, expert_start: int = 0, forward: str = "scalar",
+    backward: str = "scalar", stream: Any = None,
+) -> Tuple[Tensor, ExpertProjectionState]: ...
+def moe_expert_projection_backward(
+    state: ExpertProjectionState, grad: Any, *, input_grad: bool = True, weights_grad: bool = True,
+    stream: Any = None,
+) -> Tuple[Any, Any]: ...
+# moe_forward / moe_inference options (routing, top_k, renormalize, groups, selected_groups,
+# group_top_two, route_scale, scoring, weight_renormalize, weight_scale, forward, backward,
+# combine_backward) are required keyword arguments here; rudnn/moe.py resolves their defaults.
+def moe_forward(
+    input: Any, logits: Any, gate: Any, up: Any, down: Any, *, bias: Any = None, grads: Any = None,
+    stream: Any = None, **options: Any,
+) -> Tuple[Tensor, MoeState]: ...
+def moe_inference(
+    input: Any, logits: Any, gate: Any, up: Any, down: Any, *, bias: Any = None, stream: Any = None,
+    **options: Any,
+) -> Tensor: ...
+def moe_backward(
+    state: MoeState, grad_output: Any, *, grads: Any = None, stream: Any = None
+) -> Tuple[Any, ...]: ...
+
+# ---- paged (rudnn/paged.py documents these)
+class PagedHostPlan:
+    def __init__(
+        self, page_size: int, pages: int, tables: Any, lengths: Any, sequence_ids: Any, positions: Any
+    ) -> None: ...
+    page_size: int
+    pages: int
+    sequences: int
+    queries: int
+    duplicate_slots: bool
+    def max_keys(self, causal: bool) -> int: ...
+
+class PagedSplitWorkspace:
+    def __init__(
+        self, q: Any, queries: int, heads: int, value_dim: int, splits: int, *, stream: Any = None
+    ) -> None: ...
+    queries: int
+    heads: int
+    value_dim: int
+    splits: int
+    bytes: int
+
+class PagedDevicePlan:
+    @staticmethod
+    def upload(host: PagedHostPlan, q: Any, *, stream: Any = None) -> PagedDevicePlan: ...
+    bytes: int
+    def attention(
+        self, q: Any, k_cache: Any, v_cache: Any, scale: float, causal: bool = True, *, out: Any = None
+    ) -> Any: ...
+    def mla(
+        self, q: Any, qp: Any, latent: Any, kp: Any, scale: float, causal: bool = True, *, out: Any = None
+    ) -> Any: ...
+    def attention_with_workspace(
+        self, workspace: PagedSplitWorkspace, q: Any, k_cache: Any, v_cache: Any, scale: float,
+        causal: bool = True,
+    ) -> Tensor: ...
+    def mla_with_workspace(
+        self, workspace: PagedSplitWorkspace, q: Any, qp: Any, latent: Any, kp: Any, scale: float,
+        causal: bool = True,
+    ) -> Tensor: ...
+    def append(self, k: Any, v: Any, key_cache: Any, value_cache: Any) -> Tuple[Tensor, Tensor]: ...
+
+def paged_attention(
+    q: Any, k_cache: Any, v_cache: Any, block_tables: Any, lengths: Any, scale: float, *, stream: Any = None
+) -> Tensor: ...
+def paged_write(cache: Any, new: Any, slots: Any, in_place: bool = False, *, stream: Any = None) -> Any: ...
+
 # The other op bindings (see rudnn/normalization.py for the documented, typed functions).
 def __getattr__(name: str) -> Any: ...

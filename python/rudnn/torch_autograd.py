@@ -59,6 +59,19 @@ functions of the same names):
   ``i + Lk - Lq``; torch's sdpa aligns top-left, the same when Lq == Lk); pooling needs the
   batch axis; ctc_loss on a GPU gives a NaN loss for a bad length or label (torch raises).
 
+Interpolation, convolution, mixture of experts (shapes and dtypes as the ``rudnn`` functions):
+    interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False)   torch's names
+    conv1d / conv2d / conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1,
+                groups=1)                                   torch's names ("same", "valid")
+    conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
+         padding_end=None, activation="none", residual=None, layout="nchw", strategy="auto")
+    causal_conv1d(x, weight, bias=None, initial_state=None, cu_seqlens=None, silu=False)
+    moe(input, logits, gate, up, down, *, bias=None, routing="softmax", top_k=1, ...)
+  Gradients: interpolate's input; conv's input, weight, bias and residual (through the fused
+  activation); causal_conv1d's x, weight, bias and initial state; moe's input, logits and
+  expert weights (its backward recomputes the forward's state).
+
 Modules: :class:`RMSNorm`, :class:`LayerNorm` (normalized over the last axis only).
 
 Differences from torch.nn.functional:
@@ -110,6 +123,13 @@ __all__ = [
     "ctc_loss",
     "attention",
     "scaled_dot_product_attention",
+    "interpolate",
+    "conv",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "causal_conv1d",
+    "moe",
     "RMSNorm",
     "LayerNorm",
     # Earlier names, kept: each .apply is the function of the same op.
@@ -442,6 +462,132 @@ def scaled_dot_product_attention(
     heads are taken as they are (torch's ``enable_gqa=True``). No dropout. ``is_causal`` is
     bottom-right aligned (torch: top-left; the same when Lq == Lk)."""
     return attention(query, key, value, mask=attn_mask, is_causal=is_causal, scale=scale)
+
+
+# ---- interpolation, convolution, mixture of experts ---------------------------------------
+
+from .conv import spatial as _conv_spatial  # noqa: E402
+from .interpolation import _no_antialias  # noqa: E402
+from .interpolation import scales as _scales  # noqa: E402
+from .interpolation import sizes as _sizes  # noqa: E402
+
+
+def interpolate(
+    input: Tensor,
+    size=None,
+    scale_factor=None,
+    mode: str = "nearest",
+    align_corners: Optional[bool] = None,
+    recompute_scale_factor: Optional[bool] = None,
+    antialias: bool = False,
+) -> Tensor:
+    """Differentiable :func:`rudnn.interpolate` (torch.nn.functional.interpolate's arguments;
+    the input gradient is the deterministic gather)."""
+    _no_antialias(antialias)
+    if align_corners is not None:
+        align_corners = _flag("interpolate", "align_corners", align_corners)
+    recompute = False if recompute_scale_factor is None else _flag(
+        "interpolate", "recompute_scale_factor", recompute_scale_factor)
+    dims = input.dim()
+    if size is not None:
+        size = [_index("interpolate", "size", s) for s in _sizes(dims, size)]
+    if scale_factor is not None:
+        scale_factor = [_number("interpolate", "scale_factor", s) for s in
+                        ([scale_factor] * (dims - 2) if isinstance(scale_factor, (int, float)) else scale_factor)]
+    return _lib.interpolate(input, size or [], scale_factor or [], mode, align_corners, recompute)
+
+
+def _conv(op: str, rank: Optional[int], input: Tensor, weight: Tensor, bias, stride, padding, dilation, groups,
+          padding_end=None, activation: str = "none", residual=None, layout: str = "nchw", strategy: str = "auto"):
+    if rank is not None and input.dim() != rank + 2:
+        shapes = {1: "[N, C, L]", 2: "[N, C, H, W]", 3: "[N, C, D, H, W]"}
+        raise _rudnn.ShapeMismatch(
+            f"{op}: input is {input.dim()}-d; expected {rank + 2}-d {shapes[rank]} (the batch axis is required)")
+    r = input.dim() - 2
+    mode = padding if isinstance(padding, str) else ""
+    return _lib.conv(
+        input, weight, bias, residual, _conv_spatial(r, stride), mode, [] if mode else _conv_spatial(r, padding),
+        _conv_spatial(r, padding_end), _conv_spatial(r, dilation), _index(op, "groups", groups), activation, layout,
+        strategy,
+    )
+
+
+def conv1d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride=1, padding=0, dilation=1,
+           groups: int = 1) -> Tensor:
+    """Differentiable ``torch.nn.functional.conv1d`` (input ``[N, C, L]``; padding an int, a
+    one-int list, "valid" or "same"): gradients for input, weight and bias."""
+    return _conv("conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride=1, padding=0, dilation=1,
+           groups: int = 1) -> Tensor:
+    """Differentiable ``torch.nn.functional.conv2d`` (input ``[N, C, H, W]``, channels-last
+    tensors run channels-last): gradients for input, weight and bias."""
+    return _conv("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride=1, padding=0, dilation=1,
+           groups: int = 1) -> Tensor:
+    """Differentiable ``torch.nn.functional.conv3d`` (input ``[N, C, D, H, W]``)."""
+    return _conv("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride=1, padding=0, dilation=1,
+         groups: int = 1, *, padding_end=None, activation: str = "none", residual: Optional[Tensor] = None,
+         layout: str = "nchw", strategy: str = "auto") -> Tensor:
+    """Differentiable :func:`rudnn.conv_forward` with its options (1-D/2-D/3-D by the input's
+    rank; asymmetric padding, the fused epilogue ``activation(conv + bias + residual)``, the
+    "nhwc" layout): gradients for input, weight, bias and residual (the activation's from the
+    recomputed pre-activation)."""
+    return _conv("conv", None, input, weight, bias, stride, padding, dilation, groups, padding_end, activation,
+                 residual, layout, strategy)
+
+
+def causal_conv1d(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, initial_state: Optional[Tensor] = None,
+                  cu_seqlens: Optional[Tensor] = None, silu: bool = False) -> Tensor:
+    """Differentiable :func:`rudnn.causal_conv1d` (x ``[B, L, C]``, weight ``[C, W]``):
+    gradients for x, weight, bias and initial_state. The state is read, never written (the
+    in-place update of the decode form is :func:`rudnn.causal_conv1d` with ``conv_state``)."""
+    return _lib.causal_conv1d(x, weight, bias, initial_state, cu_seqlens, _flag("causal_conv1d", "silu", silu))
+
+
+def moe(
+    input: Tensor,
+    logits: Tensor,
+    gate: Tensor,
+    up: Tensor,
+    down: Tensor,
+    *,
+    bias: Optional[Tensor] = None,
+    routing: str = "softmax",
+    top_k: int = 1,
+    renormalize: bool = False,
+    groups: int = 1,
+    selected_groups: int = 1,
+    group_top_two: bool = False,
+    route_scale: float = 1.0,
+    scoring: Optional[str] = None,
+    weight_renormalize: Optional[bool] = None,
+    weight_scale: Optional[float] = None,
+    forward: str = "scalar",
+    backward: str = "scalar",
+) -> Tensor:
+    """Differentiable :func:`rudnn.moe_forward` (options as there): gradients for input,
+    logits (through the router weights of the fixed selection) and gate, up, down (computed in
+    float32, returned in their dtype); the bias gets none. The backward recomputes the
+    forward's state (one extra forward)."""
+    op = "moe"
+    if scoring is None:
+        scoring = "sigmoid" if routing == "sigmoid_grouped" else "softmax"
+    renormalize = _flag(op, "renormalize", renormalize)
+    route_scale = _number(op, "route_scale", route_scale)
+    return _lib.moe(
+        input, logits, bias, gate, up, down, routing, _index(op, "top_k", top_k), renormalize,
+        _index(op, "groups", groups), _index(op, "selected_groups", selected_groups),
+        _flag(op, "group_top_two", group_top_two), route_scale, scoring,
+        renormalize if weight_renormalize is None else _flag(op, "weight_renormalize", weight_renormalize),
+        route_scale if weight_scale is None else _number(op, "weight_scale", weight_scale), forward, backward,
+    )
 
 
 class _Apply:

@@ -17,11 +17,19 @@ affine_grid, gated_delta and gated_delta_rule (every input and the initial state
 and attention (q, k, v, sinks and bias gradients; the forward also returns the logsumexp,
 which is not differentiable) have autograd formulas from their ruDNN backward ops.
 
+interpolate (every mode; input gradient), conv (1-D/2-D/3-D, both layouts, bias, residual and
+the fused activation; input, weight, bias and residual gradients), causal_conv1d (x, weight,
+bias and initial-state gradients; the op clones the state it reads, so it mutates nothing)
+and moe (the one-call mixture-of-experts branch; input, logits and the three expert weights'
+gradients, the backward op recomputing the forward's state) have autograd formulas from their
+ruDNN backward ops too.
+
 Loaded by ``import rudnn`` when torch is already imported, else by ``rudnn.torch_autograd``.
 """
 
 # No `from __future__ import annotations`: custom_op reads the annotations as types.
 import importlib
+import math
 from typing import List, Optional, Tuple
 
 import torch
@@ -31,9 +39,12 @@ from torch import Tensor
 # package attribute, which rudnn/__init__.py rebinds to the function of the same name
 # (rudnn.attention, rudnn.grid_sample, rudnn.gated_delta are functions).
 _attn = importlib.import_module(".attention", __package__)
+_conv = importlib.import_module(".conv", __package__)
 _ctc = importlib.import_module(".ctc", __package__)
 _gd = importlib.import_module(".gated_delta", __package__)
 _gs = importlib.import_module(".grid_sample", __package__)
+_interp = importlib.import_module(".interpolation", __package__)
+_moe = importlib.import_module(".moe", __package__)
 _ops = importlib.import_module(".normalization", __package__)
 _pool = importlib.import_module(".pooling", __package__)
 _tf = importlib.import_module(".transformer", __package__)
@@ -1204,3 +1215,406 @@ def _attention_grad(ctx, dout, _dlse):
 
 
 attention.register_autograd(_attention_grad, setup_context=_attention_setup)
+
+
+# ---- interpolate ---------------------------------------------------------------------------------
+#
+# size and scale_factor travel as lists, one entry per spatial axis (or one for all), the
+# unused one empty; recompute_scale_factor as a bool (torch's None is False).
+
+
+def _interpolate_shape(x, size, scale_factor):
+    """torch's output shape (the fake implementation's): size, else floor(in * scale)."""
+    rank = x.dim() - 2
+    if size:
+        out = [size[i if len(size) > 1 else 0] for i in range(rank)]
+    else:
+        out = [math.floor(x.shape[2 + i] * scale_factor[i if len(scale_factor) > 1 else 0]) for i in range(rank)]
+    return tuple(x.shape[:2]) + tuple(out)
+
+
+@torch.library.custom_op("rudnn::interpolate", mutates_args=())
+def interpolate(
+    x: Tensor,
+    size: List[int],
+    scale_factor: List[float],
+    mode: str,
+    align_corners: Optional[bool],
+    recompute_scale_factor: bool,
+) -> Tensor:
+    """rudnn.interpolate: [N, C, *out] in x's dtype, contiguous."""
+    return _interp.interpolate(x, size or None, scale_factor or None, mode, align_corners, recompute_scale_factor)
+
+
+@interpolate.register_fake
+def _(x, size, scale_factor, mode, align_corners, recompute_scale_factor):
+    return x.new_empty(_interpolate_shape(x, size, scale_factor))
+
+
+@torch.library.custom_op("rudnn::interpolate_backward", mutates_args=())
+def interpolate_backward(
+    dout: Tensor,
+    input_size: List[int],
+    size: List[int],
+    scale_factor: List[float],
+    mode: str,
+    align_corners: Optional[bool],
+    recompute_scale_factor: bool,
+) -> Tensor:
+    """dinput of input_size in dout's dtype (the deterministic gather)."""
+    return _interp.interpolate_backward(
+        dout, input_size, size or None, scale_factor or None, mode, align_corners, recompute_scale_factor
+    )
+
+
+@interpolate_backward.register_fake
+def _(dout, input_size, size, scale_factor, mode, align_corners, recompute_scale_factor):
+    return dout.new_empty(input_size)
+
+
+def _interpolate_setup(ctx, inputs, output):
+    x, *options = inputs
+    ctx.input_size = list(x.shape)
+    ctx.options = options
+
+
+def _interpolate_grad(ctx, dout):
+    return (interpolate_backward(dout, ctx.input_size, *ctx.options),) + (None,) * 5
+
+
+interpolate.register_autograd(_interpolate_grad, setup_context=_interpolate_setup)
+
+
+# ---- conv, causal_conv1d ---------------------------------------------------------------------------
+#
+# The spatial options travel as int lists, one entry per spatial axis (empty: the default);
+# padding_mode "same" / "valid" replaces the padding lists, "" keeps them. The activation's
+# gradient is taken here from the pre-activation, recomputed by the op without it (the ruDNN
+# backward ops take the gradient after the epilogue). The backward ops run strategy "auto"
+# (ImplicitGemm is forward-only).
+
+
+def _conv_padding(padding_mode: str, padding: List[int]):
+    return padding_mode if padding_mode else (padding or 0)
+
+
+def _conv_shape(x, weight, stride, padding_mode, padding, padding_end, dilation, layout):
+    """The output shape of a convolution (the fake implementation's)."""
+    rank = x.dim() - 2
+    nhwc = layout == "nhwc"
+    sizes = x.shape[1 : 1 + rank] if nhwc else x.shape[2:]
+    kernel = weight.shape[1 : 1 + rank] if nhwc else weight.shape[2:]
+    out = []
+    for i in range(rank):
+        span = (dilation[i] if dilation else 1) * (kernel[i] - 1)
+        if padding_mode == "same":
+            total = span
+        elif padding_mode == "valid":
+            total = 0
+        else:
+            begin = padding[i] if padding else 0
+            end = padding_end[i] if padding_end and padding_end[i] >= 0 else begin
+            total = begin + end
+        out.append((sizes[i] + total - span - 1) // (stride[i] if stride else 1) + 1)
+    if nhwc:
+        return (x.shape[0],) + tuple(out) + (weight.shape[0],)
+    return (x.shape[0], weight.shape[0]) + tuple(out)
+
+
+def _conv_empty(like, shape, layout):
+    return like.new_empty(shape) if layout == "nhwc" else _pool_empty(like, shape)
+
+
+@torch.library.custom_op("rudnn::conv", mutates_args=())
+def conv(
+    x: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor],
+    residual: Optional[Tensor],
+    stride: List[int],
+    padding_mode: str,
+    padding: List[int],
+    padding_end: List[int],
+    dilation: List[int],
+    groups: int,
+    activation: str,
+    layout: str,
+    strategy: str,
+) -> Tensor:
+    """rudnn.conv_forward: [N, K, *out] (layout "nhwc": [N, *out, K]) in x's dtype."""
+    return _conv.conv_forward(
+        x, weight, bias, stride or 1, _conv_padding(padding_mode, padding), dilation or 1, groups,
+        padding_end=padding_end or None, activation=activation, residual=residual, layout=layout, strategy=strategy,
+    )
+
+
+@conv.register_fake
+def _(x, weight, bias, residual, stride, padding_mode, padding, padding_end, dilation, groups, activation, layout,
+      strategy):
+    return _conv_empty(x, _conv_shape(x, weight, stride, padding_mode, padding, padding_end, dilation, layout), layout)
+
+
+@torch.library.custom_op("rudnn::conv_data_backward", mutates_args=())
+def conv_data_backward(
+    dout: Tensor,
+    weight: Tensor,
+    input_size: List[int],
+    stride: List[int],
+    padding_mode: str,
+    padding: List[int],
+    padding_end: List[int],
+    dilation: List[int],
+    groups: int,
+    layout: str,
+) -> Tensor:
+    """rudnn.conv_data_backward: dinput of input_size in dout's dtype."""
+    return _conv.conv_data_backward(
+        dout, weight, input_size, stride or 1, _conv_padding(padding_mode, padding), dilation or 1, groups,
+        padding_end=padding_end or None, layout=layout,
+    )
+
+
+@conv_data_backward.register_fake
+def _(dout, weight, input_size, stride, padding_mode, padding, padding_end, dilation, groups, layout):
+    return _conv_empty(dout, tuple(input_size), layout)
+
+
+@torch.library.custom_op("rudnn::conv_weight_backward", mutates_args=())
+def conv_weight_backward(
+    dout: Tensor,
+    x: Tensor,
+    weight_size: List[int],
+    stride: List[int],
+    padding_mode: str,
+    padding: List[int],
+    padding_end: List[int],
+    dilation: List[int],
+    groups: int,
+    layout: str,
+    with_bias: bool,
+) -> Tuple[Tensor, Tensor]:
+    """rudnn.conv_weight_backward: (dweight, dbias) in dout's dtype; dbias empty without with_bias."""
+    dweight, dbias = _conv.conv_weight_backward(
+        dout, x, weight_size, stride or 1, _conv_padding(padding_mode, padding), dilation or 1, groups,
+        padding_end=padding_end or None, with_bias=with_bias, layout=layout,
+    )
+    return dweight, _nothing(dout) if dbias is None else dbias
+
+
+@conv_weight_backward.register_fake
+def _(dout, x, weight_size, stride, padding_mode, padding, padding_end, dilation, groups, layout, with_bias):
+    channels = weight_size[0]
+    return dout.new_empty(tuple(weight_size)), dout.new_empty((channels,)) if with_bias else _nothing(dout)
+
+
+def _activation_grad(dout: Tensor, pre: Tensor, activation: str) -> Tensor:
+    """dout times the activation's derivative at the pre-activation, in float32 (float64 for
+    float64), rounded to dout's dtype."""
+    p = pre.to(_compute_dtype(pre))
+    if activation == "relu":
+        d = (p > 0).to(p.dtype)
+    elif activation == "silu":
+        s = torch.sigmoid(p)
+        d = s * (1 + p * (1 - s))
+    else:  # gelu, the erf form
+        d = 0.5 * (1 + torch.erf(p * 0.7071067811865476)) + p * torch.exp(-0.5 * p * p) * 0.3989422804014327
+    return (dout.to(p.dtype) * d).to(dout.dtype)
+
+
+def _conv_setup(ctx, inputs, output):
+    x, weight, bias, residual, *options = inputs
+    ctx.save_for_backward(x, weight, bias, residual)
+    ctx.options = options
+
+
+def _conv_grad(ctx, dout):
+    x, weight, bias, residual = ctx.saved_tensors
+    stride, padding_mode, padding, padding_end, dilation, groups, activation, layout, _strategy = ctx.options
+    geometry = (stride, padding_mode, padding, padding_end, dilation, groups, layout)
+    g = dout
+    if activation != "none":
+        pre = conv(x, weight, bias, residual, stride, padding_mode, padding, padding_end, dilation, groups, "none",
+                   layout, "auto")
+        g = _activation_grad(dout, pre, activation)
+    dx = conv_data_backward(g, weight, list(x.shape), *geometry) if ctx.needs_input_grad[0] else None
+    dweight = dbias = None
+    if ctx.needs_input_grad[1] or (bias is not None and ctx.needs_input_grad[2]):
+        dweight, dbias = conv_weight_backward(g, x, list(weight.shape), *geometry, bias is not None)
+    return (
+        dx,
+        dweight if ctx.needs_input_grad[1] else None,
+        dbias if bias is not None and ctx.needs_input_grad[2] else None,
+        g if residual is not None and ctx.needs_input_grad[3] else None,
+    ) + (None,) * 9
+
+
+conv.register_autograd(_conv_grad, setup_context=_conv_setup)
+
+
+@torch.library.custom_op("rudnn::causal_conv1d", mutates_args=())
+def causal_conv1d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor],
+    initial_state: Optional[Tensor],
+    cu_seqlens: Optional[Tensor],
+    silu: bool,
+) -> Tensor:
+    """rudnn.causal_conv1d reading initial_state (a clone takes the in-place update): [B, L, C]."""
+    state = None if initial_state is None else initial_state.clone(memory_format=torch.contiguous_format)
+    return _conv.causal_conv1d(x, weight, bias, state, cu_seqlens, silu)
+
+
+@causal_conv1d.register_fake
+def _(x, weight, bias, initial_state, cu_seqlens, silu):
+    return x.new_empty(x.shape)
+
+
+@torch.library.custom_op("rudnn::causal_conv1d_backward", mutates_args=())
+def causal_conv1d_backward(
+    dout: Tensor,
+    x: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor],
+    initial_state: Optional[Tensor],
+    cu_seqlens: Optional[Tensor],
+    silu: bool,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(dx, dweight, dbias, dinitial_state); dbias / dinitial_state empty without bias / state."""
+    dx, dweight, dbias, dstate = _conv.causal_conv1d_backward(dout, x, weight, bias, initial_state, cu_seqlens, silu)
+    return dx, dweight, _nothing(x) if dbias is None else dbias, _nothing(x) if dstate is None else dstate
+
+
+@causal_conv1d_backward.register_fake
+def _(dout, x, weight, bias, initial_state, cu_seqlens, silu):
+    dbias = _nothing(x) if bias is None else x.new_empty(bias.shape)
+    dstate = _nothing(x) if initial_state is None else x.new_empty(initial_state.shape)
+    return x.new_empty(x.shape), x.new_empty(weight.shape), dbias, dstate
+
+
+def _causal_conv1d_setup(ctx, inputs, output):
+    x, weight, bias, initial_state, cu_seqlens, silu = inputs
+    ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens)
+    ctx.silu = silu
+
+
+def _causal_conv1d_grad(ctx, dout):
+    x, weight, bias, initial_state, cu_seqlens = ctx.saved_tensors
+    dx, dweight, dbias, dstate = causal_conv1d_backward(dout, x, weight, bias, initial_state, cu_seqlens, ctx.silu)
+    return (
+        dx,
+        dweight,
+        dbias if bias is not None else None,
+        dstate if initial_state is not None else None,
+        None,
+        None,
+    )
+
+
+causal_conv1d.register_autograd(_causal_conv1d_grad, setup_context=_causal_conv1d_setup)
+
+
+# ---- moe -------------------------------------------------------------------------------------------
+#
+# The one-call branch. The forward is moe_inference (the same bits as moe_forward, no state
+# kept); the backward op runs moe_forward again for its state, then moe_backward: the state
+# (dispatched rows, expert caches) cannot travel through a custom op's outputs, and recomputing
+# it costs one forward. The expert weights' gradients come back in float32 and are cast to the
+# weights' dtype.
+
+
+def _moe_kwargs(routing, top_k, renormalize, groups, selected_groups, group_top_two, route_scale, scoring,
+                weight_renormalize, weight_scale, forward):
+    return dict(
+        routing=routing, top_k=top_k, renormalize=renormalize, groups=groups, selected_groups=selected_groups,
+        group_top_two=group_top_two, route_scale=route_scale, scoring=scoring, weight_renormalize=weight_renormalize,
+        weight_scale=weight_scale, forward=forward,
+    )
+
+
+@torch.library.custom_op("rudnn::moe", mutates_args=())
+def moe(
+    input: Tensor,
+    logits: Tensor,
+    bias: Optional[Tensor],
+    gate: Tensor,
+    up: Tensor,
+    down: Tensor,
+    routing: str,
+    top_k: int,
+    renormalize: bool,
+    groups: int,
+    selected_groups: int,
+    group_top_two: bool,
+    route_scale: float,
+    scoring: str,
+    weight_renormalize: bool,
+    weight_scale: float,
+    forward: str,
+    backward: str,
+) -> Tensor:
+    """rudnn.moe_inference: [T, H] in input's dtype (backward: the expert backward strategy)."""
+    return _moe.moe_inference(
+        input, logits, gate, up, down, bias=bias,
+        **_moe_kwargs(routing, top_k, renormalize, groups, selected_groups, group_top_two, route_scale, scoring,
+                      weight_renormalize, weight_scale, forward),
+    )
+
+
+@moe.register_fake
+def _(input, logits, bias, gate, up, down, *options):
+    return input.new_empty(input.shape)
+
+
+@torch.library.custom_op("rudnn::moe_backward", mutates_args=())
+def moe_backward(
+    grad_output: Tensor,
+    input: Tensor,
+    logits: Tensor,
+    bias: Optional[Tensor],
+    gate: Tensor,
+    up: Tensor,
+    down: Tensor,
+    routing: str,
+    top_k: int,
+    renormalize: bool,
+    groups: int,
+    selected_groups: int,
+    group_top_two: bool,
+    route_scale: float,
+    scoring: str,
+    weight_renormalize: bool,
+    weight_scale: float,
+    forward: str,
+    backward: str,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(dinput, dlogits, dgate, dup, ddown); the expert weights' in float32."""
+    _, state = _moe.moe_forward(
+        input, logits, gate, up, down, bias=bias, backward=backward,
+        **_moe_kwargs(routing, top_k, renormalize, groups, selected_groups, group_top_two, route_scale, scoring,
+                      weight_renormalize, weight_scale, forward),
+    )
+    return _moe.moe_backward(state, grad_output.contiguous())
+
+
+@moe_backward.register_fake
+def _(grad_output, input, logits, bias, gate, up, down, *options):
+    def f32(t):
+        return t.new_empty(t.shape, dtype=torch.float32)
+
+    return input.new_empty(input.shape), logits.new_empty(logits.shape), f32(gate), f32(up), f32(down)
+
+
+def _moe_setup(ctx, inputs, output):
+    input, logits, bias, gate, up, down, *options = inputs
+    ctx.save_for_backward(input, logits, bias, gate, up, down)
+    ctx.options = options
+
+
+def _moe_grad(ctx, grad_output):
+    input, logits, bias, gate, up, down = ctx.saved_tensors
+    dinput, dlogits, dgate, dup, ddown = moe_backward(grad_output, input, logits, bias, gate, up, down, *ctx.options)
+    return (dinput, dlogits, None, dgate.to(gate.dtype), dup.to(up.dtype), ddown.to(down.dtype)) + (None,) * 12
+
+
+moe.register_autograd(_moe_grad, setup_context=_moe_setup)

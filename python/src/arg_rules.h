@@ -1,6 +1,7 @@
-// Conversions of the non-tensor arguments that the pooling, grid_sample, gated_delta, ctc and
-// attention bindings share: bools, ints, int lists (torch's "an int or one per spatial axis"),
-// shapes and option names. Every refusal is a rudnn::Error (InvalidArgument) naming the op
+// Conversions of the non-tensor arguments that the pooling, grid_sample, gated_delta, ctc,
+// attention, interpolation, conv and moe bindings share: bools, ints, int lists (torch's "an
+// int or one per spatial axis"), shapes, option names, and the dtype and device of the plan
+// functions. Every refusal is a rudnn::Error (InvalidArgument) naming the op
 // and the argument, so that it reaches Python as rudnn.InvalidArgument (a ValueError), as
 // the ops' own checks do. OpArgs (interop.h) converts the tensors, floats and optional ints.
 #pragma once
@@ -106,6 +107,36 @@ E choice(const OpArgs& a, py::handle value, const char* arg,
     allowed += (allowed.empty() ? "'" : ", '") + std::string(name) + "'";
   }
   refuse(a, arg, "must be one of " + allowed + ", got " + repr_of(value));
+}
+
+// A dtype name ("float32", "float16", "bfloat16", "float64"), a torch dtype or a numpy dtype
+// (plan functions: the dtype a call would run in).
+inline rudnn::DType float_dtype(const OpArgs& a, py::handle value, const char* arg) {
+  std::string name = py::hasattr(value, "__name__") ? py::str(value.attr("__name__"))
+                                                    : py::str(value);
+  if (name.rfind("torch.", 0) == 0) name.erase(0, 6);
+  static const std::pair<const char*, rudnn::DType> kNames[] = {
+      {"float32", rudnn::DType::f32}, {"float16", rudnn::DType::f16},
+      {"bfloat16", rudnn::DType::bf16}, {"float64", rudnn::DType::f64}};
+  for (const auto& [n, d] : kNames) {
+    if (name == n) return d;
+  }
+  refuse(a, arg, "must be 'float32', 'float16', 'bfloat16' or 'float64', got " + repr_of(value));
+}
+
+// A device: None (CUDA device 0), an int (a CUDA index), "cpu", "cuda" or "cuda:<index>".
+inline rudnn::Device device(const OpArgs& a, py::handle value, const char* arg) {
+  if (value.is_none()) return rudnn::Device::cuda(0);
+  if (PyIndex_Check(value.ptr()) && !PyBool_Check(value.ptr())) {
+    return rudnn::Device::cuda(static_cast<int>(integer(a, value, arg)));
+  }
+  const std::string s = py::str(value);
+  if (s == "cpu") return rudnn::Device::cpu();
+  if (s == "cuda") return rudnn::Device::cuda(0);
+  const bool digits = s.size() > 5 && s.size() < 9 &&
+                      s.find_first_not_of("0123456789", 5) == std::string::npos;
+  if (s.rfind("cuda:", 0) == 0 && digits) return rudnn::Device::cuda(std::stoi(s.substr(5)));
+  refuse(a, arg, "must be 'cpu', 'cuda', 'cuda:<index>' or an int, got " + repr_of(value));
 }
 
 }  // namespace rudnn_py::rules

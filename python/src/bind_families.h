@@ -14,5 +14,9 @@ void bind_grid_sample(pybind11::module_& m);
 void bind_gated_delta(pybind11::module_& m);
 void bind_ctc(pybind11::module_& m);
 void bind_attention(pybind11::module_& m);
+void bind_interpolation(pybind11::module_& m);
+void bind_conv(pybind11::module_& m);
+void bind_moe(pybind11::module_& m);
+void bind_paged(pybind11::module_& m);
 
 }  // namespace rudnn_py

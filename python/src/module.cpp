@@ -14,4 +14,8 @@ PYBIND11_MODULE(_rudnn, m) {
   rudnn_py::bind_gated_delta(m);
   rudnn_py::bind_ctc(m);
   rudnn_py::bind_attention(m);
+  rudnn_py::bind_interpolation(m);
+  rudnn_py::bind_conv(m);
+  rudnn_py::bind_moe(m);
+  rudnn_py::bind_paged(m);
 }

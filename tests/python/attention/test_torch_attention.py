@@ -180,6 +180,11 @@ def test_varlen_on_the_gpu(rng, gen):
         close(f"varlen out[{n}]", out[s].transpose(0, 1)[None], ref, torch.bfloat16, rng.seed_value)
         ref.backward(dout[s].transpose(0, 1)[None].double())
         for name, t, r in zip("qkv", (q, k, v), per):
+            if name == "q" and lens[n] == 1:
+                # One query seeing one key: p = 1, so dq is exactly 0 and a relative error means
+                # nothing; the kernels' dq is rounding noise of D = rowsum(dO * O) - dP.
+                assert t.grad[s].abs().max().item() <= 1e-3, f"varlen dq[{n}] (seed={rng.seed_value})"
+                continue
             close(f"varlen d{name}[{n}]", t.grad[s].transpose(0, 1)[None], r.grad, torch.bfloat16, rng.seed_value)
 
 
