@@ -27,7 +27,8 @@
 //   runs on the stream the plan was uploaded to (a SplitWorkspace made for another stream:
 //   InvalidArgument). Nothing synchronises the host and no device value is read back:
 //   every launch decision comes from the plan's host copy of the schedule and the shapes.
-// - Inputs are never modified (append and paged_write modify the caches they are given).
+// - Inputs are never modified (paged_write_ writes the cache it is given; append writes a cache
+//   in place only when the caller's handle is its storage's only one).
 // - Errors: rudnn::Error naming the op, the argument and the rule, before anything is
 //   written: metadata that does not validate, shapes that do not match the plan or each
 //   other, Hq not a multiple of Hkv, D or Dv outside 1..1024, P outside 1..256, dtype /
@@ -110,7 +111,8 @@ class HostPlan {
 
 class SplitWorkspace;
 
-// DevicePlan::append's result: the caches to keep using (the same tensors, written in place).
+// DevicePlan::append's result: the caches to keep using (the given ones written in place, or
+// written copies of them where another handle shares their storage).
 struct AppendResult {
   Tensor key_cache, value_cache;
 };
@@ -168,11 +170,15 @@ class DevicePlan {
                             bool causal) const;
 
   // Writes query i's new key k[i] and value v[i] (k [queries, Hkv, D], v [queries, Hkv, Dv])
-  // at its position's slot of key_cache / value_cache ([pages, page_size, Hkv, D|Dv]), in
-  // place, on the plan's stream, and returns the caches to keep (these same tensors: a C++
-  // Tensor is a shared handle, so the caller decides who else sees the write; copy first to
-  // keep an old version). A plan where two queries share a slot is refused
-  // (InvalidArgument: "duplicate physical writes"). k/v must not overlap the caches.
+  // at its position's slot of key_cache / value_cache ([pages, page_size, Hkv, D|Dv]) on the
+  // plan's stream, and returns the caches to keep. A cache the caller holds alone (its
+  // storage_handles() is 1) is written in place and returned; a cache whose storage another
+  // handle or view also reaches is copied first (a contiguous copy on the plan's stream,
+  // the cache's bytes once more), the copy written and returned, and the other handles keep
+  // the old contents. Memory wrapped with from_blob (DLPack imports: torch, numpy) counts
+  // only ruDNN's handles, so such a cache is written in place. A plan where two queries share
+  // a slot is refused (InvalidArgument: "duplicate physical writes"). k/v must not overlap
+  // the caches.
   AppendResult append(const Tensor& k, const Tensor& v, const Tensor& key_cache,
                       const Tensor& value_cache) const;
 

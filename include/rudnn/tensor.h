@@ -101,6 +101,10 @@ class Tensor {
   // The storage's base address and size: two tensors overlap only if these ranges do.
   const void* storage_data() const;
   size_t storage_bytes() const;
+  // How many Tensor handles (views included) share this tensor's storage; 0 when undefined.
+  // Ops that update a cache copy it first when another handle could see the write (1: this
+  // handle alone). Memory wrapped with from_blob counts only ruDNN's handles.
+  long storage_handles() const noexcept { return storage_.use_count(); }
   // "Tensor(bf16, [2, 3], cuda:0)".
   std::string str() const;
 

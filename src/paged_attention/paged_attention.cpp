@@ -647,9 +647,15 @@ AppendResult DevicePlan::append(const Tensor& k, const Tensor& v, const Tensor& 
   common::require_no_overlap(call, "value_cache", value_cache, {{"k", &k}, {"v", &v}});
   const void* k_rows = common::dense_in(call, k);
   const void* v_rows = common::dense_in(call, v);
-  // The caches written and returned: the one place where copies of shared allocations
-  // (issue 13: copy before mutation) would be substituted.
-  const AppendResult kept{key_cache, value_cache};
+  // A cache whose storage another handle also reaches (a view, a second handle) is copied on
+  // the plan's stream before the write, so that handle keeps the old contents; a cache the
+  // caller holds alone is written in place. Counted before `kept` adds handles of its own.
+  auto writable = [&](const Tensor& cache) {
+    return cache.storage_handles() > 1 ? cache.to(cache.device(), st.stream) : cache;
+  };
+  Tensor key_out = writable(key_cache);
+  Tensor value_out = writable(value_cache);
+  const AppendResult kept{std::move(key_out), std::move(value_out)};
   const int32_t* slots = st.meta.data_as<int32_t>() + st.layout.slots();
   for (int which = 0; which < 2; ++which) {
     const Tensor& cache = which == 0 ? kept.key_cache : kept.value_cache;

@@ -246,6 +246,15 @@ TEST(TensorFactory, EmptyHasTheRequestedLayout) {
   // Distinct tensors never share storage.
   const Tensor a = Tensor::empty({4}, DType::f32), b = Tensor::empty({4}, DType::f32);
   EXPECT_NE(a.data(), b.data());
+  // storage_handles counts the handles of one storage, views included.
+  EXPECT_EQ(a.storage_handles(), 1);
+  EXPECT_EQ(Tensor{}.storage_handles(), 0);
+  {
+    const Tensor view = a.slice(0, 1, 3);
+    EXPECT_EQ(a.storage_handles(), 2);
+    EXPECT_EQ(view.storage_handles(), 2);
+  }
+  EXPECT_EQ(a.storage_handles(), 1);
 }
 
 TEST(TensorFactory, ZerosAndFullWriteEveryElement) {

@@ -169,6 +169,33 @@ TEST(PagedCpu, BlockTableFormClampsIdsAndLengths) {
   }
 }
 
+// append copies a cache whose storage another handle shares (issue 13: a shared allocation
+// is copied before mutation): the other handle keeps the old contents, the result has the
+// writes; a cache held alone is written in place.
+TEST(PagedCpu, AppendCopiesASharedCacheBeforeWriting) {
+  RUDNN_SEEDED_RNG(rng);
+  const Schedule s = random_schedule(rng, 4, ScheduleOptions{});
+  SCOPED_TRACE(s.str());
+  if (s.queries() == 0) GTEST_SKIP() << "the schedule drew no query";
+  const int64_t heads = 2, dim = 5;
+  Tensor kc = random_tensor(rng, {s.pages, 4, heads, dim}, DType::f32);
+  Tensor vc = random_tensor(rng, {s.pages, 4, heads, dim}, DType::f32);
+  Tensor k = random_tensor(rng, {s.queries(), heads, dim}, DType::f32);
+  Tensor v = random_tensor(rng, {s.queries(), heads, dim}, DType::f32);
+  const Tensor kc_view = kc.slice(0, 0, 1);  // a second handle on kc's storage
+  const std::vector<double> kc_before = to_doubles(kc), vc_before = to_doubles(vc);
+  const auto plan = paged::DevicePlan::upload(s.host(), k);
+  const auto kept = plan.append(k, v, kc, vc);
+  EXPECT_NE(kept.key_cache.data(), kc.data()) << "a shared key cache was written in place";
+  EXPECT_EQ(to_doubles(kc), kc_before) << "the shared key cache changed";
+  EXPECT_EQ(kept.value_cache.data(), vc.data()) << "a cache held alone was copied";
+  EXPECT_NE(to_doubles(vc), vc_before) << "the value cache held alone was not written";
+  // The copy holds the writes: the same bits as appending into an unshared clone.
+  Tensor clone = kc.to(Device::cpu());
+  plan.append(k, v, clone, Tensor::zeros(vc.shape(), DType::f32));
+  EXPECT_EQ(to_doubles(kept.key_cache), to_doubles(clone));
+}
+
 TEST(PagedCpu, AppendWritesEachQuerysSlot) {
   RUDNN_SEEDED_RNG(rng);
   ScheduleOptions o;
