@@ -498,6 +498,7 @@ TEST(NormGpu, BackwardIsDeterministic) {
   }
 }
 
+#if RUDNN_TEST_CUDA  // the test sets a CUDA kernel tuning switch
 // LayerNorm backward on rows of 129 .. 1024 16-byte vectors: the streamed kernel (the
 // default there) and the register tile (tuning.h streamed_layer_norm_backward = false), from
 // recomputed and from saved statistics, at the boundaries of the streamed kernel's block
@@ -546,6 +547,7 @@ TEST(NormGpu, LayerNormBackwardStreamedAndTiled) {
     }
   }
 }
+#endif  // RUDNN_TEST_CUDA
 
 TEST(NormGpu, RunsOnTheGivenStream) {
   RUDNN_REQUIRE_CUDA();
