@@ -55,28 +55,53 @@ paged::DevicePlan upload(const paged::HostPlan& host, py::object q, py::object s
   return without_gil([&] { return paged::DevicePlan::upload(host, tq, s); });
 }
 
+// The arguments of a DevicePlan attention call: q, k_cache, v_cache, scale, causal.
+struct AttentionArgs {
+  Tensor q, k, v;
+  float scale;
+  bool causal;
+};
+AttentionArgs attention_args(const OpArgs& a, py::handle q, py::handle k_cache,
+                             py::handle v_cache, py::handle scale, py::handle causal) {
+  return {a.tensor(q, "q"), a.tensor(k_cache, "k_cache"), a.tensor(v_cache, "v_cache"),
+          a.float32(scale, "scale"), rules::flag(a, causal, "causal")};
+}
+
+// The arguments of a DevicePlan MLA call: q, qp, latent, kp, scale, causal.
+struct MlaArgs {
+  Tensor q, qp, latent, kp;
+  float scale;
+  bool causal;
+};
+MlaArgs mla_args(const OpArgs& a, py::handle q, py::handle qp, py::handle latent, py::handle kp,
+                 py::handle scale, py::handle causal) {
+  return {a.tensor(q, "q"),           a.tensor(qp, "qp"),
+          a.tensor(latent, "latent"), a.tensor(kp, "kp"),
+          a.float32(scale, "scale"),  rules::flag(a, causal, "causal")};
+}
+
 py::object attention(const paged::DevicePlan& plan, py::object q, py::object k_cache,
                      py::object v_cache, py::object scale, py::object causal, py::object out) {
   const OpArgs a("DevicePlan.attention", py::none());
-  Tensor tq = a.tensor(q, "q"), tk = a.tensor(k_cache, "k_cache"), tv = a.tensor(v_cache, "v_cache");
-  const float sc = a.float32(scale, "scale");
-  const bool c = rules::flag(a, causal, "causal");
-  if (out.is_none()) return wrap(without_gil([&] { return plan.attention(tq, tk, tv, sc, c); }));
+  const AttentionArgs t = attention_args(a, q, k_cache, v_cache, scale, causal);
+  if (out.is_none()) {
+    return wrap(without_gil([&] { return plan.attention(t.q, t.k, t.v, t.scale, t.causal); }));
+  }
   Tensor to = a.output(out, "out");
-  without_gil([&] { plan.attention_into(to, tq, tk, tv, sc, c); });
+  without_gil([&] { plan.attention_into(to, t.q, t.k, t.v, t.scale, t.causal); });
   return out;
 }
 
 py::object mla(const paged::DevicePlan& plan, py::object q, py::object qp, py::object latent,
                py::object kp, py::object scale, py::object causal, py::object out) {
   const OpArgs a("DevicePlan.mla", py::none());
-  Tensor tq = a.tensor(q, "q"), tqp = a.tensor(qp, "qp"), tl = a.tensor(latent, "latent"),
-         tkp = a.tensor(kp, "kp");
-  const float sc = a.float32(scale, "scale");
-  const bool c = rules::flag(a, causal, "causal");
-  if (out.is_none()) return wrap(without_gil([&] { return plan.mla(tq, tqp, tl, tkp, sc, c); }));
+  const MlaArgs t = mla_args(a, q, qp, latent, kp, scale, causal);
+  if (out.is_none()) {
+    return wrap(
+        without_gil([&] { return plan.mla(t.q, t.qp, t.latent, t.kp, t.scale, t.causal); }));
+  }
   Tensor to = a.output(out, "out");
-  without_gil([&] { plan.mla_into(to, tq, tqp, tl, tkp, sc, c); });
+  without_gil([&] { plan.mla_into(to, t.q, t.qp, t.latent, t.kp, t.scale, t.causal); });
   return out;
 }
 
@@ -84,22 +109,19 @@ py::object attention_with_workspace(const paged::DevicePlan& plan, paged::SplitW
                                     py::object q, py::object k_cache, py::object v_cache,
                                     py::object scale, py::object causal) {
   const OpArgs a("DevicePlan.attention_with_workspace", py::none());
-  Tensor tq = a.tensor(q, "q"), tk = a.tensor(k_cache, "k_cache"), tv = a.tensor(v_cache, "v_cache");
-  const float sc = a.float32(scale, "scale");
-  const bool c = rules::flag(a, causal, "causal");
-  return wrap(without_gil([&] { return plan.attention_with_workspace(ws, tq, tk, tv, sc, c); }));
+  const AttentionArgs t = attention_args(a, q, k_cache, v_cache, scale, causal);
+  return wrap(without_gil(
+      [&] { return plan.attention_with_workspace(ws, t.q, t.k, t.v, t.scale, t.causal); }));
 }
 
 py::object mla_with_workspace(const paged::DevicePlan& plan, paged::SplitWorkspace& ws,
                               py::object q, py::object qp, py::object latent, py::object kp,
                               py::object scale, py::object causal) {
   const OpArgs a("DevicePlan.mla_with_workspace", py::none());
-  Tensor tq = a.tensor(q, "q"), tqp = a.tensor(qp, "qp"), tl = a.tensor(latent, "latent"),
-         tkp = a.tensor(kp, "kp");
-  const float sc = a.float32(scale, "scale");
-  const bool c = rules::flag(a, causal, "causal");
-  return wrap(
-      without_gil([&] { return plan.mla_with_workspace(ws, tq, tqp, tl, tkp, sc, c); }));
+  const MlaArgs t = mla_args(a, q, qp, latent, kp, scale, causal);
+  return wrap(without_gil([&] {
+    return plan.mla_with_workspace(ws, t.q, t.qp, t.latent, t.kp, t.scale, t.causal);
+  }));
 }
 
 py::tuple append(const paged::DevicePlan& plan, py::object k, py::object v,
