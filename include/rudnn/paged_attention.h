@@ -225,6 +225,11 @@ class SplitWorkspace {
 Tensor paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const Tensor& lengths, float scale,
                        const Stream& stream = {});
+// paged_attention writing `out` (contiguous [B, Hq, L, Dv] in q's dtype, sharing no memory
+// with an input; else an Error naming "out" before anything is written).
+void paged_attention_into(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                          const Tensor& v_cache, const Tensor& block_tables,
+                          const Tensor& lengths, float scale, const Stream& stream = {});
 
 // paged_write: cache [blocks, Hkv, block_size, D] with new [T, Hkv, D] written at slots
 // [T] (I32 or I64): slot t is block slots[t] / block_size, row slots[t] % block_size.

@@ -216,6 +216,7 @@ def paged_attention(
     lengths: Array,
     scale: float,
     *,
+    out: Optional[Array] = None,
     stream: StreamLike = None,
 ) -> Array:
     """Spec 003's block-table form: ``q [B, Hq, L, D]``, ``k_cache [blocks, Hkv, block_size,
@@ -223,13 +224,14 @@ def paged_attention(
     ``lengths [B]`` (int32 / int64 on q's device, read on the device only). Query l of
     sequence b sees keys ``0 ..= lengths[b] - L + l``. Block ids are clamped into the cache
     and lengths into the table's capacity (never an out-of-bounds read); a query that sees no
-    key gives zeros. Returns ``[B, Hq, L, Dv]``."""
+    key gives zeros. Returns ``[B, Hq, L, Dv]``, or writes ``out`` (contiguous, that shape
+    and q's dtype, sharing no memory with an input) and returns it."""
     kind, stream = io.context(q, stream)
     r = _rudnn.paged_attention(
         io.as_input(q), io.as_input(k_cache), io.as_input(v_cache), io.as_input(block_tables), io.as_input(lengths),
-        scale, stream=stream,
+        scale, stream=stream, out=io.as_output(out),
     )
-    return io.result(kind, r)
+    return out if out is not None else io.result(kind, r)
 
 
 def paged_write(cache: Array, new: Array, slots: Array, *, stream: StreamLike = None) -> Array:

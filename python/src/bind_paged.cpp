@@ -148,13 +148,17 @@ paged::SplitWorkspace make_workspace(py::object q, py::object queries, py::objec
 
 py::object block_table_attention(py::object q, py::object k_cache, py::object v_cache,
                                  py::object block_tables, py::object lengths, py::object scale,
-                                 py::object stream) {
+                                 py::object stream, py::object out) {
   const OpArgs a("paged_attention", stream);
   Tensor tq = a.tensor(q, "q"), tk = a.tensor(k_cache, "k_cache"), tv = a.tensor(v_cache, "v_cache"),
          bt = a.tensor(block_tables, "block_tables"), ln = a.tensor(lengths, "lengths");
   const float sc = a.float32(scale, "scale");
   const rudnn::Stream s = a.stream_for(tq);
-  return wrap(without_gil([&] { return paged::paged_attention(tq, tk, tv, bt, ln, sc, s); }));
+  if (out.is_none())
+    return wrap(without_gil([&] { return paged::paged_attention(tq, tk, tv, bt, ln, sc, s); }));
+  Tensor to = a.output(out, "out");
+  without_gil([&] { paged::paged_attention_into(to, tq, tk, tv, bt, ln, sc, s); });
+  return out;
 }
 
 py::object paged_write(py::object cache, py::object new_values, py::object slots,
@@ -215,7 +219,7 @@ void bind_paged(py::module_& m) {
 
   m.def("paged_attention", &block_table_attention, py::arg("q"), py::arg("k_cache"),
         py::arg("v_cache"), py::arg("block_tables"), py::arg("lengths"), py::arg("scale"),
-        py::kw_only(), py::arg("stream") = none);
+        py::kw_only(), py::arg("stream") = none, py::arg("out") = none);
   m.def("paged_write", &paged_write, py::arg("cache"), py::arg("new"), py::arg("slots"),
         py::arg("in_place") = false, py::kw_only(), py::arg("stream") = none);
 }

@@ -682,10 +682,15 @@ AppendResult DevicePlan::append(const Tensor& k, const Tensor& v, const Tensor& 
 
 // ---- Block-table form -----------------------------------------------------------------------
 
-Tensor paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                       const Tensor& block_tables, const Tensor& lengths, float scale,
-                       const Stream& stream) {
-  OpCall call("paged_attention", "q", q, stream);
+namespace {
+
+// paged_attention and paged_attention_into: validates, then writes *out_given (checked here)
+// or a new result into *out_made.
+void block_table_attention(const char* op, const Tensor* out_given, Tensor* out_made,
+                           const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                           const Tensor& block_tables, const Tensor& lengths, float scale,
+                           const Stream& stream) {
+  OpCall call(op, "q", q, stream);
   common::require_float(call, "q", q);
   require_same_dtype(call, "k_cache", k_cache, q);
   require_same_dtype(call, "v_cache", v_cache, q);
@@ -725,7 +730,18 @@ Tensor paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_c
              " keys per sequence; the kernels index keys below 2^31"));
   }
   const BshdIn qv = common::bshd_in(call, "q", q, common::Axes4::bhsd);
-  Tensor out = call.empty({batch, heads_q, len_q, dim_v}, q.dtype());
+  const Shape out_shape{batch, heads_q, len_q, dim_v};
+  Tensor out;
+  if (out_given != nullptr) {
+    common::require_out(call, "out", *out_given, out_shape, q.dtype());
+    require_contiguous(call, "out", *out_given);
+    common::require_no_overlap(call, "out", *out_given,
+                               {{"q", &q}, {"k_cache", &k_cache}, {"v_cache", &v_cache},
+                                {"block_tables", &block_tables}, {"lengths", &lengths}});
+    out = *out_given;
+  } else {
+    out = call.empty(out_shape, q.dtype());
+  }
   PagedForward p;
   p.dtype = q.dtype();
   Schedule& s = p.sched;
@@ -758,7 +774,25 @@ Tensor paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_c
   p.causal = true;
   p.max_keys = max_blocks * block_size;
   run_forward(call, p, nullptr);
+  if (out_made != nullptr) *out_made = out;
+}
+
+}  // namespace
+
+Tensor paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                       const Tensor& block_tables, const Tensor& lengths, float scale,
+                       const Stream& stream) {
+  Tensor out;
+  block_table_attention("paged_attention", nullptr, &out, q, k_cache, v_cache, block_tables,
+                        lengths, scale, stream);
   return out;
+}
+
+void paged_attention_into(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                          const Tensor& v_cache, const Tensor& block_tables,
+                          const Tensor& lengths, float scale, const Stream& stream) {
+  block_table_attention("paged_attention", &out, nullptr, q, k_cache, v_cache,
+                        block_tables, lengths, scale, stream);
 }
 
 namespace {

@@ -161,6 +161,13 @@ def test_block_table_form_and_paged_write(rng):
                 p = np.exp(x - x.max())
                 ref = (p / p.sum()) @ v[:m, h // (hq // hkv)]
                 close(ctx, f"block-table row {s},{h},{l}", got[s, h, l], ref, 1e-12)
+    buf = np.full(got.shape, np.nan)
+    assert paged.paged_attention(q, kc, vc, tables, lengths, scale, out=buf) is buf
+    assert np.array_equal(buf, got), ctx.msg("paged_attention out=")
+    with pytest.raises(rudnn.ShapeMismatch, match="^paged_attention: out has shape"):
+        paged.paged_attention(q, kc, vc, tables, lengths, scale, out=buf[:1])
+    with pytest.raises(rudnn.InvalidArgument, match="^paged_attention: out overlaps q"):
+        paged.paged_attention(q, kc, vc, tables, lengths, scale, out=q)
     new = randn(rng, (3, hkv, d), np.float64)
     slots = np.array([5, 200, 0], np.int64)  # 200 is out of range: skipped
     written = np.asarray(paged.paged_write(kc, new, slots))
