@@ -208,7 +208,8 @@ def gated_delta_slots(
 ) -> Any: ...
 def gated_delta_rule(
     query: Any, key: Any, value: Any, beta: Any, log_decay: Any, initial_state: Any,
-    query_scale: float = 1.0, *, cu_seqlens: Any = None, stream: Any = None, out: Any = None,
+    query_scale: float = 1.0, *, cu_seqlens: Any = None, chunk_size: Optional[int] = None,
+    stream: Any = None, out: Any = None,
 ) -> Tuple[Any, Any]: ...
 def gated_delta_backward(
     dy: Any, dstate: Any, q: Any, k: Any, v: Any, g: Any, beta: Any, state: Any, *,
@@ -446,8 +447,9 @@ class PagedDevicePlan:
     def append(self, k: Any, v: Any, key_cache: Any, value_cache: Any) -> Tuple[Tensor, Tensor]: ...
 
 def paged_attention(
-    q: Any, k_cache: Any, v_cache: Any, block_tables: Any, lengths: Any, scale: float, *, stream: Any = None
-) -> Tensor: ...
+    q: Any, k_cache: Any, v_cache: Any, block_tables: Any, lengths: Any, scale: float, *, stream: Any = None,
+    out: Any = None,
+) -> Any: ...
 def paged_write(cache: Any, new: Any, slots: Any, in_place: bool = False, *, stream: Any = None) -> Any: ...
 
 # The other op bindings (see rudnn/normalization.py for the documented, typed functions).

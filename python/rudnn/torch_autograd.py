@@ -388,12 +388,14 @@ def gated_delta(
 
 def gated_delta_rule(
     query: Tensor, key: Tensor, value: Tensor, beta: Tensor, log_decay: Tensor, initial_state: Tensor,
-    query_scale: float = 1.0, cu_seqlens: Optional[Tensor] = None,
+    query_scale: float = 1.0, cu_seqlens: Optional[Tensor] = None, chunk_size: Optional[int] = None,
 ) -> Tuple[Tensor, Tensor]:
-    """Differentiable :func:`rudnn.gated_delta_rule` (every tensor input gets a gradient)."""
+    """Differentiable :func:`rudnn.gated_delta_rule` (every tensor input gets a gradient); with
+    ``chunk_size`` the forward is the chunked prefill and the gradient the recurrence's
+    backward (a chunked backward kernel is not implemented)."""
     return _lib.gated_delta_rule(
         query, key, value, beta, log_decay, initial_state, _number("gated_delta_rule", "query_scale", query_scale),
-        cu_seqlens,
+        cu_seqlens, chunk_size,
     )
 
 

@@ -970,13 +970,17 @@ def gated_delta_rule(
     initial_state: Tensor,
     query_scale: float,
     cu_seqlens: Optional[Tensor],
+    chunk_size: Optional[int] = None,
 ) -> Tuple[Tensor, Tensor]:
-    """rudnn.gated_delta_rule: (output [B, H, T, V] in query's dtype, final_state float32)."""
-    return _gd.gated_delta_rule(query, key, value, beta, log_decay, initial_state, query_scale, cu_seqlens=cu_seqlens)
+    """rudnn.gated_delta_rule: (output [B, H, T, V] in query's dtype, final_state float32); with
+    chunk_size the chunked prefill, differentiated through the recurrence's backward."""
+    return _gd.gated_delta_rule(
+        query, key, value, beta, log_decay, initial_state, query_scale, cu_seqlens=cu_seqlens, chunk_size=chunk_size
+    )
 
 
 @gated_delta_rule.register_fake
-def _(query, key, value, beta, log_decay, initial_state, query_scale, cu_seqlens):
+def _(query, key, value, beta, log_decay, initial_state, query_scale, cu_seqlens, chunk_size=None):
     return value.new_empty(value.shape, dtype=query.dtype), initial_state.new_empty(
         initial_state.shape, dtype=torch.float32
     )
@@ -1010,7 +1014,7 @@ def _(doutput, dfinal_state, query, key, value, beta, log_decay, initial_state, 
 
 
 def _gated_delta_rule_setup(ctx, inputs, output):
-    *tensors, query_scale, cu_seqlens = inputs
+    *tensors, query_scale, cu_seqlens, _chunk_size = inputs
     ctx.save_for_backward(*tensors, cu_seqlens)
     ctx.query_scale = query_scale
 
@@ -1020,7 +1024,7 @@ def _gated_delta_rule_grad(ctx, doutput, dfinal_state):
     grads = gated_delta_rule_backward(
         doutput.contiguous(), dfinal_state.contiguous(), *tensors, ctx.query_scale, cu_seqlens
     )
-    return grads + (None, None)
+    return grads + (None, None, None)
 
 
 gated_delta_rule.register_autograd(_gated_delta_rule_grad, setup_context=_gated_delta_rule_setup)

@@ -1,10 +1,12 @@
 // The gated delta family (rudnn/gated_delta.h): gated_delta, gated_delta_steps and
-// gated_delta_slots (spec 003's layout), gated_delta_rule (spec 000's), each dense or, with
-// `cu_seqlens`, over packed variable-length sequences (the *_varlen C++ functions), and the
+// gated_delta_slots (spec 003's layout), gated_delta_rule (spec 000's; with `chunk_size` the
+// chunked prefill chunk_gated_delta_rule), each dense or, with `cu_seqlens`, over packed
+// variable-length sequences (the *_varlen C++ functions), and the
 // backward passes gated_delta_backward / gated_delta_rule_backward. The _into forms are
 // reached through `out=`; gated_delta_slots writes its state pool in place (imported
 // writable: a read-only pool is refused, never copied). The documented Python functions are
 // in python/rudnn/gated_delta.py.
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -115,23 +117,33 @@ py::object gated_delta_slots(py::object q, py::object k, py::object v, py::objec
 
 py::object gated_delta_rule(py::object query, py::object key, py::object value, py::object beta,
                             py::object log_decay, py::object initial_state,
-                            py::object query_scale, py::object cu_seqlens, py::object stream,
-                            py::object out) {
+                            py::object query_scale, py::object cu_seqlens, py::object chunk_size,
+                            py::object stream, py::object out) {
   const OpArgs a("gated_delta_rule", stream);
   const rudnn::GatedDeltaInput in =
       rule_input(a, query, key, value, beta, log_decay, initial_state, query_scale);
   Tensor cu = a.optional_tensor(cu_seqlens, "cu_seqlens");
+  // None: the recurrence; an integer: the chunked prefill (its C++ entry points check it).
+  const std::optional<int64_t> chunk = a.optional_int(chunk_size, "chunk_size");
   const rudnn::Stream s = a.stream_for(in.query);
   const bool varlen = cu.defined();
   if (out.is_none()) {
     rudnn::GatedDeltaOutput r = without_gil([&] {
+      if (chunk) {
+        return varlen ? rudnn::chunk_gated_delta_rule_varlen(in, cu, *chunk, s)
+                      : rudnn::chunk_gated_delta_rule(in, *chunk, s);
+      }
       return varlen ? rudnn::gated_delta_rule_varlen(in, cu, s) : rudnn::gated_delta_rule(in, s);
     });
     return wrap_all(std::move(r.output), std::move(r.final_state));
   }
   auto o = a.outputs(out, {"out[0] (output)", "out[1] (final_state)"});
   without_gil([&] {
-    if (varlen) {
+    if (chunk && varlen) {
+      rudnn::chunk_gated_delta_rule_varlen_into(o[0], o[1], in, cu, *chunk, s);
+    } else if (chunk) {
+      rudnn::chunk_gated_delta_rule_into(o[0], o[1], in, *chunk, s);
+    } else if (varlen) {
       rudnn::gated_delta_rule_varlen_into(o[0], o[1], in, cu, s);
     } else {
       rudnn::gated_delta_rule_into(o[0], o[1], in, s);
@@ -208,7 +220,7 @@ void bind_gated_delta(py::module_& m) {
   m.def("gated_delta_rule", &gated_delta_rule, py::arg("query"), py::arg("key"), py::arg("value"),
         py::arg("beta"), py::arg("log_decay"), py::arg("initial_state"),
         py::arg("query_scale") = 1.0, py::kw_only(), py::arg("cu_seqlens") = none,
-        py::arg("stream") = none, py::arg("out") = none);
+        py::arg("chunk_size") = none, py::arg("stream") = none, py::arg("out") = none);
   m.def("gated_delta_backward", &gated_delta_backward, py::arg("dy"), py::arg("dstate"),
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g"), py::arg("beta"), py::arg("state"),
         py::kw_only(), py::arg("cu_seqlens") = none, py::arg("stream") = none,

@@ -1,7 +1,7 @@
 """CPU tests of the gated delta family through the rudnn package: gated_delta,
 gated_delta_steps, gated_delta_slots (spec 003's layout, grouped key heads) and
 gated_delta_rule (spec 000's layout) against a NumPy float64 recurrence written here, over
-dtypes; chaining (T steps equal T one-step calls through the returned state); the pool updated
+dtypes; its chunked prefill (chunk_size=) against the recurrence; chaining (T steps equal T one-step calls through the returned state); the pool updated
 in place and only at the named slots; the varlen forms against each sequence alone; both
 backward passes against finite differences of the forward in float64; out=; inputs unchanged;
 errors reaching Python as the
@@ -164,6 +164,38 @@ def test_gated_delta_rule_against_numpy(rng, dtype):
     verify(ctx, "final_state", final, np.swapaxes(ref_states[:, -1], -1, -2), F32)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+@pytest.mark.parametrize("chunk_size", [1, 4, 64])
+def test_chunked_prefill_equals_the_recurrence(rng, dtype, chunk_size):
+    ctx = Ctx(rng, dtype=dname(dtype), chunk_size=chunk_size)
+    B, H, T, K, V = 2, 2, 11, 8, 5  # T not a multiple of 4: the last chunk is padded
+    key = randn(rng, (B, H, T, K), F64)
+    args = (
+        randn(rng, (B, H, T, K), dtype),
+        (key / np.linalg.norm(key, axis=-1, keepdims=True)).astype(dtype),
+        randn(rng, (B, H, T, V), dtype),
+        rng.uniform(0, 1, (B, H, T)).astype(dtype),
+        rng.uniform(-0.7, 0.0, (B, H, T)).astype(F32),
+        randn(rng, (B, H, K, V), F32, scale=0.5),
+    )
+    before = snapshot(*args)
+    out, final = rudnn.gated_delta_rule(*args, 0.3, chunk_size=chunk_size)
+    ref_out, ref_final = rudnn.gated_delta_rule(*[f64(a) if a.dtype != F32 or i < 4 else a for i, a in enumerate(args)],
+                                                0.3)
+    verify(ctx, "output", out, f64(ref_out), dtype)
+    verify(ctx, "final_state", final, f64(ref_final), F32)
+    assert_unchanged(ctx, before, args)
+    # out= reaches chunk_gated_delta_rule_into; cu_seqlens its varlen form.
+    bufs = (np.full(out.shape, np.nan, out.dtype), np.full(final.shape, np.nan, F32))
+    assert rudnn.gated_delta_rule(*args, 0.3, chunk_size=chunk_size, out=bufs) is bufs
+    np.testing.assert_array_equal(bufs[0], out, err_msg=ctx.msg("out="))
+    packed = [np.concatenate([a[0:1], a[1:2]], axis=2) if i < 5 else a for i, a in enumerate(args)]
+    cu = np.array([0, T, 2 * T], np.int32)
+    vout, vfinal = rudnn.gated_delta_rule(*packed, 0.3, cu_seqlens=cu, chunk_size=chunk_size)
+    verify(ctx, "varlen output", vout, np.concatenate([f64(ref_out)[0:1], f64(ref_out)[1:2]], axis=2), dtype)
+    verify(ctx, "varlen final_state", vfinal, f64(ref_final), F32)
+
+
 def directional(ctx, what, f, args, grads, weights, h=1e-6, rtol=1e-6):
     """sum_i <w_i, (f(x + h u) - f(x - h u))_i> / 2h equals sum_j <grad_j, u_j>, u random."""
     gen = np.random.default_rng(ctx.seed)
@@ -299,6 +331,12 @@ def test_errors_name_the_op_and_argument(rng):
          lambda: rudnn.gated_delta_rule(qr, qr, qr, ld, ld, init, True)),
         (rudnn.InvalidArgument, r"^gated_delta_rule: log_decay is None",
          lambda: rudnn.gated_delta_rule(qr, qr, qr, ld, None, init)),
+        (rudnn.InvalidArgument, r"^chunk_gated_delta_rule: chunk_size = 0; expected a positive",
+         lambda: rudnn.gated_delta_rule(qr, qr, qr, ld, ld, init, chunk_size=0)),
+        (rudnn.InvalidArgument, r"^chunk_gated_delta_rule: chunk_size = 1000 needs",
+         lambda: rudnn.gated_delta_rule(qr, qr, qr, ld, ld, init, chunk_size=1000)),
+        (rudnn.InvalidArgument, r"^gated_delta_rule: chunk_size must be an int or None",
+         lambda: rudnn.gated_delta_rule(qr, qr, qr, ld, ld, init, chunk_size=4.0)),
         (rudnn.InvalidArgument, r"^gated_delta_backward: dy is None",
          lambda: rudnn.gated_delta_backward(None, None, q, k, v, g, beta, state)),
         (rudnn.Error, r"^gated_delta_backward: ",

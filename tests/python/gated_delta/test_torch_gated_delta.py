@@ -1,6 +1,6 @@
 """The gated delta family's torch ops (skipped without torch >= 2.4; the CUDA cases also without a
-GPU or a CUDA build of ruDNN): rudnn.torch_autograd.gated_delta / gated_delta_rule against a
-torch float64 recurrence (grouped key heads, Dk up to 256 on the GPU, float32 / float16 /
+GPU or a CUDA build of ruDNN): rudnn.torch_autograd.gated_delta / gated_delta_rule (and its chunked
+prefill, chunk_size=) against a torch float64 recurrence (grouped key heads, Dk up to 256 on the GPU, float32 / float16 /
 bfloat16; varlen), their gradients against torch autograd of that reference, gradcheck in
 float64 on the CPU, torch.library.opcheck of the custom ops (schema, fake implementation,
 autograd registration), and torch.compile(fullgraph=True) of a step, forward and backward. Inputs are random with a fresh seed per test (conftest's
@@ -21,20 +21,13 @@ DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
 
 
-@pytest.fixture
-def gen(rng):
-    g = torch.Generator()
-    g.manual_seed(int(rng.seed_value))
-    return g
-
-
-def close(what, got, ref, dtype, seed, case=None):
+def close(what, got, ref, dtype, seed, case=None, tol=None):
     msg = f"{what} [{dtype}] (seed={seed}; RUDNN_TEST_SEED={seed} replays; case={case})"
     assert got.dtype == ref.dtype and got.shape == ref.shape, f"{msg}: {got.dtype} {tuple(got.shape)}"
     if ref.numel():
         g, r = got.detach().double(), ref.detach().double()
         err = (g - r).norm().item() / max(r.norm().item(), 1e-12)
-        assert err <= TOL[dtype], f"{msg}: relative L2 error {err:.3g}"
+        assert err <= (tol or TOL[dtype]), f"{msg}: relative L2 error {err:.3g}"
 
 
 def ref_gated_delta(q, k, v, g, beta, state):
@@ -94,6 +87,50 @@ def test_gated_delta_rule_matches_the_other_form(rng, gen, device):
     y, state = ref_gated_delta(a["q"], a["k"], a["v"], log_decay.exp().transpose(1, 2), a["beta"], a["state"])
     close("output", out, y.transpose(1, 2).float(), torch.float32, rng.seed_value)
     close("final_state", final, state.transpose(-1, -2).float(), torch.float32, rng.seed_value)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("varlen", [False, True])
+def test_chunked_prefill_and_its_gradients(rng, gen, device, dtype, varlen):
+    # chunk_size=16 over T = 37 (a padded last chunk; with varlen, sequences of 0, 20 and 17
+    # steps): the forward against the float64 recurrence, the gradients (the recurrence's
+    # backward) against torch autograd of it.
+    B, T, H, K, V = (1, 37, 2, 64, 32) if varlen else (2, 37, 2, 64, 32)
+    a = inputs(gen, B, T, H, H, K, V, dtype, device)
+    cu = torch.tensor([0, 0, 20, 37], dtype=torch.int32, device=device) if varlen else None
+    N = 3 if varlen else B
+    t = lambda x: x.transpose(1, 2).contiguous()  # noqa: E731  [B, T, H, D] -> [B, H, T, D]
+    names = ("query", "key", "value", "beta", "log_decay", "initial_state")
+    rule = dict(zip(names, (t(a["q"]), t(a["k"]), t(a["v"]), t(a["beta"]), t(a["g"].log().float()),
+                            torch.randn((N, H, K, V), generator=gen).to(device) * 0.5)))
+    mine = {n: x.clone().requires_grad_() for n, x in rule.items()}
+    ref = {n: x.detach().double().requires_grad_() for n, x in rule.items()}
+    out, final = ta.gated_delta_rule(*mine.values(), 0.25, cu, chunk_size=16)
+    spans = [(0, 0), (0, 20), (20, 37)] if varlen else None
+
+    def recurrence(b, s, e, n):
+        if s == e:  # an empty sequence: no output, its state unchanged
+            return ref["value"].new_zeros((1, 0, H, V)), ref["initial_state"][n:n + 1].transpose(-1, -2)
+        tt = lambda x: x[b:b + 1, :, s:e].transpose(1, 2)  # noqa: E731
+        return ref_gated_delta(tt(ref["query"]) * 0.25, tt(ref["key"]), tt(ref["value"]), tt(ref["log_decay"]).exp(),
+                               tt(ref["beta"]), ref["initial_state"][n:n + 1].transpose(-1, -2))
+
+    parts = [recurrence(0, s, e, n) for n, (s, e) in enumerate(spans)] if varlen else \
+        [recurrence(b, 0, T, b) for b in range(B)]
+    ry = torch.cat([p[0] for p in parts], 1 if varlen else 0).transpose(1, 2)
+    rs = torch.cat([p[1] for p in parts], 0).transpose(-1, -2)
+    dy = torch.randn(out.shape, generator=gen, dtype=torch.float64).to(device)
+    ds = torch.randn(final.shape, generator=gen, dtype=torch.float64).to(device)
+    ((out.double() * dy).sum() + (final.double() * ds).sum()).backward()
+    ((ry * dy).sum() + (rs * ds).sum()).backward()
+    case = dict(varlen=varlen, device=device, chunk_size=16)
+    # F32 on the GPU: FP32 chunk products, whose rounding the header puts near 1e-5.
+    tol = 1e-4 if dtype == torch.float32 and device == "cuda" else None
+    close("output", out, ry.to(dtype), dtype, rng.seed_value, case, tol)
+    close("final_state", final, rs.float(), torch.float32 if tol else dtype, rng.seed_value, case, tol)
+    for n in names:
+        close(f"d{n}", mine[n].grad, ref[n].grad.to(mine[n].dtype), dtype, rng.seed_value, case)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -171,6 +208,7 @@ def test_custom_ops_pass_opcheck(gen):
     args = (a["q"].transpose(1, 2), a["k"].transpose(1, 2), a["q"].transpose(1, 2), a["beta"][..., :1].transpose(1, 2),
             torch.zeros(2, 1, 3), torch.zeros(2, 1, 8, 8), 0.5, None)
     torch.library.opcheck(torch.ops.rudnn.gated_delta_rule, args, test_utils=utils)
+    torch.library.opcheck(torch.ops.rudnn.gated_delta_rule, args + (2,), test_utils=utils)
 
 
 @pytest.mark.parametrize("device", DEVICES)
