@@ -38,6 +38,17 @@ def rng():
     return SeededGenerator(seed)
 
 
+@pytest.fixture
+def gen(rng):
+    """A torch.Generator seeded from rng's seed (the torch tests' inputs; they import torch
+    first, so this fixture only runs where torch is there)."""
+    import torch
+
+    g = torch.Generator()
+    g.manual_seed(int(rng.seed_value))
+    return g
+
+
 class Ctx:
     """Carries the seed and case name into assertion messages."""
 

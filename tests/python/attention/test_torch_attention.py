@@ -30,13 +30,6 @@ TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 3e-3, torch.bfl
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
-@pytest.fixture
-def gen(rng):
-    g = torch.Generator()
-    g.manual_seed(int(rng.seed_value))
-    return g
-
-
 def rand(gen, shape, dtype, device, scale=1.0):
     return (torch.randn(shape, generator=gen, dtype=torch.float64) * scale).to(device=device, dtype=dtype)
 
@@ -181,9 +174,16 @@ def test_varlen_on_the_gpu(rng, gen):
         ref.backward(dout[s].transpose(0, 1)[None].double())
         for name, t, r in zip("qkv", (q, k, v), per):
             if name == "q" and lens[n] == 1:
-                # One query seeing one key: p = 1, so dq is exactly 0 and a relative error means
-                # nothing; the kernels' dq is rounding noise of D = rowsum(dO * O) - dP.
-                assert t.grad[s].abs().max().item() <= 1e-3, f"varlen dq[{n}] (seed={rng.seed_value})"
+                # One query seeing one key: p = 1, so dq = scale * (dP - D) * k is exactly 0 and a
+                # relative error means nothing. The kernels' dq is the rounding noise of
+                # D = rowsum(dO * O) with O = v rounded to bf16: |dP - D| <= 2^-8 sum |dO * v|
+                # per head; the bound below allows 4x that.
+                kv = torch.arange(4, device="cuda") // 2
+                dov = (dout[s].double() * v.detach()[s][:, kv].double()).abs().sum(-1)  # [1, Hq]
+                kmax = k.detach()[s][:, kv].double().abs().amax(-1)
+                bound = 64 ** -0.5 * 2.0 ** -6 * dov * kmax
+                err = t.grad[s].double().abs().amax(-1)
+                assert bool((err <= bound).all()), f"varlen dq[{n}] {err.tolist()} > {bound.tolist()} (seed={rng.seed_value})"
                 continue
             close(f"varlen d{name}[{n}]", t.grad[s].transpose(0, 1)[None], r.grad, torch.bfloat16, rng.seed_value)
 

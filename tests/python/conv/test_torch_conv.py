@@ -30,13 +30,6 @@ TORCH_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 TA_CONV = {1: ta.conv1d, 2: ta.conv2d, 3: ta.conv3d}
 
 
-@pytest.fixture
-def gen(rng):
-    g = torch.Generator()
-    g.manual_seed(int(rng.seed_value))
-    return g
-
-
 def rand(gen, shape, dtype, device, scale=1.0):
     return (torch.randn(shape, generator=gen, dtype=torch.float64) * scale).to(device=device, dtype=dtype)
 

@@ -22,13 +22,6 @@ from rudnn import torch_autograd as ta  # noqa: E402
 CUDA = torch.cuda.is_available() and rudnn.built_with_cuda()
 
 
-@pytest.fixture
-def gen(rng):
-    g = torch.Generator()
-    g.manual_seed(int(rng.seed_value))
-    return g
-
-
 def problem(gen, T=20, N=4, C=7, S=6, blank=0, concatenated=False, impossible=False):
     z = torch.randn(T, N, C, generator=gen, dtype=torch.float64)
     il = torch.randint(T - 5, T + 1, (N,), generator=gen)

@@ -26,13 +26,6 @@ DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
 
-@pytest.fixture
-def gen(rng):
-    g = torch.Generator()
-    g.manual_seed(int(rng.seed_value))
-    return g
-
-
 def rand(gen, shape, dtype, device, lo=None, hi=None):
     t = torch.randn(shape, generator=gen, dtype=torch.float64)
     if lo is not None:

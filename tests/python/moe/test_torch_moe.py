@@ -27,13 +27,6 @@ DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
 TOL = {torch.float64: 1e-6, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 
 
-@pytest.fixture
-def gen(rng):
-    g = torch.Generator()
-    g.manual_seed(int(rng.seed_value))
-    return g
-
-
 def rand(gen, shape, dtype, device, scale=1.0):
     return (torch.randn(shape, generator=gen, dtype=torch.float64) * scale).to(device=device, dtype=dtype)
 

@@ -22,13 +22,6 @@ DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
 TOL = {torch.float32: 3e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
 
-@pytest.fixture
-def gen(rng):
-    g = torch.Generator()
-    g.manual_seed(int(rng.seed_value))
-    return g
-
-
 def schedule(gen, page_size, sequences, max_len):
     lengths = [int(torch.randint(1, max_len + 1, (1,), generator=gen)) for _ in range(sequences)]
     tables, nxt = [], 0

@@ -37,13 +37,6 @@ TORCH_MAX = {3: F.max_pool1d, 4: F.max_pool2d, 5: F.max_pool3d}
 TORCH_AVG = {3: F.avg_pool1d, 4: F.avg_pool2d, 5: F.avg_pool3d}
 
 
-@pytest.fixture
-def gen(rng):
-    g = torch.Generator()
-    g.manual_seed(int(rng.seed_value))
-    return g
-
-
 def rand(gen, shape, dtype, device):
     return torch.randn(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
 
