@@ -31,8 +31,9 @@
 //                 Any other case is ErrorCode::Unsupported naming what is missing: the data
 //                 and weight gradient kernels and the F32 (TF32) kernel are not built yet; NCHW
 //                 operands are not converted (no hidden pass).
-//   Auto          Direct (Depthwise where it applies): ImplicitGemm is taken only on request
-//                 until its GPU tests have passed.
+//   Auto          forward: ImplicitGemm where it applies (BF16/F16, ungrouped, channels-last
+//                 operands as above, C % 8 == 0), else Depthwise where that applies, else
+//                 Direct; the gradients: Direct.
 // `allow_tf32` only concerns a future F32 ImplicitGemm; Direct always computes in FP32. There
 // is no Autotune option yet. No kernel takes a workspace (workspace_bytes is 0), and none
 // builds an im2col / vol2col buffer.

@@ -235,6 +235,11 @@ ConvPlan plan_for(const char* op, const ConvShape& s, Device device, ConvDirecti
       gemm = true;
       plan.why = "ImplicitGemm: tensor cores (mma.sync), no im2col buffer";
     }
+  } else if (strategy == ConvStrategy::Auto && direction == ConvDirection::Forward && !grouped &&
+             (s.dtype == DType::bf16 || s.dtype == DType::f16) && s.in_channels % 8 == 0 &&
+             gemm_fits) {
+    gemm = true;
+    plan.why = "Auto: ImplicitGemm (tensor cores; channels-last BF16/F16, C % 8 == 0)";
   }
   if (device.is_cpu()) {
     plan.kernel = ConvKernel::Reference;
@@ -253,7 +258,7 @@ ConvPlan plan_for(const char* op, const ConvShape& s, Device device, ConvDirecti
   plan.kernel = ConvKernel::Direct;
   if (plan.why.empty()) {
     plan.why = strategy == ConvStrategy::Auto
-                   ? "Auto: Direct (ImplicitGemm is taken only on request until tested)"
+                   ? "Auto: Direct (no tensor-core kernel takes this case)"
                    : "Direct as requested";
   }
   return plan;

@@ -239,6 +239,19 @@ TEST(ConvReference, PlanReportsTheKernel) {
   EXPECT_EQ(p3.kernel, ConvKernel::Direct);
   EXPECT_NE(p3.why.find("3-D F32"), std::string::npos) << p3.why;
   EXPECT_STREQ(conv_kernel_name(ConvKernel::Depthwise), "Depthwise");
+  // Auto takes the implicit GEMM forward for channels-last BF16/F16 with C % 8 == 0; the
+  // gradients, F32 and C % 8 != 0 stay Direct.
+  const Shape x8{1, 8, 8, 8}, w8{4, 3, 3, 8};
+  const auto nhwc = [&](ConvDirection d, DType dt, const Shape& x, const Shape& w) {
+    return plan_conv<2>(d, x, w, dt, gpu, o, ConvStrategy::Auto, ConvLayout::Nhwc).kernel;
+  };
+  EXPECT_EQ(nhwc(ConvDirection::Forward, DType::bf16, x8, w8), ConvKernel::ImplicitGemm);
+  EXPECT_EQ(nhwc(ConvDirection::Forward, DType::f16, x8, w8), ConvKernel::ImplicitGemm);
+  EXPECT_EQ(nhwc(ConvDirection::Forward, DType::f32, x8, w8), ConvKernel::Direct);
+  EXPECT_EQ(nhwc(ConvDirection::Forward, DType::bf16, {1, 8, 8, 12}, {4, 3, 3, 12}),
+            ConvKernel::Direct);
+  EXPECT_EQ(nhwc(ConvDirection::DataBackward, DType::bf16, x8, w8), ConvKernel::Direct);
+  EXPECT_EQ(nhwc(ConvDirection::WeightBackward, DType::bf16, x8, w8), ConvKernel::Direct);
 }
 
 // ---- Causal conv1d -------------------------------------------------------------------------
