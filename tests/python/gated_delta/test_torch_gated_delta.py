@@ -36,14 +36,14 @@ def ref_gated_delta(q, k, v, g, beta, state):
     S = S.clone()
     group = v.shape[2] // q.shape[2]
     qh, kh = q.repeat_interleave(group, 2), k.repeat_interleave(group, 2)
-    ys = []
+    ys = [v[:, :0].new_zeros(v.shape[0], 0, v.shape[2], v.shape[3])] if q.shape[1] == 0 else []
     for t in range(q.shape[1]):
         S = S * g[:, t, :, None, None]
         kt = kh[:, t]
         err = v[:, t] - torch.einsum("bhvk,bhk->bhv", S, kt)
         S = S + beta[:, t, :, None, None] * torch.einsum("bhv,bhk->bhvk", err, kt)
         ys.append(torch.einsum("bhvk,bhk->bhv", S, qh[:, t]))
-    return torch.stack(ys, 1), S
+    return (ys[0] if q.shape[1] == 0 else torch.stack(ys, 1)), S
 
 
 def inputs(gen, B, T, Hk, Hv, Dk, Dv, dtype, device):
@@ -195,9 +195,11 @@ def test_gradcheck_float64_cpu(gen):
     q, k, v, beta = (a[n].detach().transpose(1, 2).contiguous().requires_grad_() for n in ("q", "k", "v", "beta"))
     log_decay = torch.full((1, 1, 3), -0.2, dtype=torch.float32)
     init = torch.randn(1, 1, 4, 3, generator=gen).float()
+    # The output only: final_state is float32 whatever the inputs (the state's dtype), too coarse
+    # for finite differences; its gradient is checked in test_gradients_against_torch_autograd.
     assert torch.autograd.gradcheck(
-        lambda *x: ta.gated_delta_rule(*x, log_decay, init, 0.5), (q, k, v[:, :1].detach().requires_grad_(),
-                                                                    beta[:, :1].detach().requires_grad_()))
+        lambda *x: ta.gated_delta_rule(*x, log_decay, init, 0.5)[0], (q, k, v[:, :1].detach().requires_grad_(),
+                                                                       beta[:, :1].detach().requires_grad_()))
 
 
 def test_custom_ops_pass_opcheck(gen):
