@@ -14,8 +14,12 @@ anchor time / our time (above 1: ours is faster).
 
 Groups: the norms and cross entropy (--rows/--cols, --ce-rows/--ce-classes), rope of q and k
 against Hugging Face Llama's eager rotary embedding (--rope-batch/--rope-heads/--rope-kv-heads/
---rope-seq/--rope-dim), and SwiGLU / GeGLU against F.silu(g) * u / F.gelu(g) * u at
-[--rows, --cols].
+--rope-seq/--rope-dim), SwiGLU / GeGLU against F.silu(g) * u / F.gelu(g) * u at
+[--rows, --cols]; then, at ANCHORS.md's shapes: attention (prefill and GQA decode against SDPA's
+cuDNN backend, paged decode against the same dense decode), pooling and interpolation, grid_sample
+and CTC loss (forward, and forward + backward), convolution against cuDNN, and the MoE forward
+and decode against the torch._grouped_mm pipeline. Cases
+without a byte count (attention prefill, conv2d, MoE forward) show times and the ratio only.
 
 The `rudnn` package must be importable (PYTHONPATH). Without it the anchors still run, each
 case is marked NO-RUDNN, and the exit status is 1. The exit status is 0 only when every
@@ -461,6 +465,289 @@ def glu_cases():
              lambda: F.gelu(g, approximate="tanh") * u, "F.gelu(g, approximate='tanh') * u", check)
 
 
+def attention_cases():
+    """Dense attention against torch SDPA's cuDNN backend (the fastest anchor in ANCHORS.md) at
+    its prefill shape (B4 H16 L4096 D128, causal; no bytes: compare the times) and its GQA
+    decode shape (B64 Hq32 Hkv8 S4096 D128; bytes: K and V read once), and the paged decode
+    (block-table form, blocks of 16 keys in shuffled order) against the same dense cuDNN decode."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    bf = torch.bfloat16
+    have = rudnn is not None
+    torch.manual_seed(4)
+
+    def cudnn_sdpa(q, k, v, **kw):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, **kw)
+
+    B, H, L, D = 4, 16, 4096, 128
+    q, k, v = (torch.randn(B, H, L, D, dtype=bf, device=DEV) for _ in range(3))
+
+    def check():
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+        return rel_err(rudnn.attention(q, k, v, is_causal=True), ref), tol_of(bf)
+    run_case("attention fwd causal", f"[{B},{H},{L},{D}]", bf, 0, have and (lambda: rudnn.attention(q, k, v, is_causal=True)),
+             lambda: cudnn_sdpa(q, k, v, is_causal=True), "torch SDPA cuDNN", check)
+    del q, k, v
+
+    B, Hq, Hkv, S, D, bs = 64, 32, 8, 4096, 128, 16
+    q = torch.randn(B, Hq, 1, D, dtype=bf, device=DEV)
+    k, v = (torch.randn(B, Hkv, S, D, dtype=bf, device=DEV) for _ in range(2))
+    kv_bytes = 2 * k.numel() * 2
+    shape = f"B{B} Hq{Hq} Hkv{Hkv} S{S} D{D}"
+
+    def check():
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+        return rel_err(rudnn.attention(q, k, v), ref), tol_of(bf)
+    run_case("attention decode (GQA)", shape, bf, kv_bytes, have and (lambda: rudnn.attention(q, k, v)),
+             lambda: cudnn_sdpa(q, k, v, enable_gqa=True), "torch SDPA cuDNN", check)
+
+    # Block i of sequence b (keys 16 i .. 16 i + 15) lives at cache block perm[b * nb + i].
+    nb = S // bs
+    perm = torch.randperm(B * nb, device=DEV)
+
+    def to_blocks(x):  # [B, Hkv, S, D] -> [B * nb, Hkv, bs, D] in perm's order
+        blocks = x.view(B, Hkv, nb, bs, D).permute(0, 2, 1, 3, 4).reshape(B * nb, Hkv, bs, D)
+        cache = torch.empty_like(blocks)
+        cache[perm] = blocks
+        return cache
+    kc, vc = to_blocks(k), to_blocks(v)
+    tables = perm.view(B, nb).to(torch.int32)
+    lengths = torch.full((B,), S, dtype=torch.int32, device=DEV)
+    scale = D**-0.5
+    paged = rudnn.paged if have else None
+
+    def ours():
+        return paged.paged_attention(q, kc, vc, tables, lengths, scale)
+
+    def check():
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+        return rel_err(ours(), ref), tol_of(bf)
+    run_case("paged decode (block tables, 16 keys/block)", shape, bf, kv_bytes, have and ours,
+             lambda: cudnn_sdpa(q, k, v, enable_gqa=True), "torch SDPA cuDNN, dense K/V", check)
+
+
+def pool_interp_cases():
+    """Pooling and interpolation at ANCHORS.md's f32 [32,64,128,128] (bytes as anchors.py
+    counts them: the input read and the output written once; max pooling's int64 indices,
+    which ruDNN writes for the backward and torch's forward does not, are not counted)."""
+    f32 = torch.float32
+    have = rudnn is not None
+    torch.manual_seed(5)
+    x = torch.randn(32, 64, 128, 128, dtype=f32, device=DEV)
+    by = x.numel() * 4
+    shape = "[32,64,128,128]"
+
+    def check():
+        return rel_err(rudnn.max_pool(x, 3, 2, 1)[0], F.max_pool2d(x, 3, 2, 1)), tol_of(f32)
+    run_case("max_pool2d 3x3 s2 p1", shape, f32, int(by * 1.25), have and (lambda: rudnn.max_pool(x, 3, 2, 1)),
+             lambda: F.max_pool2d(x, 3, 2, 1), "F.max_pool2d", check)
+
+    def check():
+        return rel_err(rudnn.avg_pool(x, 2), F.avg_pool2d(x.double(), 2)), tol_of(f32)
+    run_case("avg_pool2d 2x2", shape, f32, int(by * 1.25), have and (lambda: rudnn.avg_pool(x, 2)),
+             lambda: F.avg_pool2d(x, 2), "F.avg_pool2d", check)
+
+    def check():
+        ref = F.interpolate(x.double(), scale_factor=2, mode="bilinear")
+        return rel_err(rudnn.interpolate(x, scale_factor=2, mode="bilinear"), ref), tol_of(f32)
+    run_case("interpolate bilinear x2", shape, f32, by * 5,
+             have and (lambda: rudnn.interpolate(x, scale_factor=2, mode="bilinear")),
+             lambda: F.interpolate(x, scale_factor=2, mode="bilinear"), "F.interpolate", check)
+
+
+def grid_sample_ctc_cases():
+    """grid_sample bilinear (zeros, align_corners=False) at ANCHORS.md's f32 [32,64,128,128]:
+    on the affine grid of bench/grid_sample.cpp (a mild rotation and zoom per batch entry: the
+    access pattern of a spatial transformer) and on anchors.py's uniform random grid; the
+    forward (bytes: input + grid read, output written) and forward + backward (both gradients,
+    against torch.autograd.grad as anchors2.py times it). CTC loss fwd and fwd+bwd at
+    ANCHORS.md's T200 N64 C32 S50 and T1000 N32 C5000 S200 (mean reduction; ours is ctc_loss
+    then ctc_loss_backward, each from the lengths and labels alone; bytes: log_probs read, and
+    the gradient written)."""
+    f32 = torch.float32
+    have = rudnn is not None
+    torch.manual_seed(11)
+    N, Cc, S = 32, 64, 128
+    x = torch.randn(N, Cc, S, S, dtype=f32, device=DEV)
+    b = torch.arange(N, dtype=torch.float64, device=DEV)
+    angle, zoom = 0.3 * torch.sin(0.7 * b), 0.9
+    theta = torch.stack([torch.stack([zoom * torch.cos(angle), -zoom * torch.sin(angle), torch.full_like(b, 0.05)], 1),
+                         torch.stack([zoom * torch.sin(angle), zoom * torch.cos(angle), torch.full_like(b, -0.05)], 1)],
+                        1).to(f32)
+    grids = {"affine grid": F.affine_grid(theta, [N, Cc, S, S], align_corners=False),
+             "random grid": torch.rand(N, S, S, 2, dtype=f32, device=DEV) * 2 - 1}
+    by = x.numel() * 4
+    shape = "[32,64,128,128]"
+    for gname, grid in grids.items():
+        gby = grid.numel() * 4
+        dout = torch.randn(N, Cc, S, S, dtype=f32, device=DEV)
+
+        def check(grid=grid):
+            ref = F.grid_sample(x.double(), grid.double(), align_corners=False)
+            return rel_err(rudnn.grid_sample(x, grid), ref), tol_of(f32)
+        run_case(f"grid_sample bilinear ({gname})", shape, f32, 2 * by + gby,
+                 have and (lambda grid=grid: rudnn.grid_sample(x, grid)),
+                 lambda grid=grid: F.grid_sample(x, grid, align_corners=False), "F.grid_sample", check)
+
+        xr, gr = x.detach().clone().requires_grad_(True), grid.detach().clone().requires_grad_(True)
+
+        def ours_fb(grid=grid, dout=dout):
+            rudnn.grid_sample(x, grid)
+            return rudnn.grid_sample_backward(dout, x, grid)
+
+        def anchor_fb(xr=xr, gr=gr, dout=dout):
+            return torch.autograd.grad(F.grid_sample(xr, gr, align_corners=False), (xr, gr), dout)
+
+        def check_fb(grid=grid, dout=dout):
+            xd, gd = x.double().requires_grad_(True), grid.double().requires_grad_(True)
+            rx, rg = torch.autograd.grad(F.grid_sample(xd, gd, align_corners=False), (xd, gd), dout.double())
+            dx, dg = ours_fb()
+            return worst((rel_err(dx, rx), tol_of(f32)), (rel_err(dg, rg), tol_of(f32)))
+        run_case(f"grid_sample bilinear fwd+bwd ({gname})", shape, f32, 6 * by + 3 * gby, have and ours_fb,
+                 anchor_fb, "torch.autograd.grad(F.grid_sample)", check_fb)
+    del x, grids
+
+    for T, Nb, C, L, with_fwd in ((200, 64, 32, 50, True), (1000, 32, 5000, 200, True)):
+        lp = torch.randn(T, Nb, C, dtype=f32, device=DEV).log_softmax(2)
+        tg = torch.randint(1, C, (Nb, L), device=DEV)
+        il = torch.full((Nb,), T, dtype=torch.long, device=DEV)
+        tl = torch.full((Nb,), L, dtype=torch.long, device=DEV)
+        one = torch.ones((), dtype=f32, device=DEV)
+        lpr = lp.detach().clone().requires_grad_(True)
+        name = f"ctc_loss T{T} N{Nb} C{C} S{L}"
+        lby = lp.numel() * 4
+        if with_fwd:
+            def check(lp=lp, tg=tg, il=il, tl=tl):
+                return rel_err(rudnn.ctc_loss(lp, tg, il, tl), F.ctc_loss(lp.double(), tg, il, tl)), tol_of(f32)
+            run_case(f"{name} fwd", f"T{T} N{Nb} C{C} S{L}", f32, lby,
+                     have and (lambda lp=lp, tg=tg, il=il, tl=tl: rudnn.ctc_loss(lp, tg, il, tl)),
+                     lambda lp=lp, tg=tg, il=il, tl=tl: F.ctc_loss(lp, tg, il, tl), "F.ctc_loss", check)
+
+        def ours_fb(lp=lp, tg=tg, il=il, tl=tl, one=one):
+            rudnn.ctc_loss(lp, tg, il, tl)
+            return rudnn.ctc_loss_backward(lp, tg, il, tl, one)
+
+        def check_fb(lp=lp, tg=tg, il=il, tl=tl, ours_fb=ours_fb):
+            ld = lp.double().requires_grad_(True)
+            (ref,) = torch.autograd.grad(F.ctc_loss(ld, tg, il, tl), ld)
+            return rel_err(ours_fb(), ref), tol_of(f32)
+        run_case(f"{name} fwd+bwd", f"T{T} N{Nb} C{C} S{L}", f32, 2 * lby, have and ours_fb,
+                 lambda lpr=lpr, tg=tg, il=il, tl=tl: torch.autograd.grad(F.ctc_loss(lpr, tg, il, tl), lpr),
+                 "torch.autograd.grad(F.ctc_loss)", check_fb)
+
+
+def conv_cases():
+    """Convolution against cuDNN through torch (channels-last, cudnn.benchmark), bf16: the
+    3x3 conv2d of ANCHORS.md (no bytes: compare the times), depthwise 3x3 and the causal
+    depthwise conv1d k4 (bytes: input read and output written once). ruDNN takes the same
+    channels-last memory as [N, H, W, C] views (layout="nhwc"); its causal conv1d takes
+    [B, L, C], torch's [B, C, L] (each its natural layout, the same values)."""
+    bf = torch.bfloat16
+    have = rudnn is not None
+    torch.backends.cudnn.benchmark = True
+    torch.manual_seed(6)
+    cl = torch.channels_last
+    nhwc = lambda t: t.permute(0, 2, 3, 1)  # noqa: E731  channels-last [N,C,H,W] -> [N,H,W,C] view
+
+    x = torch.randn(32, 256, 56, 56, dtype=bf, device=DEV).to(memory_format=cl)
+    w = (torch.randn(256, 256, 3, 3, dtype=bf, device=DEV) * 0.02).to(memory_format=cl)
+
+    def ours():
+        return rudnn.conv_forward(nhwc(x), nhwc(w), padding=1, layout="nhwc")
+
+    def check():
+        ref = F.conv2d(x.float(), w.float(), padding=1)
+        return rel_err(ours(), nhwc(ref)), tol_of(bf)
+    run_case("conv2d 3x3 N32 C256 56x56 K256", "[32,256,56,56]", bf, 0, have and ours,
+             lambda: F.conv2d(x, w, padding=1), "cuDNN (F.conv2d, channels-last)", check)
+    del x, w
+
+    xd = torch.randn(32, 256, 56, 56, dtype=bf, device=DEV).to(memory_format=cl)
+    wd = torch.randn(256, 1, 3, 3, dtype=bf, device=DEV).to(memory_format=cl)
+
+    def ours():
+        return rudnn.conv_forward(nhwc(xd), nhwc(wd), padding=1, groups=256, layout="nhwc")
+
+    def check():
+        ref = F.conv2d(xd.float(), wd.float(), padding=1, groups=256)
+        return rel_err(ours(), nhwc(ref)), tol_of(bf)
+    run_case("depthwise conv2d 3x3", "[32,256,56,56]", bf, 2 * xd.numel() * 2, have and ours,
+             lambda: F.conv2d(xd, wd, padding=1, groups=256), "cuDNN (F.conv2d, groups=C)", check)
+    del xd, wd
+
+    x1 = torch.randn(8, 1024, 4096, dtype=bf, device=DEV)
+    w1 = torch.randn(1024, 1, 4, dtype=bf, device=DEV)
+    xl = x1.transpose(1, 2).contiguous()
+    wl = w1[:, 0, :].contiguous()
+
+    def check():
+        ref = F.conv1d(F.pad(x1.float(), (3, 0)), w1.float(), groups=1024)
+        return rel_err(rudnn.causal_conv1d(xl, wl), ref.transpose(1, 2)), tol_of(bf)
+    run_case("causal depthwise conv1d k4", "[8,1024,4096]", bf, 2 * x1.numel() * 2,
+             have and (lambda: rudnn.causal_conv1d(xl, wl)),
+             lambda: F.conv1d(F.pad(x1, (3, 0)), w1, groups=1024), "F.conv1d(F.pad(x), groups=C)", check)
+
+
+def moe_cases():
+    """The routed MoE forward (softmax top-8 of 64 experts, renormalised; SwiGLU experts; no
+    token dropped) against the torch._grouped_mm pipeline of ANCHORS.md (route, sort, three
+    grouped GEMMs, combine), T 8192, H 2048, I 1408, bf16 (no bytes: compare the times); and
+    decode T = 1, 16, 64 (bytes: the selected experts' weights read once). ruDNN runs its
+    tensor-core expert strategy; the check is against a float32 per-expert loop."""
+    gm = getattr(torch, "_grouped_mm", None)
+    if gm is None:
+        raise RuntimeError("torch._grouped_mm is missing")
+    bf = torch.bfloat16
+    have = rudnn is not None
+    torch.manual_seed(7)
+    T, E, K, H, I = 8192, 64, 8, 2048, 1408
+    gate = torch.randn(E, I, H, dtype=bf, device=DEV) * 0.02  # ruDNN's layouts: [E, I, H], [E, H, I]
+    up = torch.randn(E, I, H, dtype=bf, device=DEV) * 0.02
+    down = torch.randn(E, H, I, dtype=bf, device=DEV) * 0.02
+    wg, wu, wd = (w.transpose(1, 2).contiguous() for w in (gate, up, down))  # grouped_mm's [E, K, N]
+
+    def pipeline(x, logits):
+        w, idx = logits.softmax(-1).topk(K, -1)
+        w = w / w.sum(-1, keepdim=True)
+        flat = idx.flatten()
+        order = flat.argsort(stable=True)
+        offs = torch.bincount(flat, minlength=E).cumsum(0).to(torch.int32)
+        xs = x[order // K]
+        out = gm(F.silu(gm(xs, wg, offs=offs)) * gm(xs, wu, offs=offs), wd, offs=offs)
+        y = torch.empty_like(out)
+        y[order] = out
+        return (y.view(x.shape[0], K, H) * w.unsqueeze(-1).to(y.dtype)).sum(1)
+
+    def reference(x, logits):  # float32, expert by expert
+        w, idx = logits.float().softmax(-1).topk(K, -1)
+        w = w / w.sum(-1, keepdim=True)
+        y = torch.zeros(x.shape[0], H, dtype=torch.float32, device=DEV)
+        xf = x.float()
+        for e in idx.unique().tolist():
+            rows, slot = (idx == e).nonzero(as_tuple=True)
+            h = F.silu(xf[rows] @ gate[e].float().T) * (xf[rows] @ up[e].float().T)
+            y.index_add_(0, rows, (h @ down[e].float().T) * w[rows, slot, None])
+        return y
+
+    def ours_for(x, logits):
+        return lambda: rudnn.moe_inference(x, logits, gate, up, down, top_k=K, renormalize=True,
+                                           forward="tensor_core")
+
+    for t in (T, 1, 16, 64):
+        x = torch.randn(t, H, dtype=bf, device=DEV)
+        logits = torch.randn(t, E, dtype=torch.float32, device=DEV)
+        ours = ours_for(x, logits)
+
+        def check():
+            return rel_err(ours(), reference(x, logits)), tol_of(bf)
+        nexp = min(E, t * K)
+        name = "moe forward" if t == T else f"moe decode T={t}"
+        nbytes = 0 if t == T else nexp * 3 * H * I * 2
+        run_case(name, f"T{t} E{E} k{K} H{H} I{I}", bf, nbytes, have and ours,
+                 lambda: pipeline(x, logits), "torch._grouped_mm pipeline", check)
+
+
 def copy_case():
     n = ARGS.copy_mib << 20
     a = torch.empty(n, dtype=torch.uint8, device=DEV)
@@ -534,7 +821,8 @@ def main(argv=None):
 
     copy_ms, copy_gbs = copy_case()
     print(f"  copy {ARGS.copy_mib} MiB d2d: {copy_ms:.4f} ms, {copy_gbs:.1f} GB/s", file=sys.stderr, flush=True)
-    for group in (norm_cases, cross_entropy_cases, rope_cases, glu_cases):
+    for group in (norm_cases, cross_entropy_cases, rope_cases, glu_cases, attention_cases, pool_interp_cases,
+                  grid_sample_ctc_cases, conv_cases, moe_cases):
         try:
             group()
         except Exception as e:  # noqa: BLE001 - a broken setup fails its group, not the script
