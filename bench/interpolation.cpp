@@ -1,7 +1,7 @@
 // The interpolation family's benchmark cases at ANCHORS.md's shape, f32 [32, 64, 128, 128]:
 // bilinear x2 upsampling (the bar: >= 85 % of copy), nearest x2, bicubic x2, area
-// 1/2, and the bilinear x2 backward (deterministic gather and the atomic scatter). GB/s counts
-// the input read and the output written once.
+// 1/2, bilinear antialias 1/2, and the bilinear x2 backward (deterministic gather and the
+// atomic scatter). GB/s counts the input read and the output written once.
 // Shape options: --interp-batch N --interp-channels C --interp-size S (input S x S).
 #include <cuda_runtime.h>
 #include <rudnn/rudnn.h>
@@ -58,6 +58,9 @@ void run_all(Bench& b) {
   forward_case("interpolate nearest x2", scaled(InterpolateMode::nearest, 2.0), 0.0);
   forward_case("interpolate bicubic x2", scaled(InterpolateMode::bicubic, 2.0), 1e-6);
   forward_case("interpolate area 1/2", scaled(InterpolateMode::area, 0.5), 1e-6);
+  InterpolateOptions antialias = scaled(InterpolateMode::bilinear, 0.5);
+  antialias.antialias = true;
+  forward_case("interpolate bilinear antialias 1/2", antialias, 1e-6);
 
   // Backward of bilinear x2: dout [N, C, 2S, 2S] read, dinput written.
   for (bool deterministic : {true, false}) {

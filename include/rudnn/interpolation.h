@@ -23,30 +23,56 @@
 // every device, so the chosen pixels match torch's bit for bit; the linear and cubic weights
 // of the CPU reference are computed in float64.
 //
+// Antialias (options.antialias, torch's antialias=True; bilinear and bicubic only, so 4-d
+// input): along each axis with scale r (the r above: align_corners, a given scale factor or
+// in / out), output o reads the inputs j in a window around center = r * (o + 0.5): support
+// = h * max(r, 1) with h = 1 (bilinear) or 2 (bicubic), the window [max(int(center - support +
+// 0.5), 0), min(int(center + support + 0.5), in)) (int(): truncation toward zero, as torch),
+// at most 2 * ceil(support) + 1 long, and weight(j) = filter((j - center + 0.5) / max(r, 1))
+// divided by the window's sum (a sum of 0 leaves the weights as they are). Filters: the
+// triangle max(0, 1 - |x|) and Keys' cubic with A = -0.5 (not plain bicubic's -0.75). The two
+// axes' weights multiply (separable). Downsampling averages over the stretched filter (no
+// aliasing); upsampling bilinear gives plain bilinear's numbers. When neither axis changes
+// size the result is a copy (as torch's CPU kernels and its CUDA backward). Precision: the
+// CPU reference computes windows and weights in float64; the GPU in FP32 with torch's CUDA
+// arithmetic (FP32 center and truncations, so the windows match torch's), FP32 accumulation,
+// one rounding per output (torch's F16/BF16 CUDA kernel rounds its weights and row sums to the
+// dtype: expect its results to differ from these in the dtype's last bits). GPU memory: a
+// workspace of 4 x (Ho x (2 + Kh) + Wo x (2 + Kw)) bytes (K = 2 * ceil(support) + 1 of the
+// axis: the per-output window and normalised weights), allocated on `stream` by each call and
+// freed stream-ordered after its kernels. Backward: the deterministic gather, whatever
+// options.deterministic says.
+//
 // Output size: options.size, or floor(in * scale_factor) per axis. One of the two must be given
 // (not both), with one entry per spatial axis or a single entry for all of them (as torch's
 // int argument).
 //
 // Dtypes: F32/F16/BF16 on the GPU (FP32 arithmetic, one rounding per output); F64 and the same
 // three on the CPU, where the float64 reference computes. Inputs of any strides are taken (odd
-// layouts are read through one dense copy on the device); outputs are contiguous. Each spatial
-// size (input and output) must be below 2^31; element counts beyond 2^31 are fine (64-bit
-// offsets). Memory: outputs only, no workspace. All work is queued on `stream`; nothing
+// layouts, channels-last included, are read through one dense copy on the device); outputs
+// are contiguous. Each spatial size (input and output) must be below 2^31; element counts
+// beyond 2^31 are fine (64-bit offsets). Memory: outputs only, no workspace (antialias: its
+// weight tables, above). All work is queued on `stream`; nothing
 // synchronises the host.
 //
 // Backward. interpolate_backward is the adjoint of interpolate: dinput[i] = sum over outputs o
 // of weight(o, i) * dout[o], with the forward's weights. By default every input-gradient
 // element gathers its contributing outputs in a fixed order (deterministic: identical bits
 // run to run; no atomics). options.deterministic = false selects, for F32 on the GPU in the
-// nearest, linear and cubic modes, a scatter with FP32 atomic adds into the zeroed gradient
-// (one thread per output, as torch's CUDA kernels): faster when many outputs share an input
-// (large upsampling factors), but the order of the sums, so the last bits, may vary run to
-// run. For F16/BF16, for area, for bilinear upsampling by exactly 2 without align_corners (a
-// dedicated gather kernel, faster than the scatter) and on the CPU the gather always runs
-// (16-bit atomic accumulators would lose precision; area's windows are already gathers).
+// nearest, linear and cubic modes without antialias, a scatter with FP32 atomic adds into the
+// zeroed gradient (one thread per output, as torch's CUDA kernels): faster when many outputs
+// share an input (large upsampling factors), but the order of the sums, so the last bits, may
+// vary run to run. For F16/BF16, for area, for antialias, for bilinear upsampling by exactly 2
+// without align_corners (a dedicated gather kernel, faster than the scatter) and on the CPU the
+// gather always runs (16-bit atomic accumulators would lose precision; area's windows are
+// already gathers; antialias windows hold few outputs per input when downsampling, where it
+// is used).
 //
 // Divergences from torch: inputs must carry the batch axis (add a batch of 1 for unbatched
-// input); antialias is not implemented; torch's CPU nearest kernels return dst itself when
+// input); with antialias, a scale factor that keeps one axis's size but not the other's (1.05
+// on 10 pixels) samples that axis with 1 / scale as torch's CUDA forward does (its CPU kernels
+// copy the axis), and no window length is refused (torch's CUDA kernels refuse scales whose
+// windows overflow shared memory); torch's CPU nearest kernels return dst itself when
 // out == in (and dst / 2 when out == 2 * in) where its CUDA kernels, and this library, apply
 // the rule above (they differ only when a scale factor disagrees with in / out, e.g. 1.0001).
 //
@@ -56,10 +82,11 @@
 // size and scale_factor; a list whose length is neither 1 nor the spatial rank; size <= 0; a
 // scale factor <= 0, NaN or infinite; an output size <= 0 (floor(in * scale) = 0) or a size
 // >= 2^31; recompute_scale_factor with an explicit size; align_corners set (even to false) for
-// nearest, nearest_exact or area; dtypes other than F32/F16/BF16/F64, F64 on the GPU, or
-// operands on different devices; for the backward: dout of another shape than the output
-// computed from input_shape (ShapeMismatch); _into outputs of the wrong shape or dtype, not
-// contiguous, or overlapping an input.
+// nearest, nearest_exact or area; antialias with a mode other than bilinear and bicubic;
+// dtypes other than F32/F16/BF16/F64, F64 on the GPU, or operands on different devices; for
+// the backward: dout of another shape than the output computed from input_shape
+// (ShapeMismatch); _into outputs of the wrong shape or dtype, not contiguous, or overlapping
+// an input.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +110,8 @@ struct InterpolateOptions {
   // With scale_factor: the source positions use in / out instead of 1 / scale_factor (the
   // output size is floor(in * scale_factor) either way).
   bool recompute_scale_factor = false;
+  // torch's antialias=True: bilinear and bicubic only (see "Antialias" at the top of this file).
+  bool antialias = false;
   // Backward only: false allows the atomic scatter (see the top of this file).
   bool deterministic = true;
 };
@@ -93,7 +122,8 @@ Shape interpolate_output_shape(const Shape& input_shape, const InterpolateOption
 
 // out[n, c, o...] = sum over the taps of o of the product of the per-axis weights times input.
 // input [N, C, *in] -> out [N, C, *out] in input's dtype. GPU: one thread per 1 or 4
-// consecutive outputs of a row, each computing its column weights once and walking rows.
+// consecutive outputs of a row, each computing its column weights once and walking rows
+// (antialias: weight tables built by a first kernel, then one thread per output column).
 Tensor interpolate(const Tensor& input, const InterpolateOptions& options,
                    const Stream& stream = {});
 void interpolate_into(const Tensor& out, const Tensor& input, const InterpolateOptions& options,

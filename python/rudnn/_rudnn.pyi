@@ -253,17 +253,18 @@ def plan_attention_backward(
 # rudnn/interpolation.py, rudnn/conv.py, rudnn/moe.py, which wrap these).
 def interpolate(
     input: Any, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
-    align_corners: Optional[bool] = None, recompute_scale_factor: Optional[bool] = None, *,
-    stream: Any = None, out: Any = None,
+    align_corners: Optional[bool] = None, recompute_scale_factor: Optional[bool] = None,
+    antialias: bool = False, *, stream: Any = None, out: Any = None,
 ) -> Any: ...
 def interpolate_backward(
     dout: Any, input_size: Any, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
-    align_corners: Optional[bool] = None, recompute_scale_factor: Optional[bool] = None, *,
-    deterministic: bool = True, stream: Any = None, out: Any = None,
+    align_corners: Optional[bool] = None, recompute_scale_factor: Optional[bool] = None,
+    antialias: bool = False, *, deterministic: bool = True, stream: Any = None, out: Any = None,
 ) -> Any: ...
 def interpolate_output_shape(
     input_size: Any, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
     align_corners: Optional[bool] = None, recompute_scale_factor: Optional[bool] = None,
+    antialias: bool = False,
 ) -> Tuple[int, ...]: ...
 def conv_forward(
     input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,

@@ -12,6 +12,11 @@ with ``scale_factor`` the kernel samples with ``1 / scale_factor`` unless
 either way. The nearest modes pick their pixel in float32 on every device, bit for bit as
 torch's CUDA kernels.
 
+``antialias=True`` (``"bilinear"`` and ``"bicubic"`` only, as torch): each output averages a
+window of the input under the mode's filter stretched by the scale when downsampling (the
+triangle, or Keys' cubic with A = -0.5), the window's weights normalised to sum 1 (torch's
+``_upsample_*_aa``); upsampling bilinear with it equals plain bilinear.
+
 Under ``torch.compile`` :func:`interpolate` called without ``out=``/``stream=`` calls its custom
 op (``torch.ops.rudnn.interpolate``), which the compiler traces (differentiable there).
 
@@ -19,8 +24,9 @@ Every function follows the package's common contract (see ``help(rudnn)``). Dtyp
 float16, bfloat16 (float64 too on the CPU, where the float64 reference runs); GPU arithmetic
 is float32, each output rounded once. Inputs of any strides are taken; outputs are contiguous.
 
-Divergences from torch: the batch axis is required; ``antialias=True`` is not implemented
-(:class:`rudnn.Unsupported`).
+Divergences from torch: the batch axis is required; with antialias, a scale factor that
+leaves one axis's size unchanged (1.05 on 10 pixels) samples that axis with ``1 / scale`` (as
+torch's CUDA forward; its CPU kernels copy the axis).
 """
 
 from __future__ import annotations
@@ -56,11 +62,11 @@ def scales(x_dims: int, scale_factor) -> List[float]:
     return [float(s) for s in scale_factor]
 
 
-def _no_antialias(antialias) -> None:
-    if antialias is not False:
-        if antialias is True:
-            raise _rudnn.Unsupported("interpolate: antialias=True is not implemented; expected False")
-        raise _rudnn.InvalidArgument(f"interpolate: antialias must be a bool, got {type(antialias).__name__}")
+def antialias_flag(antialias) -> bool:
+    """``antialias`` checked to be a bool (as the op's bool schema needs)."""
+    if antialias is True or antialias is False:
+        return antialias
+    raise _rudnn.InvalidArgument(f"interpolate: antialias must be a bool, got {type(antialias).__name__}")
 
 
 _OPTIONS = """
@@ -75,6 +81,8 @@ _OPTIONS = """
             as torch).
         recompute_scale_factor: None / False (sample with ``1 / scale_factor``) or True (with
             ``in / out``); True only with ``scale_factor``.
+        antialias: False (default) or True (``"bilinear"`` and ``"bicubic"`` only; see the
+            module's help).
 """
 
 _RAISES = """
@@ -83,7 +91,8 @@ _RAISES = """
             rank; neither or both of size and scale_factor; a list whose length is neither 1
             nor the spatial rank; a size or output size <= 0 or >= 2^31; a scale factor <= 0,
             NaN or infinite; recompute_scale_factor with size; align_corners with a nearest
-            mode or area; a bool where a number belongs; an empty axis other than the batch;
+            mode or area; antialias with a mode other than bilinear and bicubic, or not a bool;
+            a bool where a number belongs; an empty axis other than the batch;
             an ``out`` that overlaps an input, is not contiguous or cannot be written.
         ShapeMismatch (ValueError): an input that is not 3-, 4- or 5-d; ``out`` (or ``dout``)
             of the wrong shape.
@@ -105,17 +114,17 @@ def interpolate(
     out: Optional[Array] = None,
     stream: StreamLike = None,
 ) -> Array:
-    _no_antialias(antialias)
+    antialias = antialias_flag(antialias)
     if out is None and stream is None and io.compiling():
         dims = len(input.shape)
         return io.torch_ops().interpolate(
             input, sizes(dims, size), scales(dims, scale_factor), mode, align_corners,
-            bool(recompute_scale_factor),
+            bool(recompute_scale_factor), antialias,
         )
     kind, stream = io.context(input, stream)
     r = _rudnn.interpolate(
-        io.as_input(input), size, scale_factor, mode, align_corners, recompute_scale_factor, stream=stream,
-        out=io.as_output(out),
+        io.as_input(input), size, scale_factor, mode, align_corners, recompute_scale_factor, antialias,
+        stream=stream, out=io.as_output(out),
     )
     return out if out is not None else io.result(kind, r)
 
@@ -129,8 +138,7 @@ interpolate.__doc__ = (
             axis >= 1 (and < 2^31).
 """
     + _OPTIONS
-    + """        antialias: False only (True raises Unsupported).
-        out: optional array of the result's shape and dtype, contiguous, written in place.
+    + """        out: optional array of the result's shape and dtype, contiguous, written in place.
         stream: CUDA stream (see ``help(rudnn)``); ignored on the CPU.
 
     Returns:
@@ -148,15 +156,17 @@ def interpolate_backward(
     mode: str = "nearest",
     align_corners: Optional[bool] = None,
     recompute_scale_factor: Optional[bool] = None,
+    antialias: bool = False,
     *,
     deterministic: bool = True,
     out: Optional[Array] = None,
     stream: StreamLike = None,
 ) -> Array:
+    antialias = antialias_flag(antialias)
     kind, stream = io.context(dout, stream)
     r = _rudnn.interpolate_backward(
         io.as_input(dout), input_size, size, scale_factor, mode, align_corners, recompute_scale_factor,
-        deterministic=deterministic, stream=stream, out=io.as_output(out),
+        antialias, deterministic=deterministic, stream=stream, out=io.as_output(out),
     )
     return out if out is not None else io.result(kind, r)
 
@@ -169,13 +179,13 @@ interpolate_backward.__doc__ = (
     bits run to run, no atomics). ``deterministic=False`` lets float32 on a GPU in the nearest,
     linear and cubic modes scatter with float32 atomic adds (faster for large upsampling
     factors; the last bits may vary run to run, as torch's CUDA kernels). float16 / bfloat16,
-    area and the CPU always gather.
+    area, antialias and the CPU always gather.
 
     Args:
         dout: ``[N, C, out...]``, the forward output's shape; its dtype is the result's.
         input_size: the forward input's shape ``(N, C, *in)`` (a tuple, list or ``torch.Size``).
-        size, scale_factor, mode, align_corners, recompute_scale_factor: as in the forward
-            call (see :func:`interpolate`).
+        size, scale_factor, mode, align_corners, recompute_scale_factor, antialias: as in the
+            forward call (see :func:`interpolate`).
         deterministic: a bool (default True; see above).
         out: optional array of ``input_size`` in dout's dtype, contiguous, written in place.
         stream: CUDA stream; ignored on the CPU.
@@ -194,6 +204,7 @@ def interpolate_output_shape(
     mode: str = "nearest",
     align_corners: Optional[bool] = None,
     recompute_scale_factor: Optional[bool] = None,
+    antialias: bool = False,
 ) -> Tuple[int, ...]:
     """The shape ``(N, C, *out)`` that :func:`interpolate` gives for an input of shape
     ``input_size`` with these options (no array needed).
@@ -201,4 +212,6 @@ def interpolate_output_shape(
     Raises:
         the shape and option errors of :func:`interpolate` (its op name, ``"interpolate"``).
     """
-    return _rudnn.interpolate_output_shape(input_size, size, scale_factor, mode, align_corners, recompute_scale_factor)
+    return _rudnn.interpolate_output_shape(
+        input_size, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias_flag(antialias)
+    )

@@ -469,7 +469,7 @@ def scaled_dot_product_attention(
 # ---- interpolation, convolution, mixture of experts ---------------------------------------
 
 from .conv import spatial as _conv_spatial  # noqa: E402
-from .interpolation import _no_antialias  # noqa: E402
+from .interpolation import antialias_flag as _antialias_flag  # noqa: E402
 from .interpolation import scales as _scales  # noqa: E402
 from .interpolation import sizes as _sizes  # noqa: E402
 
@@ -484,8 +484,8 @@ def interpolate(
     antialias: bool = False,
 ) -> Tensor:
     """Differentiable :func:`rudnn.interpolate` (torch.nn.functional.interpolate's arguments;
-    the input gradient is the deterministic gather)."""
-    _no_antialias(antialias)
+    the input gradient is the deterministic gather; antialias for bilinear and bicubic)."""
+    antialias = _antialias_flag(antialias)
     if align_corners is not None:
         align_corners = _flag("interpolate", "align_corners", align_corners)
     recompute = False if recompute_scale_factor is None else _flag(
@@ -496,7 +496,7 @@ def interpolate(
     if scale_factor is not None:
         scale_factor = [_number("interpolate", "scale_factor", s) for s in
                         ([scale_factor] * (dims - 2) if isinstance(scale_factor, (int, float)) else scale_factor)]
-    return _lib.interpolate(input, size or [], scale_factor or [], mode, align_corners, recompute)
+    return _lib.interpolate(input, size or [], scale_factor or [], mode, align_corners, recompute, antialias)
 
 
 def _conv(op: str, rank: Optional[int], input: Tensor, weight: Tensor, bias, stride, padding, dilation, groups,

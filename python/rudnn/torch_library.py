@@ -1224,7 +1224,8 @@ attention.register_autograd(_attention_grad, setup_context=_attention_setup)
 # ---- interpolate ---------------------------------------------------------------------------------
 #
 # size and scale_factor travel as lists, one entry per spatial axis (or one for all), the
-# unused one empty; recompute_scale_factor as a bool (torch's None is False).
+# unused one empty; recompute_scale_factor as a bool (torch's None is False); antialias a bool
+# (bilinear and bicubic only).
 
 
 def _interpolate_shape(x, size, scale_factor):
@@ -1245,13 +1246,16 @@ def interpolate(
     mode: str,
     align_corners: Optional[bool],
     recompute_scale_factor: bool,
+    antialias: bool = False,
 ) -> Tensor:
     """rudnn.interpolate: [N, C, *out] in x's dtype, contiguous."""
-    return _interp.interpolate(x, size or None, scale_factor or None, mode, align_corners, recompute_scale_factor)
+    return _interp.interpolate(
+        x, size or None, scale_factor or None, mode, align_corners, recompute_scale_factor, antialias
+    )
 
 
 @interpolate.register_fake
-def _(x, size, scale_factor, mode, align_corners, recompute_scale_factor):
+def _(x, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias=False):
     return x.new_empty(_interpolate_shape(x, size, scale_factor))
 
 
@@ -1264,15 +1268,17 @@ def interpolate_backward(
     mode: str,
     align_corners: Optional[bool],
     recompute_scale_factor: bool,
+    antialias: bool = False,
 ) -> Tensor:
     """dinput of input_size in dout's dtype (the deterministic gather)."""
     return _interp.interpolate_backward(
-        dout, input_size, size or None, scale_factor or None, mode, align_corners, recompute_scale_factor
+        dout, input_size, size or None, scale_factor or None, mode, align_corners, recompute_scale_factor,
+        antialias,
     )
 
 
 @interpolate_backward.register_fake
-def _(dout, input_size, size, scale_factor, mode, align_corners, recompute_scale_factor):
+def _(dout, input_size, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias=False):
     return dout.new_empty(input_size)
 
 
@@ -1283,7 +1289,7 @@ def _interpolate_setup(ctx, inputs, output):
 
 
 def _interpolate_grad(ctx, dout):
-    return (interpolate_backward(dout, ctx.input_size, *ctx.options),) + (None,) * 5
+    return (interpolate_backward(dout, ctx.input_size, *ctx.options),) + (None,) * len(ctx.options)
 
 
 interpolate.register_autograd(_interpolate_grad, setup_context=_interpolate_setup)

@@ -3,7 +3,8 @@
 // names and spellings: size (an int or one per spatial axis), scale_factor (a number or one per
 // spatial axis), mode ("nearest", "nearest-exact" or "nearest_exact", "linear", "bilinear",
 // "trilinear", "bicubic", "area"), align_corners (None, or a bool for the linear modes and
-// bicubic) and recompute_scale_factor (None or a bool). The documented Python functions are
+// bicubic), recompute_scale_factor (None or a bool) and antialias (a bool; bilinear and bicubic
+// only, which the op checks). The documented Python functions are
 // in python/rudnn/interpolation.py.
 #include <vector>
 
@@ -43,7 +44,8 @@ std::vector<int64_t> size_list(const OpArgs& a, py::handle value) {
 rudnn::InterpolateOptions interpolate_options(const OpArgs& a, py::handle size,
                                               py::handle scale_factor, py::handle mode,
                                               py::handle align_corners,
-                                              py::handle recompute_scale_factor) {
+                                              py::handle recompute_scale_factor,
+                                              py::handle antialias) {
   rudnn::InterpolateOptions o;
   o.mode = rules::choice<InterpolateMode>(a, mode, "mode",
                                           {{"nearest", InterpolateMode::nearest},
@@ -60,16 +62,18 @@ rudnn::InterpolateOptions interpolate_options(const OpArgs& a, py::handle size,
   if (!recompute_scale_factor.is_none()) {
     o.recompute_scale_factor = rules::flag(a, recompute_scale_factor, "recompute_scale_factor");
   }
+  o.antialias = rules::flag(a, antialias, "antialias");
   return o;
 }
 
 py::object interpolate(py::object input, py::object size, py::object scale_factor,
                        py::object mode, py::object align_corners,
-                       py::object recompute_scale_factor, py::object stream, py::object out) {
+                       py::object recompute_scale_factor, py::object antialias,
+                       py::object stream, py::object out) {
   const OpArgs a("interpolate", stream);
   Tensor x = a.tensor(input, "input");
-  const rudnn::InterpolateOptions o =
-      interpolate_options(a, size, scale_factor, mode, align_corners, recompute_scale_factor);
+  const rudnn::InterpolateOptions o = interpolate_options(
+      a, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias);
   const rudnn::Stream s = a.stream_for(x);
   if (out.is_none()) return wrap(without_gil([&] { return rudnn::interpolate(x, o, s); }));
   Tensor to = a.output(out, "out");
@@ -80,12 +84,13 @@ py::object interpolate(py::object input, py::object size, py::object scale_facto
 py::object interpolate_backward(py::object dout, py::object input_size, py::object size,
                                 py::object scale_factor, py::object mode,
                                 py::object align_corners, py::object recompute_scale_factor,
-                                py::object deterministic, py::object stream, py::object out) {
+                                py::object antialias, py::object deterministic,
+                                py::object stream, py::object out) {
   const OpArgs a("interpolate_backward", stream);
   Tensor td = a.tensor(dout, "dout");
   const rudnn::Shape in_shape = rules::shape(a, input_size, "input_size");
-  rudnn::InterpolateOptions o =
-      interpolate_options(a, size, scale_factor, mode, align_corners, recompute_scale_factor);
+  rudnn::InterpolateOptions o = interpolate_options(
+      a, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias);
   o.deterministic = rules::flag(a, deterministic, "deterministic");
   const rudnn::Stream s = a.stream_for(td);
   if (out.is_none()) {
@@ -100,11 +105,12 @@ py::object interpolate_backward(py::object dout, py::object input_size, py::obje
 // Python; this is the library's own answer, with its errors).
 py::tuple interpolate_output_shape(py::object input_size, py::object size,
                                    py::object scale_factor, py::object mode,
-                                   py::object align_corners, py::object recompute_scale_factor) {
+                                   py::object align_corners, py::object recompute_scale_factor,
+                                   py::object antialias) {
   const OpArgs a("interpolate", py::none());
   const rudnn::Shape in_shape = rules::shape(a, input_size, "input_size");
-  const rudnn::InterpolateOptions o =
-      interpolate_options(a, size, scale_factor, mode, align_corners, recompute_scale_factor);
+  const rudnn::InterpolateOptions o = interpolate_options(
+      a, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias);
   const rudnn::Shape r = rudnn::interpolate_output_shape(in_shape, o);
   py::tuple t(r.size());
   for (size_t i = 0; i < r.size(); ++i) t[i] = py::int_(r[i]);
@@ -117,15 +123,18 @@ void bind_interpolation(py::module_& m) {
   const auto none = py::none();
   m.def("interpolate", &interpolate, py::arg("input"), py::arg("size") = none,
         py::arg("scale_factor") = none, py::arg("mode") = "nearest",
-        py::arg("align_corners") = none, py::arg("recompute_scale_factor") = none, py::kw_only(),
-        py::arg("stream") = none, py::arg("out") = none);
+        py::arg("align_corners") = none, py::arg("recompute_scale_factor") = none,
+        py::arg("antialias") = false, py::kw_only(), py::arg("stream") = none,
+        py::arg("out") = none);
   m.def("interpolate_backward", &interpolate_backward, py::arg("dout"), py::arg("input_size"),
         py::arg("size") = none, py::arg("scale_factor") = none, py::arg("mode") = "nearest",
-        py::arg("align_corners") = none, py::arg("recompute_scale_factor") = none, py::kw_only(),
-        py::arg("deterministic") = true, py::arg("stream") = none, py::arg("out") = none);
+        py::arg("align_corners") = none, py::arg("recompute_scale_factor") = none,
+        py::arg("antialias") = false, py::kw_only(), py::arg("deterministic") = true,
+        py::arg("stream") = none, py::arg("out") = none);
   m.def("interpolate_output_shape", &interpolate_output_shape, py::arg("input_size"),
         py::arg("size") = none, py::arg("scale_factor") = none, py::arg("mode") = "nearest",
-        py::arg("align_corners") = none, py::arg("recompute_scale_factor") = none);
+        py::arg("align_corners") = none, py::arg("recompute_scale_factor") = none,
+        py::arg("antialias") = false);
 }
 
 }  // namespace rudnn_py

@@ -9,6 +9,7 @@
 #include "common/views.h"
 #include "interpolation/problem.h"
 #include "interpolation/reference.h"
+#include "interpolation/taps.h"
 #if RUDNN_WITH_CUDA
 #include "interpolation/cuda/launch.h"
 #endif
@@ -134,6 +135,12 @@ InterpShape interp_shape(const char* op, const char* shape_name, const Shape& in
              "; expected it unset (only linear, bilinear, trilinear and bicubic take it)"));
   }
   s.align_corners = o.align_corners.value_or(false);
+  if (o.antialias && o.mode != InterpolateMode::bilinear && o.mode != InterpolateMode::bicubic) {
+    fail(ErrorCode::InvalidArgument,
+         cat(op, ": options.antialias is set with mode ", mode_name(o.mode),
+             "; expected mode bilinear or bicubic (on 4-d input), as torch"));
+  }
+  s.antialias = o.antialias;
 
   const bool has_size = !o.size.empty(), has_scale = !o.scale_factor.empty();
   if (has_size == has_scale) {
@@ -194,8 +201,18 @@ InterpShape interp_shape(const char* op, const char* shape_name, const Shape& in
       ax.ratio64 = static_cast<double>(ax.in) / static_cast<double>(ax.out);
     }
   }
-  // torch's linear and cubic kernels copy when no axis changes size, whatever the scale.
-  if (takes_corners && same_size) s.rule = interpolation_detail::kIdentity;
+  // torch's linear and cubic kernels copy when no axis changes size, whatever the scale (with
+  // antialias its CPU kernels and its CUDA backward do; see the header).
+  if (takes_corners && same_size) {
+    s.rule = interpolation_detail::kIdentity;
+    s.antialias = false;
+  }
+  if (s.antialias) {
+    const bool cubic = s.rule == interpolation_detail::kCubic;
+    for (int a = 1; a < 3; ++a) {
+      s.axis[a].aa_taps = interpolation_detail::aa_max_taps<float>(cubic, s.axis[a].ratio);
+    }
+  }
   return s;
 }
 
@@ -203,6 +220,13 @@ Shape out_shape(const Shape& in, const InterpShape& s) {
   Shape shape{in[0], in[1]};
   for (int a = 3 - s.dims; a < 3; ++a) shape.push_back(s.axis[a].out);
   return shape;
+}
+
+// The GPU's antialias weight tables, freed stream-ordered after the call's kernels (the CPU
+// reference builds its own in float64).
+void* aa_workspace(OpCall& call, const InterpShape& s) {
+  if (!s.antialias || !call.device.is_cuda()) return nullptr;
+  return call.keep(call.empty({interpolation_detail::aa_workspace_bytes(s)}, DType::u8)).data();
 }
 
 void forward_impl(OpCall& call, const Tensor& out, const Tensor& input,
@@ -215,6 +239,7 @@ void forward_impl(OpCall& call, const Tensor& out, const Tensor& input,
   common::require_no_overlap(call, "out", out, {{"input", &input}});
   if (out.numel() == 0) return;
   p.input = common::dense_in(call, input);
+  p.workspace = aa_workspace(call, p.s);
   run_backend(call, p, RUDNN_BACKENDS(interpolation_detail, forward));
 }
 
@@ -231,6 +256,7 @@ void backward_impl(OpCall& call, const Tensor& dinput, const Tensor& dout,
   common::require_no_overlap(call, "dinput_out", dinput, {{"dout", &dout}});
   if (dinput.numel() == 0) return;
   p.dout = common::dense_in(call, dout);
+  p.workspace = aa_workspace(call, p.s);
   run_backend(call, p, RUDNN_BACKENDS(interpolation_detail, backward));
 }
 

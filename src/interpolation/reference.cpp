@@ -24,6 +24,17 @@ AxisTaps axis_table(const InterpShape& s, int a) {
   AxisTaps table(static_cast<size_t>(ax.out));
   for (int64_t o = 0; o < ax.out; ++o) {
     auto& taps = table[static_cast<size_t>(o)];
+    if (s.antialias && rule != kIdentity) {
+      // torch's weights in float64; a window whose weights sum to 0 stays unnormalised.
+      const bool cubic = rule == kCubic;
+      const AaWindow<double> w =
+          aa_window<double>(cubic, ax, o, aa_max_taps<double>(cubic, ax.ratio64));
+      double total = 0.0;
+      for (int64_t k = 0; k < w.count; ++k) total += w.weight(k);
+      const double norm = total != 0.0 ? 1.0 / total : 1.0;
+      for (int64_t k = 0; k < w.count; ++k) taps.emplace_back(w.start + k, w.weight(k) * norm);
+      continue;
+    }
     if (rule == kArea) {
       int64_t start, end;
       area_window(ax, o, start, end);

@@ -179,4 +179,70 @@ RUDNN_INTERP_HD R weight_to(Rule rule, const Axis& a, bool align_corners, int64_
   return w;
 }
 
+
+// ---- Antialias (torch's _upsample_{bilinear,bicubic}2d_aa) ------------------------------------
+// Output o of an axis with scale r (the ratio above) reads the inputs j in [start, start +
+// count) around center = r * (o + 0.5), with weight filter((j - center + 0.5) * inv) / total:
+// the filter is stretched by r when downsampling (support = size / 2 * r, inv = 1 / r) and the
+// weights of the window are normalised to sum 1, so the window's clipping at the borders is
+// renormalised instead of clamped. Filters: the triangle (bilinear, size 2) and Keys' cubic
+// with A = -0.5 (bicubic, size 4; not the -0.75 of plain bicubic).
+
+template <class R>
+RUDNN_INTERP_HD R aa_filter(bool cubic, R x) {
+  if (x < R(0)) x = -x;
+  if (!cubic) return x < R(1) ? R(1) - x : R(0);
+  const R A = R(-0.5);
+  if (x < R(1)) return ((A + R(2)) * x - (A + R(3))) * x * x + R(1);
+  if (x < R(2)) return (((x - R(5)) * x + R(8)) * x - R(4)) * A;
+  return R(0);
+}
+
+// support, in input pixels, for the axis scale r.
+template <class R>
+RUDNN_INTERP_HD R aa_support(bool cubic, R r) {
+  const R half_size = cubic ? R(2) : R(1);
+  return r >= R(1) ? half_size * r : half_size;
+}
+
+// The window of output o: start and count (count <= max_taps, which clips it as torch's CPU
+// kernel does when rounding makes it one longer), and the unnormalised weight of its k-th
+// input. R = float follows torch's CUDA arithmetic (FP32 center and truncations).
+template <class R>
+struct AaWindow {
+  int64_t start = 0, count = 0;
+  R start_minus_center = R(0), inv = R(1);
+  bool cubic = false;
+
+  RUDNN_INTERP_HD R weight(int64_t k) const {
+    return aa_filter(cubic, (static_cast<R>(k) + start_minus_center + R(0.5)) * inv);
+  }
+};
+
+template <class R>
+RUDNN_INTERP_HD AaWindow<R> aa_window(bool cubic, const Axis& a, int64_t o, int64_t max_taps) {
+  const R r = ratio_of<R>(a);
+  const R support = aa_support(cubic, r);
+  const R center = r * (static_cast<R>(o) + R(0.5));
+  AaWindow<R> w;
+  w.cubic = cubic;
+  w.inv = r >= R(1) ? R(1) / r : R(1);
+  // C++ truncation toward zero as torch's static_cast<int>; the max makes it a floor anyway.
+  const int64_t lo = static_cast<int64_t>(center - support + R(0.5));
+  const int64_t hi = static_cast<int64_t>(center + support + R(0.5));
+  w.start = lo > 0 ? lo : 0;
+  int64_t count = (hi < a.in ? hi : a.in) - w.start;
+  count = count < 0 ? 0 : (count > max_taps ? max_taps : count);
+  w.count = count;
+  w.start_minus_center = static_cast<R>(w.start) - center;
+  return w;
+}
+
+// 2 * ceil(support) + 1 (torch's interp_size for antialias) for the axis scale.
+template <class R>
+inline int64_t aa_max_taps(bool cubic, R r) {
+  const R support = aa_support(cubic, r);
+  return 2 * static_cast<int64_t>(std::ceil(support)) + 1;
+}
+
 }  // namespace rudnn::interpolation_detail

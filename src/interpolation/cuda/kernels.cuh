@@ -7,6 +7,7 @@
 // rows a row reads are neighbours of the previous row's, so they come from L1/L2.
 // Exact 2x upsampling of 2-D planes (bilinear forward and backward, nearest forward) and
 // area 1/2 forward: x2.cuh.
+// Antialiased bilinear and bicubic, forward and backward: antialias.cuh.
 // Forward (area): one thread per output summing its window.
 // Backward (default): one thread per input element gathering, in a fixed order, the outputs
 // whose taps reach it (found by binary search on the forward's own index arithmetic): each
@@ -25,6 +26,7 @@
 #include "cuda/launch.cuh"
 #include "cuda/types.cuh"
 #include "cuda/vec.cuh"
+#include "interpolation/cuda/antialias.cuh"
 #include "interpolation/cuda/launch.h"
 #include "interpolation/cuda/x2.cuh"
 #include "interpolation/taps.h"
@@ -262,6 +264,11 @@ void launch_forward_taps(const Forward& p, cudaStream_t stream, int multiprocess
 template <class T>
 void forward_typed(const Forward& p, cudaStream_t stream, int multiprocessors) {
   const InterpShape& s = p.s;
+  if (s.antialias) {
+    aa::forward<T>(p, stream, multiprocessors);
+    detail::check_launch("interpolate forward (antialias)");
+    return;
+  }
   if (x2::try_forward<T>(p, stream)) {
     detail::check_launch("interpolate forward (2x)");
     return;
@@ -310,8 +317,13 @@ void launch_scatter(const Backward& p, cudaStream_t stream) {
 }
 
 template <class T>
-void backward_typed(const Backward& p, cudaStream_t stream) {
+void backward_typed(const Backward& p, cudaStream_t stream, int multiprocessors) {
   const InterpShape& s = p.s;
+  if (s.antialias) {
+    aa::backward<T>(p, stream, multiprocessors);
+    detail::check_launch("interpolate backward (antialias)");
+    return;
+  }
   if (x2::try_backward<T>(p, stream)) {
     detail::check_launch("interpolate backward (2x)");
     return;

@@ -2,7 +2,8 @@
 (nearest, nearest-exact, linear, bilinear, trilinear, bicubic, area) against a NumPy float64
 reference written here (torch's definitions, applied one axis at a time as an [out, in]
 matrix), with size or scale_factor, align_corners and recompute_scale_factor; the backward
-against the transposed matrices (the adjoint); out=, strided inputs, zero batches; errors
+against the transposed matrices (the adjoint); antialias (bilinear, bicubic) against its own
+NumPy rule; out=, strided inputs, zero batches; errors
 reaching Python as the rudnn.Error subclass naming the op and the argument. Inputs are random
 with a fresh seed per run (printed in every failure message); RUDNN_TEST_SEED=<int> replays one.
 """
@@ -165,6 +166,86 @@ def test_interpolate_against_numpy(rng, dtype, case):
         rudnn.interpolate_backward(dy, shape, size, scale, mode, align, recompute, deterministic=False), dx)
 
 
+# ---- antialias (bilinear and bicubic) -----------------------------------------------------------
+
+
+def aa_filter(x, cubic):
+    x = np.abs(x)
+    if not cubic:
+        return np.maximum(0.0, 1.0 - x)
+    a = -0.5
+    return np.where(x < 1, ((a + 2) * x - (a + 3)) * x * x + 1,
+                    np.where(x < 2, (((x - 5) * x + 8) * x - 4) * a, 0.0))
+
+
+def aa_axis_matrix(n_in, n_out, cubic, align, scale):
+    """torch's antialias rule along one axis: output o averages the inputs j within the support
+    of center = r (o + 0.5) under the filter stretched by r >= 1, normalised to sum 1."""
+    if align:
+        r = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    else:
+        r = 1.0 / scale if scale is not None else n_in / n_out
+    support = (2.0 if cubic else 1.0) * max(r, 1.0)
+    M = np.zeros((n_out, n_in))
+    for o in range(n_out):
+        center = r * (o + 0.5)
+        lo, hi = max(int(center - support + 0.5), 0), min(int(center + support + 0.5), n_in)
+        w = aa_filter((np.arange(lo, hi) + 0.5 - center) / max(r, 1.0), cubic)
+        M[o, lo:hi] = w / w.sum()
+    return M
+
+
+AA_CASES = [
+    # (input shape, size, scale_factor, mode, align_corners, recompute)
+    ((2, 3, 16, 18), None, 0.5, "bilinear", None, None),
+    ((2, 3, 16, 18), None, 0.5, "bicubic", None, None),
+    ((1, 2, 18, 17), None, 1 / 3, "bilinear", True, None),
+    ((1, 2, 27, 30), None, 0.37, "bicubic", False, None),
+    ((1, 2, 27, 30), None, (0.37, 0.61), "bilinear", None, True),
+    ((2, 2, 9, 7), None, (1.7, 2.0), "bicubic", None, None),
+    ((1, 3, 13, 11), (5, 23), None, "bilinear", True, None),
+    ((1, 1, 1, 9), (3, 4), None, "bicubic", None, None),
+    ((1, 1, 40, 6), (3, 1), None, "bicubic", True, None),
+    ((0, 2, 8, 8), (4, 4), None, "bilinear", None, None),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+@pytest.mark.parametrize("case", AA_CASES, ids=case_id)
+def test_antialias_against_numpy(rng, dtype, case):
+    shape, size, scale, mode, align, recompute = case
+    ctx = Ctx(rng, dtype=dname(dtype), case=case)
+    x = randn(rng, shape, dtype)
+    before = snapshot(x)
+    y = rudnn.interpolate(x, size, scale, mode, align, recompute, antialias=True)
+    mats = []
+    for i in range(2):
+        n_in = shape[2 + i]
+        if size is not None:
+            n_out, s = size[i], None
+        else:
+            s = scale if isinstance(scale, float) else scale[i]
+            n_out, s = int(math.floor(n_in * s)), (None if recompute else s)
+        mats.append(aa_axis_matrix(n_in, n_out, mode == "bicubic", bool(align), s))
+    verify(ctx, "interpolate antialias", y, apply(x, mats), dtype)
+    assert rudnn.interpolate_output_shape(shape, size, scale, mode, align, recompute, True) == y.shape
+    assert_unchanged(ctx, before, [x])
+    dy = randn(rng, y.shape, dtype)
+    dx = rudnn.interpolate_backward(dy, shape, size, scale, mode, align, recompute, True)
+    verify(ctx, "interpolate_backward antialias", dx, apply(dy, mats, transpose=True), dtype)
+    o = np.full(y.shape, np.nan, dtype)
+    assert rudnn.interpolate(x, size, scale, mode, align, recompute, True, out=o) is o
+    np.testing.assert_array_equal(o, y)
+
+
+def test_antialias_channels_last_view(rng):
+    ctx = Ctx(rng)
+    x = randn(rng, (2, 11, 13, 3), F32).transpose(0, 3, 1, 2)  # channels-last strides
+    mats = [aa_axis_matrix(11, 5, False, False, None), aa_axis_matrix(13, 4, False, False, None)]
+    verify(ctx, "channels-last", rudnn.interpolate(x, (5, 4), mode="bilinear", antialias=True),
+           apply(x, mats), F32)
+
+
 def test_strided_input_out_and_torch_size_like_sequences(rng):
     ctx = Ctx(rng)
     base = randn(rng, (2, 3, 8, 10), F32)
@@ -225,7 +306,16 @@ def test_errors_name_the_op_and_argument(rng):
         (rudnn.ShapeMismatch, r"^interpolate: ", lambda: rudnn.interpolate(x[0, 0], 8)),
         (rudnn.InvalidArgument, r"^interpolate: ", lambda: rudnn.interpolate(np.zeros((1, 0, 4, 4), F32), 8)),
         (rudnn.DTypeMismatch, r"^interpolate: ", lambda: rudnn.interpolate(x.astype(np.int32), 8)),
-        (rudnn.Unsupported, r"^interpolate: antialias", lambda: rudnn.interpolate(x, 8, antialias=True)),
+        (rudnn.InvalidArgument, r"^interpolate: options.antialias is set with mode nearest",
+         lambda: rudnn.interpolate(x, 8, antialias=True)),
+        (rudnn.InvalidArgument, r"^interpolate: options.antialias is set with mode area",
+         lambda: rudnn.interpolate(x, 2, mode="area", antialias=True)),
+        (rudnn.InvalidArgument, r"^interpolate: options.mode bilinear takes 4-d",
+         lambda: rudnn.interpolate(x3, 2, mode="bilinear", antialias=True)),
+        (rudnn.InvalidArgument, r"^interpolate: antialias must be a bool",
+         lambda: rudnn.interpolate(x, 8, mode="bilinear", antialias=1)),
+        (rudnn.InvalidArgument, r"^interpolate_backward: options.antialias is set with mode linear",
+         lambda: rudnn.interpolate_backward(x3, (1, 2, 4), 4, mode="linear", antialias=True)),
         (rudnn.ShapeMismatch, r"^interpolate: ", lambda: rudnn.interpolate(x, 8, out=np.zeros((1, 2, 8, 7), F32))),
         (rudnn.DTypeMismatch, r"^interpolate: ", lambda: rudnn.interpolate(x, 8, out=np.zeros((1, 2, 8, 8), F16))),
         (rudnn.InvalidArgument, r"^interpolate: ", lambda: rudnn.interpolate(x, 4, out=x)),
