@@ -14,21 +14,26 @@
 // LayerNorm's saved statistics (p.mean, p.rstd), when given, replace the row's Welford
 // reduction in the tile kernel and the statistics pass of the loop kernel.
 //
-// Streamed LayerNorm (saved statistics, rows of 129 .. 1024 16-byte vectors, the default where it applies:
+// Streamed LayerNorm (rows of 129 .. 1024 16-byte vectors, the default where it applies:
 // tuning.h streamed_layer_norm_backward): the tile kernel's rows are loaded, waited for,
 // reduced behind block barriers and written before the next load starts; with two 256-thread
 // blocks an SM (116 registers, 64 KB of column sums each) most of the time no load is in
 // flight (51-55 % of the copy bandwidth, RESULTS.md rounds 24 and 37). In the streamed kernel
 // each thread owns one vector of the row and copies its own x and dy vectors of the block's
-// next rows into a ring of shared-memory slots with cp.async, so kStreamStages - 1 rows are in
+// next rows into a ring of shared-memory slots with cp.async, so two steps of rows are in
 // flight while the block works on one, however long its reductions take. A thread reads back
 // only what it copied, so the ring needs no barrier (cp.async.wait_group orders a thread's own
-// copies). Its W columns' dgamma/dbeta sums stay in registers; each block writes one partial
-// row at the end, summed by reduce_partials as the tile kernel's.
+// copies). A step is two rows whose sums go through one block reduction behind one barrier
+// (a reduce-scatter: round 40 measured one Welford and one pair reduction per row, every
+// warp folding every word, at 45.7 % of copy, the saved-statistics form at 66.5 %; round 42's
+// two rows a step with a second barrier for the fold, 75.2 % and 78.4 %). Its W columns'
+// dgamma/dbeta sums stay in registers; each block writes one partial row at the end, summed
+// by reduce_partials as the tile kernel's.
 //
 // Both orders are fixed by the grid, so the gradients are deterministic run to run on one
 // device.
 #include <type_traits>
+#include <utility>
 
 #include "cuda/tensor_core/mma_sync.cuh"
 #include "normalization/cuda/launch.h"
@@ -235,95 +240,180 @@ __global__ void __launch_bounds__(Tile::kBlockThreads)
 
 // ---- Streamed LayerNorm backward (see the top of the file) ------------------------------------
 
-constexpr int kStreamStages = 4;  // ring slots: three rows of a block in flight while one is used
+constexpr int kStreamRows = 2;   // rows a block reduces together: one block reduction per step
+constexpr int kStreamSteps = 3;  // ring slots, in steps: two steps in flight while one is used
 
-// Dynamic shared memory of a block: kStreamStages slots of x's and dy's vectors, 16 bytes each.
+// Dynamic shared memory of a block: kStreamSteps x kStreamRows slots of x's and dy's
+// vectors, 16 bytes each.
 template <int kThreads>
-constexpr size_t kStreamShared = size_t{kStreamStages} * 2 * kThreads * 16;
+constexpr size_t kStreamShared = size_t{kStreamSteps} * kStreamRows * 2 * kThreads * 16;
+
+// Sums M words over a warp as a reduce-scatter: at each of the first log2(M) levels a lane
+// keeps half of its words and sends the other half to its partner, so the warp spends
+// M - 1 + (5 - log2 M) shuffles instead of the butterfly's 5 M. Returns, to every lane, the
+// warp's sum of word lane / (32 / M). Fixed order: deterministic.
+template <int M>
+struct WarpScatterSum {
+  __device__ __forceinline__ static float run(const float (&v)[M], int lane, int offset) {
+    const bool upper = (lane & offset) != 0;
+    float kept[M / 2];
+#pragma unroll
+    for (int i = 0; i < M / 2; ++i) {
+      const float send = upper ? v[i] : v[i + M / 2];
+      const float keep = upper ? v[i + M / 2] : v[i];
+      kept[i] = keep + __shfl_xor_sync(rudnn::cuda::kFullMask, send, offset);
+    }
+    return WarpScatterSum<M / 2>::run(kept, lane, offset >> 1);
+  }
+};
+template <>
+struct WarpScatterSum<1> {
+  __device__ __forceinline__ static float run(const float (&v)[1], int, int offset) {
+    float s = v[0];
+    for (; offset > 0; offset >>= 1) s += __shfl_xor_sync(rudnn::cuda::kFullMask, s, offset);
+    return s;
+  }
+};
+
+// Sums N words (a power of two) over the block; every thread gets the N sums back in v.
+// Each warp reduce-scatters its words and stores them to scratch[word][warp]; after one
+// barrier every warp folds all of them itself: lane l adds the kWarps * N / 32 stores of
+// word l / (32 / N) that it owns, its 32 / N lanes of that word sum theirs, and N shuffles
+// hand each word to every lane (the fold of round 42, by warps 0 .. N-1 behind a second
+// barrier, cost one more barrier a step). `scratch`: two buffers of N * (kWarps + 32 / N)
+// floats (the padding puts the lanes' loads in distinct banks); `parity` alternates between
+// consecutive calls, so a call's stores never meet the previous call's loads (a thread
+// stores to a buffer again only after the next call's barrier, which every thread passes
+// after its loads of this one). Fixed order: deterministic.
+template <int kThreads, int N>
+struct BlockSums {
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kLanesPerWord = 32 / N;
+  static constexpr int kPerLane = kWarps / kLanesPerWord;  // stores a lane adds
+  static constexpr int kStride = kWarps + kLanesPerWord;   // floats between words
+  static constexpr int kFloats = 2 * N * kStride;
+  static_assert(N <= 32 && (N & (N - 1)) == 0 && kPerLane >= 1,
+                "N a power of two, kWarps * N >= 32");
+
+  __device__ __forceinline__ static void run(float (&v)[N], float* scratch, int parity) {
+    const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+    float* const buf = scratch + parity * (N * kStride);
+    const float s = WarpScatterSum<N>::run(v, lane, 16);
+    if (lane % kLanesPerWord == 0) buf[(lane / kLanesPerWord) * kStride + warp] = s;
+    __syncthreads();
+    const int word = lane / kLanesPerWord, part = lane % kLanesPerWord;
+    float t = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) t += buf[word * kStride + k * kLanesPerWord + part];
+#pragma unroll
+    for (int offset = kLanesPerWord / 2; offset > 0; offset >>= 1)
+      t += __shfl_xor_sync(rudnn::cuda::kFullMask, t, offset);
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = __shfl_sync(rudnn::cuda::kFullMask, t, i * kLanesPerWord);
+  }
+};
 
 // kThreads threads a row, thread t owning vector t (W columns); 1024 threads' worth of
-// blocks an SM (64 registers a thread).
+// blocks an SM (64 registers a thread). A step is kStreamRows consecutive rows of the block,
+// reduced together. Per row, kSaved: (sum g*dy, sum g*dy*xhat) from the saved statistics;
+// otherwise the four sums about the row's first element K (d = x - K): sum d, sum d^2,
+// sum g*dy, sum g*dy*d, from which mean = K + sum d / H, var = sum d^2 / H - (sum d / H)^2
+// and sum g*dy*xhat = rstd (sum g*dy*d - (sum d / H) sum g*dy). The shift keeps a constant
+// row exact (every d is 0) and an offset row free of cancellation, as the forward's mean.
 template <class T, int kThreads, bool kSaved>
 __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
     layer_norm_backward_stream(NormBackward p, float* __restrict__ dgamma_part,
                                float* __restrict__ dbeta_part) {
   namespace tc = rudnn::cuda::tc;
   constexpr int W = 16 / sizeof(T);
+  constexpr int R = kStreamRows, S = kStreamSteps;
+  constexpr int N = (kSaved ? 2 : 4) * R;  // words reduced per step
   using Packed = rudnn::cuda::Pack<T, W>;
-  extern __shared__ uint4 ring[];  // [kStreamStages][2][kThreads]: slot, x (0) or dy (1), thread
-  __shared__ float2 scratch2[32];
-  __shared__ WelfordState welford_scratch[32];
+  extern __shared__ uint4 ring[];  // [S][R][2][kThreads]: step slot, row, x (0) or dy (1), thread
+  using Sums = BlockSums<kThreads, N>;
+  __shared__ float sums_scratch[Sums::kFloats];
 
   const int tid = static_cast<int>(threadIdx.x);
   const int cols = static_cast<int>(p.cols);
   const int col = tid * W;
   const bool active = col < cols;
   const float inv_cols = 1.0f / static_cast<float>(cols);
-  const int64_t step = gridDim.x;
+  // The block's rows: a contiguous range, the ranges differing by at most one row (strided
+  // steps of R rows left some blocks a whole step more than others: 63 against 62.06 on
+  // average at 16384 rows over 132 blocks).
+  const int64_t first = p.rows * blockIdx.x / gridDim.x;
+  const int64_t end = p.rows * (blockIdx.x + 1) / gridDim.x;
+  constexpr int64_t stride = R;
   const T* const xs = static_cast<const T*>(p.x.data);
   const T* const dys = static_cast<const T*>(p.dy.data);
+  auto vec = [&](int slot, int r, int which) -> uint4& {
+    return ring[((slot * R + r) * 2 + which) * kThreads + tid];
+  };
 
-  // Copies this thread's vectors of `row` into `slot` (none past the last row or the row's
-  // end) and closes the group: one group per row, empty or not, so that every thread counts
-  // the same groups in flight.
-  auto fetch = [&](int64_t row, int slot) {
-    if (active && row < p.rows) {
-      tc::cp_async_16(&ring[(slot * 2) * kThreads + tid], xs + row * p.x.stride + col, 16);
-      tc::cp_async_16(&ring[(slot * 2 + 1) * kThreads + tid], dys + row * p.dy.stride + col, 16);
+  // Copies this thread's vectors of the step's rows into `slot` (none past the last row or
+  // the row's end) and closes the group: one group per step, empty or not, so that every
+  // thread counts the same groups in flight.
+  auto fetch = [&](int64_t row0, int slot) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = row0 + r;
+      if (active && row < end) {
+        tc::cp_async_16(&vec(slot, r, 0), xs + row * p.x.stride + col, 16);
+        tc::cp_async_16(&vec(slot, r, 1), dys + row * p.dy.stride + col, 16);
+      }
     }
     tc::cp_async_commit();
   };
-
-  int64_t row = blockIdx.x;
+  // This thread's x and dy of row r of the step in `slot` (zeros outside the row or past
+  // the last row).
+  auto read = [&](int slot, int r, bool live, float (&x)[W], float (&dy)[W]) {
+    const Packed xp = __builtin_bit_cast(Packed, vec(slot, r, 0));
+    const Packed dp = __builtin_bit_cast(Packed, vec(slot, r, 1));
 #pragma unroll
-  for (int s = 0; s < kStreamStages - 1; ++s) fetch(row + s * step, s);
-
-  // The saved statistics of the block's next row, loaded one row ahead.
-  float next_mean = 0.0f, next_rstd = 0.0f;
-  if constexpr (kSaved) {
-    if (row < p.rows) {
-      next_mean = static_cast<const float*>(p.mean)[row];
-      next_rstd = static_cast<const float*>(p.rstd)[row];
+    for (int j = 0; j < W; ++j) {
+      x[j] = live ? rudnn::cuda::pack_element(xp, j) : 0.0f;
+      dy[j] = live ? rudnn::cuda::pack_element(dp, j) : 0.0f;
     }
-  }
+  };
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) fetch(first + s * stride, s);
+
+  // Per row of the next step, loaded a step ahead: the saved (mean, rstd), or (K, unused).
+  float next_a[R], next_b[R];
+  auto load_next = [&](int64_t row0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = row0 + r;
+      next_a[r] = next_b[r] = 0.0f;
+      if (row >= end) continue;
+      if constexpr (kSaved) {
+        next_a[r] = static_cast<const float*>(p.mean)[row];
+        next_b[r] = static_cast<const float*>(p.rstd)[row];
+      } else {
+        next_a[r] = to_float(xs[row * p.x.stride]);
+      }
+    }
+  };
+  load_next(first);
 
   float dgamma[W], dbeta[W];
 #pragma unroll
   for (int j = 0; j < W; ++j) dgamma[j] = dbeta[j] = 0.0f;
 
-  // The loop bound is the same for every thread of the block (the reductions' barriers).
-  for (int slot = 0; row < p.rows; row += step, slot = slot + 1 == kStreamStages ? 0 : slot + 1) {
-    tc::cp_async_wait<kStreamStages - 2>();  // this row's group has landed
-    float x[W], dy[W];
-    {
-      const Packed xp = __builtin_bit_cast(Packed, ring[(slot * 2) * kThreads + tid]);
-      const Packed dp = __builtin_bit_cast(Packed, ring[(slot * 2 + 1) * kThreads + tid]);
+  // The loop bound is the same for every thread of the block (BlockSums' barrier).
+  int parity = 0;
+  for (int64_t row0 = first, slot = 0; row0 < end;
+       row0 += stride, slot = slot + 1 == S ? 0 : slot + 1, parity ^= 1) {
+    // The slots this thread read in the previous step are free: the step S - 1 ahead goes
+    // there, issued before the wait so that it does not queue behind it.
+    fetch(row0 + (S - 1) * stride, static_cast<int>(slot == 0 ? S - 1 : slot - 1));
+    tc::cp_async_wait<S - 1>();  // this step's group has landed
+    float a[R], b[R];
 #pragma unroll
-      for (int j = 0; j < W; ++j) {
-        x[j] = active ? rudnn::cuda::pack_element(xp, j) : 0.0f;
-        dy[j] = active ? rudnn::cuda::pack_element(dp, j) : 0.0f;
-      }
-    }
-    // The slot read in the previous iteration is free: the row kStreamStages - 1 ahead.
-    fetch(row + (kStreamStages - 1) * step, slot == 0 ? kStreamStages - 1 : slot - 1);
+    for (int r = 0; r < R; ++r) a[r] = next_a[r], b[r] = next_b[r];
+    load_next(row0 + stride);
 
-    float mean, rstd;
-    if constexpr (kSaved) {
-      mean = next_mean;
-      rstd = next_rstd;
-      if (row + step < p.rows) {
-        next_mean = static_cast<const float*>(p.mean)[row + step];
-        next_rstd = static_cast<const float*>(p.rstd)[row + step];
-      }
-    } else {
-      const WelfordState w =
-          group_reduce<kThreads>(rudnn::cuda::local_welford(x, active ? W : 0),
-                                 rudnn::cuda::WelfordMerge{}, welford_scratch);
-      mean = w.mean;
-      rstd = rsqrtf(w.m2 * inv_cols + p.eps);
-    }
-
-    // x becomes xhat, dy becomes gamma * dy; the parameter sums take dy * xhat and dy first.
     float g[W];
     if (active) {
       load_param_or<T, W>(p.gamma, col, 1.0f, g);
@@ -331,25 +421,73 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
 #pragma unroll
       for (int j = 0; j < W; ++j) g[j] = 0.0f;
     }
-    float2 sums = make_float2(0.0f, 0.0f);  // (sum g*dy, sum g*dy*xhat)
+
+    float sums[N];
 #pragma unroll
-    for (int j = 0; j < W; ++j) {
-      x[j] = (x[j] - mean) * rstd;
-      dgamma[j] += dy[j] * x[j];
-      dbeta[j] += dy[j];
-      dy[j] *= g[j];
-      sums.x += dy[j];
-      sums.y += dy[j] * x[j];
+    for (int r = 0; r < R; ++r) {
+      float x[W], dy[W];
+      read(static_cast<int>(slot), r, active && row0 + r < end, x, dy);
+      if constexpr (kSaved) {
+        float gdy = 0.0f, gdy_xhat = 0.0f;
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          const float xhat = (x[j] - a[r]) * b[r];
+          const float v = g[j] * dy[j];
+          gdy += v;
+          gdy_xhat += v * xhat;
+        }
+        sums[2 * r] = gdy;
+        sums[2 * r + 1] = gdy_xhat;
+      } else {
+        float sd = 0.0f, sdd = 0.0f, gdy = 0.0f, gdy_d = 0.0f;
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          const float d = active ? x[j] - a[r] : 0.0f;
+          const float v = g[j] * dy[j];
+          sd += d;
+          sdd += d * d;
+          gdy += v;
+          gdy_d += v * d;
+        }
+        sums[4 * r] = sd;
+        sums[4 * r + 1] = sdd;
+        sums[4 * r + 2] = gdy;
+        sums[4 * r + 3] = gdy_d;
+      }
     }
-    sums = group_reduce<kThreads>(sums, rudnn::cuda::PairSumOp{}, scratch2);
-    const float mean_gdy = sums.x * inv_cols, mean_gdy_xhat = sums.y * inv_cols;
-    if (active) {
+    Sums::run(sums, sums_scratch, parity);
+
 #pragma unroll
-      for (int j = 0; j < W; ++j) dy[j] = rstd * (dy[j] - mean_gdy - x[j] * mean_gdy_xhat);
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = row0 + r;
+      float mean, rstd, mean_gdy, mean_gdy_xhat;
+      if constexpr (kSaved) {
+        mean = a[r];
+        rstd = b[r];
+        mean_gdy = sums[2 * r] * inv_cols;
+        mean_gdy_xhat = sums[2 * r + 1] * inv_cols;
+      } else {
+        const float dm = sums[4 * r] * inv_cols;
+        const float var = fmaxf(sums[4 * r + 1] * inv_cols - dm * dm, 0.0f);
+        rstd = rsqrtf(var + p.eps);
+        mean = a[r] + dm;
+        mean_gdy = sums[4 * r + 2] * inv_cols;
+        mean_gdy_xhat = rstd * (sums[4 * r + 3] - dm * sums[4 * r + 2]) * inv_cols;
+      }
+      if (!active || row >= end) continue;
+      float x[W], dy[W];
+      read(static_cast<int>(slot), r, true, x, dy);
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        const float xhat = (x[j] - mean) * rstd;
+        dgamma[j] += dy[j] * xhat;
+        dbeta[j] += dy[j];
+        dy[j] = rstd * (g[j] * dy[j] - mean_gdy - xhat * mean_gdy_xhat);
+      }
       rudnn::cuda::store_pack<T, W>(static_cast<T*>(p.dx.data) + row * p.dx.stride + col, dy);
     }
   }
-  tc::cp_async_wait<0>();  // the groups past the last row are empty
+  tc::cp_async_wait<0>();  // the groups past the last step are empty
 
   if (!active) return;
   const int64_t part = static_cast<int64_t>(blockIdx.x) * cols + col;
@@ -464,14 +602,25 @@ __global__ void __launch_bounds__(kColumnThreads)
   if (dbeta_part) dbeta_part[static_cast<int64_t>(blockIdx.y) * p.cols + c] = db;
 }
 
-// out[c] = sum over k < parts of part[k][c], in order of k within each of 8 interleaved
-// slices, slices then added in order: a fixed order for a given `parts`.
-constexpr int kReduceColumns = 32, kReduceSlices = 8;
+// out[c] = sum over k < parts of part[k][c], in order of k within each of kReduceSlices
+// interleaved slices, slices then added in order: a fixed order for a given `parts`. Both
+// parameter gradients in one launch (blockIdx.y picks one of `count`): after the streamed
+// kernel the reductions are a few percent of the op, and a second launch adds its own ramp.
+// 32 slices: each thread sums parts / 32 rows (8 slices left ~17 dependent loads a thread).
+constexpr int kReduceColumns = 32, kReduceSlices = 32;
+
+struct ReduceJobs {
+  const float* part[2] = {nullptr, nullptr};
+  ParamOut out[2];
+  int count = 0;
+};
 
 template <class T>
 __global__ void __launch_bounds__(kReduceColumns* kReduceSlices)
-    reduce_partials(const float* __restrict__ part, int64_t parts, int64_t cols, ParamOut out) {
-  __shared__ float sums[kReduceSlices][kReduceColumns];
+    reduce_partials(const ReduceJobs jobs, int64_t parts, int64_t cols) {
+  __shared__ float sums[kReduceSlices][kReduceColumns + 1];
+  const float* __restrict__ part = jobs.part[blockIdx.y];
+  const ParamOut out = jobs.out[blockIdx.y];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kReduceColumns + threadIdx.x;
   float acc = 0.0f;
   if (c < cols) {
@@ -491,12 +640,12 @@ __global__ void __launch_bounds__(kReduceColumns* kReduceSlices)
 }
 
 template <class T>
-void launch_reduce(const float* part, int64_t parts, int64_t cols, const ParamOut& out,
-                   cudaStream_t stream) {
-  if (out.data == nullptr) return;
+void launch_reduce(const ReduceJobs& jobs, int64_t parts, int64_t cols, cudaStream_t stream) {
+  if (jobs.count == 0) return;
   const dim3 block(kReduceColumns, kReduceSlices);
-  const auto grid = static_cast<unsigned>((cols + kReduceColumns - 1) / kReduceColumns);
-  reduce_partials<T><<<grid, block, 0, stream>>>(part, parts, cols, out);
+  const dim3 grid(static_cast<unsigned>((cols + kReduceColumns - 1) / kReduceColumns),
+                  static_cast<unsigned>(jobs.count));
+  reduce_partials<T><<<grid, block, 0, stream>>>(jobs, parts, cols);
   check_launch("reduce_partials");
 }
 
@@ -519,8 +668,13 @@ struct Partials {
   // With no parts (no rows) this writes zeros: a sum over nothing.
   template <class T>
   void reduce(const NormBackward& p, cudaStream_t stream) const {
-    launch_reduce<T>(dgamma, parts, p.cols, p.dgamma, stream);
-    launch_reduce<T>(dbeta, parts, p.cols, p.dbeta, stream);
+    ReduceJobs jobs;
+    for (const auto& [part, out] : {std::pair{dgamma, p.dgamma}, std::pair{dbeta, p.dbeta}}) {
+      if (out.data == nullptr) continue;
+      jobs.part[jobs.count] = part;
+      jobs.out[jobs.count++] = out;
+    }
+    launch_reduce<T>(jobs, parts, p.cols, stream);
   }
 };
 
@@ -558,14 +712,14 @@ void launch_stream(const NormBackward& p, const LaunchContext& ctx) {
   const auto kernel = layer_norm_backward_stream<T, kThreads, kSaved>;
   constexpr size_t shared = kStreamShared<kThreads>;
   static PerDevice<int> shared_allowed, occupancy;
-  if constexpr (shared > 48 * 1024) {  // above the default limit: opt in, once per device
-    shared_allowed.get(ctx.device, [&] {
-      detail::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(shared)),
-                         "cudaFuncSetAttribute");
-      return 1;
-    });
-  }
+  // Opt in whatever the size, once per device: the default limit of 48 KB counts the static
+  // scratch too, so a ring of exactly 48 KB (256 threads) fails to launch without it.
+  shared_allowed.get(ctx.device, [&] {
+    detail::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(shared)),
+                       "cudaFuncSetAttribute");
+    return 1;
+  });
   int64_t blocks = resident_blocks(kernel, kThreads, ctx.device, occupancy, shared);
   // At most two blocks an SM (two partial rows: normalization.h's bound on the scratch); the
   // ring, not the count of resident threads, keeps the loads in flight.
@@ -588,17 +742,18 @@ template <class T>
 bool try_stream(const NormBackward& p, const Alignment& a, const LaunchContext& ctx) {
   constexpr int W = 16 / sizeof(T);
   if (!kernel_tuning().streamed_layer_norm_backward || !a.ok || p.cols % W != 0) return false;
-  // Only with saved statistics: recomputing them in the streamed kernel measured slower than
-  // the tile kernel (45.7 % against 54.8 % of the copy bandwidth, RESULTS.md round 40).
-  if (p.mean == nullptr) return false;
   const int64_t vectors = p.cols / W;
   if (vectors <= 128 || vectors > 1024) return false;
   static PerDevice<signed char> hopper;
-  if (!built_for_hopper(layer_norm_backward_stream<T, 1024, true>, ctx.device, hopper))
+  if (!built_for_hopper(layer_norm_backward_stream<T, 1024, false>, ctx.device, hopper))
     return false;
   auto go = [&](auto threads) {
     constexpr int kThreads = decltype(threads)::value;
-    launch_stream<T, kThreads, true>(p, ctx);
+    if (p.mean != nullptr) {
+      launch_stream<T, kThreads, true>(p, ctx);
+    } else {
+      launch_stream<T, kThreads, false>(p, ctx);
+    }
   };
   if (vectors <= 256) {
     go(std::integral_constant<int, 256>{});

@@ -18,9 +18,12 @@
 // Each lane copies its own vectors of the warp's next two tasks into the warp's ring in
 // shared memory with cp.async (a lane reads back only what it copied: no barrier), so two
 // tasks' rows are in flight while it works on one. The grid is persistent (the frequencies
-// are formed once per block). Halves pairs (j, j + dims/2) lie in other lanes of the group
-// (or, for long rows, in another vector of the same lane) and are exchanged by shuffles;
-// interleaved pairs (2j, 2j + 1) lie in one vector.
+// are formed once per block, while the first copies are in flight), and a warp takes the
+// tasks of one (b, t) in turn when there are rows enough, forming their angles once (each
+// task formed them again before: four times per (b, t) for 32 heads of 128 features).
+// Halves pairs (j, j + dims/2) lie in other lanes of the group (or, for long rows, in
+// another vector of the same lane) and are exchanged by shuffles; interleaved pairs
+// (2j, 2j + 1) lie in one vector.
 #pragma once
 
 #include <type_traits>
@@ -60,7 +63,7 @@ constexpr int64_t kNormRopeHeadsPerTask = kNormRopeRows<V> * (32 / G);
 
 template <class T, int G, int V, bool kTrad>
 __global__ void __launch_bounds__(kNormRopeThreads, kNormRopeMinBlocks<V>)
-    norm_rope_kernel(const NormRope q, const int64_t chunks) {
+    norm_rope_kernel(const NormRope q, const int64_t chunks, const int64_t chunks_per_unit) {
   constexpr int W = 16 / sizeof(T);
   constexpr int U = kNormRopeRows<V>;
   constexpr int kGroups = 32 / G;
@@ -81,13 +84,6 @@ __global__ void __launch_bounds__(kNormRopeThreads, kNormRopeMinBlocks<V>)
   const int h = half / W;  // halves: vectors between a pair's two elements
   const float inv_cols = 1.0f / static_cast<float>(cols);  // as rms_norm's tile forms it
 
-  {
-    const double log2_base = log2(p.base);
-    for (int j = static_cast<int>(threadIdx.x); j < half; j += kNormRopeThreads)
-      frequency[j] = rope_frequency(p, j, log2_base);
-  }
-  __syncthreads();
-
   auto column = [&](int i) { return (i * G + gl) * W; };
   auto valid = [&](int i) { return column(i) < cols; };
 
@@ -101,24 +97,66 @@ __global__ void __launch_bounds__(kNormRopeThreads, kNormRopeMinBlocks<V>)
   };
 
   const int64_t seq = p.x.shape.seq, heads = p.x.shape.heads;
-  const int64_t tasks = p.x.shape.batch * seq * chunks;
+  const int64_t subs = (chunks + chunks_per_unit - 1) / chunks_per_unit;  // units a (b, t)
+  const int64_t units = p.x.shape.batch * seq * subs;
   const T* const xs = static_cast<const T*>(p.x.data);
   T* const ys = static_cast<T*>(p.y.data);
+
+  // A warp walks units u = its index + k * (warps of the grid); unit u is the chunks
+  // [c, c_end) of (b, t) = row u / subs, each chunk a task of kNormRopeHeadsPerTask heads.
+  // The chunks of a unit share their angles, formed once (a (b, t) in one unit when rows
+  // are plenty: launch_norm_rope_shape picks chunks_per_unit). A cursor keeps the offset of
+  // its (b, t) row in x (the copies) or y (the stores) rather than b and t: registers are
+  // the limit at 64 a thread.
+  struct Cursor {
+    int64_t u, offset;
+    int c, c_end;
+  };
+  struct RowStrides {
+    int64_t batch, seq;
+  };
+  const int64_t unit_step = static_cast<int64_t>(gridDim.x) * kNormRopeWarps;
+  // 32-bit quotients where they fit (every realistic shape): a 64-bit division is a
+  // subroutine of some 70 instructions.
+  const bool narrow = (units >> 32) == 0;
+  auto div = [&](int64_t a, int64_t d) -> int64_t {
+    return narrow ? static_cast<int64_t>(static_cast<uint32_t>(a) / static_cast<uint32_t>(d))
+                  : a / d;
+  };
+  // (b, t) of unit u (u < units).
+  auto row_of = [&](int64_t u, int64_t& b, int64_t& t) {
+    const int64_t r = div(u, subs);
+    b = div(r, seq);
+    t = r - b * seq;
+    return r;
+  };
+  auto enter = [&](Cursor& k, int64_t u, const RowStrides& strides) {
+    k.u = u;
+    if (u >= units) return;
+    int64_t b, t;
+    const int64_t r = row_of(u, b, t);
+    k.offset = b * strides.batch + t * strides.seq;
+    k.c = static_cast<int>((u - r * subs) * chunks_per_unit);
+    k.c_end = static_cast<int>(k.c + chunks_per_unit < chunks ? k.c + chunks_per_unit : chunks);
+  };
+  const RowStrides x_strides{p.x.batch_stride, p.x.seq_stride};
+  const RowStrides y_strides{p.y.batch_stride, p.y.seq_stride};
+  auto advance = [&](Cursor& k, const RowStrides& strides) {
+    if (++k.c == k.c_end) enter(k, k.u + unit_step, strides);
+  };
 
   // Row u of a task's group is head m0 + u * kGroups + group (neighbouring groups take
   // neighbouring heads). Rows past the heads, and vectors past the row, are copied as zeros:
   // they compute on zeros and are not stored.
   uint4* const ring = norm_rope_shared + warp * (kNormRopeRing * U * V * 32) + lane;
   auto slot_vec = [&](int slot, int u, int i) -> uint4& { return ring[((slot * U + u) * V + i) * 32]; };
-  const int64_t task_step = static_cast<int64_t>(gridDim.x) * kNormRopeWarps;
-  // Copies this lane's vectors of `task` into `slot` (nothing past the last task) and closes
-  // the group: one group per task, so that every lane counts the same groups in flight.
-  auto fetch = [&](int64_t task, int slot) {
-    if (task < tasks) {
-      const int64_t r = task / chunks;
-      const int64_t m0 = (task - r * chunks) * kNormRopeHeadsPerTask<G, V>;
-      const int64_t b = r / seq, t = r - b * seq;
-      const T* const x = xs + b * p.x.batch_stride + t * p.x.seq_stride;
+  // Copies this lane's vectors of the task at `k` into `slot` (nothing past the last unit)
+  // and closes the group: one group per task, so that every lane counts the same groups in
+  // flight.
+  auto fetch = [&](const Cursor& k, int slot) {
+    if (k.u < units) {
+      const int64_t m0 = static_cast<int64_t>(k.c) * kNormRopeHeadsPerTask<G, V>;
+      const T* const x = xs + k.offset;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t m = m0 + u * kGroups + group;
@@ -134,39 +172,58 @@ __global__ void __launch_bounds__(kNormRopeThreads, kNormRopeMinBlocks<V>)
     ::rudnn::cuda::tc::cp_async_commit();
   };
 
-  int64_t task = static_cast<int64_t>(blockIdx.x) * kNormRopeWarps + warp;
+  Cursor cur{}, ahead{};
+  enter(cur, static_cast<int64_t>(blockIdx.x) * kNormRopeWarps + warp, y_strides);
+  enter(ahead, cur.u, x_strides);
+  // The first tasks' copies go out before the frequency table is formed: they overlap it.
 #pragma unroll
-  for (int k = 0; k < kNormRopeRing - 1; ++k) fetch(task + k * task_step, k);
+  for (int k = 0; k < kNormRopeRing - 1; ++k) {
+    fetch(ahead, k);
+    if (ahead.u < units) advance(ahead, x_strides);
+  }
 
+  {
+    const double log2_base = log2(p.base);
+    for (int j = static_cast<int>(threadIdx.x); j < half; j += kNormRopeThreads)
+      frequency[j] = rope_frequency(p, j, log2_base);
+  }
+  __syncthreads();
+
+  float c[V][P], s[V][P];
+  int64_t angles_of = -1;  // the unit whose angles c and s hold
   // The loop bound is uniform over the warp: every shuffle below has all 32 lanes.
-  for (int slot = 0; task < tasks;
-       task += task_step, slot = slot + 1 == kNormRopeRing ? 0 : slot + 1) {
-    ::rudnn::cuda::tc::cp_async_wait<kNormRopeRing - 2>();  // this task's group has landed
-    // The slot read for the previous task is free: the task kNormRopeRing - 1 ahead goes there.
-    fetch(task + (kNormRopeRing - 1) * task_step, slot == 0 ? kNormRopeRing - 1 : slot - 1);
-    const int64_t r = task / chunks;
-    const int64_t m0 = (task - r * chunks) * kNormRopeHeadsPerTask<G, V>;
-    const int64_t b = r / seq, t = r - b * seq;
-    T* const y = ys + b * p.y.batch_stride + t * p.y.seq_stride;
+  for (int slot = 0; cur.u < units;
+       advance(cur, y_strides), slot = slot + 1 == kNormRopeRing ? 0 : slot + 1) {
+    // The slot read for the previous task is free: the task kNormRopeRing - 1 ahead goes
+    // there, issued before the wait so that it does not queue behind it.
+    fetch(ahead, slot == 0 ? kNormRopeRing - 1 : slot - 1);
+    if (ahead.u < units) advance(ahead, x_strides);
+    ::rudnn::cuda::tc::cp_async_wait<kNormRopeRing - 1>();  // this task's group has landed
+    const int64_t m0 = static_cast<int64_t>(cur.c) * kNormRopeHeadsPerTask<G, V>;
+    T* const y = ys + cur.offset;
 
     // The angles of this lane's elements: interleaved, pair col/2 + k of vector element 2k;
     // halves, pair j0 + k of element k (a vector lies wholly in [0, half), [half, dims) or
     // [dims, D): half is a multiple of W). Elements past dims keep (1, 0), unused.
-    const double pos = token_position(p, b, t);
-    float c[V][P], s[V][P];
+    if (angles_of != cur.u) {
+      angles_of = cur.u;
+      int64_t b, t;
+      row_of(cur.u, b, t);
+      const double pos = token_position(p, b, t);
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int col = column(i);
+      for (int i = 0; i < V; ++i) {
+        const int col = column(i);
 #pragma unroll
-      for (int k = 0; k < P; ++k) {
-        c[i][k] = 1.0f;
-        s[i][k] = 0.0f;
-      }
-      if (!valid(i) || col >= dims) continue;
-      const int j0 = kTrad ? col / 2 : (col < half ? col : col - half);
+        for (int k = 0; k < P; ++k) {
+          c[i][k] = 1.0f;
+          s[i][k] = 0.0f;
+        }
+        if (!valid(i) || col >= dims) continue;
+        const int j0 = kTrad ? col / 2 : (col < half ? col : col - half);
 #pragma unroll
-      for (int k = 0; k < P; ++k) {
-        if (!kTrad || col + 2 * k < dims) rope_sincos(pos, frequency[j0 + k], s[i][k], c[i][k]);
+        for (int k = 0; k < P; ++k) {
+          if (!kTrad || col + 2 * k < dims) rope_sincos(pos, frequency[j0 + k], s[i][k], c[i][k]);
+        }
       }
     }
 
@@ -281,7 +338,6 @@ void launch_norm_rope_shape(const NormRope& q, const LaunchContext& ctx) {
   const Rope& p = q.rope;
   constexpr int64_t kPerTask = kNormRopeHeadsPerTask<G, V>;
   const int64_t chunks = (p.x.shape.heads + kPerTask - 1) / kPerTask;
-  const int64_t tasks = p.x.shape.batch * p.x.shape.seq * chunks;
   constexpr size_t kRings = kNormRopeWarps * kNormRopeRingBytes<V>;
   static ::rudnn::cuda::PerDevice<int> shared_allowed, occupancy;
   shared_allowed.get(ctx.device, [&] {  // above the default 48 KB: opt in, once per device
@@ -292,10 +348,20 @@ void launch_norm_rope_shape(const NormRope& q, const LaunchContext& ctx) {
   });
   const int64_t resident = ::rudnn::cuda::resident_blocks(
       kernel, kNormRopeThreads, ctx.device, occupancy, kRings + kNormRopeTableBytes);
-  int64_t blocks = (tasks + kNormRopeWarps - 1) / kNormRopeWarps;
+  // A warp takes every chunk of a (b, t) in turn, so that its angles are formed once, while
+  // the (b, t) rows alone keep at least half of the resident warps busy; with fewer rows
+  // (decode) the chunks are split over more warps, down to one task a warp.
+  const int64_t rows = p.x.shape.batch * p.x.shape.seq;
+  const int64_t busy = resident * kNormRopeWarps / 2;
+  int64_t subs = rows > 0 ? (busy + rows - 1) / rows : 1;
+  subs = subs < 1 ? 1 : (subs > chunks ? chunks : subs);
+  const int64_t chunks_per_unit = chunks > 0 ? (chunks + subs - 1) / subs : 1;
+  const int64_t units = rows * ((chunks + chunks_per_unit - 1) / chunks_per_unit);
+  int64_t blocks = (units + kNormRopeWarps - 1) / kNormRopeWarps;
   if (blocks > resident) blocks = resident;
   const size_t shared = kRings + sizeof(double) * static_cast<size_t>(p.dims / 2);
-  kernel<<<static_cast<unsigned>(blocks), kNormRopeThreads, shared, ctx.stream>>>(q, chunks);
+  kernel<<<static_cast<unsigned>(blocks), kNormRopeThreads, shared, ctx.stream>>>(
+      q, chunks, chunks_per_unit);
 }
 
 // Picks the group shape from the row's vectors (rms_norm's warp tiles: row_tile.cuh

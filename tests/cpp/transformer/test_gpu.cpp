@@ -346,6 +346,44 @@ TEST(TransformerGpu, NormRopeOnLongSequencesIsTheComposition) {
   }
 }
 
+// The fused kernel walks the head-chunks of a (b, t) in one warp when rows are plenty and
+// splits them over several warps when they are few: 40 heads are 5 chunks of 8 (D = 128
+// at 16 bits) or 10 of 4 (D = 256), and the row counts below take each chunk of a (b, t) in
+// its own warp (1, 7), two to five in a warp, some units shorter (300 .. 1500 rows on an
+// H200's resident grid), and all in one (2500). Bit for bit the composition, cache too.
+TEST(TransformerGpu, NormRopeSplitsTheHeadsOfARowOverWarps) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const float eps = 1e-6f;
+  for (DType dt : {DType::bf16, DType::f32}) {
+    for (int64_t d : {128, 256}) {
+      for (int64_t l : {1, 7, 300, 700, 1500, 2500}) {
+        const bool trad = rng.integer(0, 1) == 1;
+        RopeOptions o;
+        o.traditional = trad;
+        o.dims = d;
+        o.base = 1000000.0f;
+        o.offset = rng.integer(0, 50);
+        const int64_t h = 40;
+        const Tensor w = on_gpu(random_tensor(rng, {d}, dt));
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " D=" + std::to_string(d) + " H=40 L=" +
+                     std::to_string(l) + (trad ? " interleaved" : " halves") +
+                     " offset=" + std::to_string(o.offset));
+        const Tensor x = on_gpu(random_tensor(rng, {1, l, h, d}, dt)).transpose(1, 2);
+        const Tensor composed = rope(rms_norm(x, w, eps), o);
+        EXPECT_TRUE(bit_equal(norm_rope(x, RopeNorm{w, eps}, o), composed)) << "new tensor";
+        const int64_t c = o.offset + l + 2;
+        const Tensor cache = Tensor::zeros({1, h, c, d}, dt, kGpu);
+        EXPECT_EQ(norm_rope(x, RopeNorm{w, eps}, o, cache).data(), cache.data());
+        EXPECT_TRUE(bit_equal(cache.slice(2, o.offset, o.offset + l), composed)) << "cache";
+        const Tensor zeros = Tensor::zeros({1, h, c, d}, dt);
+        EXPECT_TRUE(bit_equal(cache.slice(2, 0, o.offset), zeros.slice(2, 0, o.offset)));
+        EXPECT_TRUE(bit_equal(cache.slice(2, o.offset + l, c), zeros.slice(2, o.offset + l, c)));
+      }
+    }
+  }
+}
+
 // ---- Gated activations ------------------------------------------------------------------------
 
 const int64_t kWidths[] = {1,   2,   3,   7,    8,    16,   33,   64,   100,
