@@ -32,17 +32,21 @@
 // T-step sample then carries about T FP32 roundings of per-step terms (relative error ~1e-6
 // at T = 1000), as torch's FP32 kernels. Repeated labels follow CTC: the skip transition from
 // label s-2 to s is taken only when l[s] != l[s-2].
-// GPU method: one block per sample for alpha (and one for beta, concurrently, in the backward),
-// the 2S+1 states across its threads, the log-probabilities of the target's labels gathered
-// for up to 32 steps at a time into shared memory; then one warp per (t, n) row writes the
-// gradient of every class in a coalesced pass (g * exp(lp) for classes the target lacks) and
-// overwrites the target's classes. The mean and sum are taken in a fixed order: results are
-// identical run to run.
+// GPU method: the log-probabilities of each sample's blank and labels gathered first into a
+// dense [N, T, S' + 1] FP32 buffer (in base 2); then one block per sample for alpha (and one
+// for beta, concurrently, in the backward), the 2S+1 states across its threads, the gathered
+// values read in blocks of up to 32 steps, the next block loaded while the current one is
+// used; the recursions run in base 2 (the hardware's exp2/log2). Then one block per (t, n)
+// row writes the gradient of every class in a coalesced pass (g * exp(lp) for classes the
+// target lacks) and overwrites the target's classes. The mean and sum are taken in a fixed
+// order: results are identical run to run.
 // Memory: CPU: O(T * (2 * S_max + 1)) float64 per sample on the host. GPU: the forward keeps
-// 40 bytes per sample; the backward also keeps N * T * (2 * S' + 1) * 8 bytes of alpha and beta
-// rows (S' = min(S or L, T): 51 MB at T 1000, N 32, S 200), N * T * 16 bytes of row shifts and
-// N * S' * 4 bytes of label chains, allocated on the stream. The recursion's shared memory
-// caps S' at about 9,600 on an H100/H200 (longer: Unsupported).
+// 40 bytes per sample and N * T * (S' + 1) * 4 bytes (rounded up to 16 per step) of gathered
+// log-probabilities (26 MB at T 1000, N 32, S 200); the backward also keeps
+// N * T * (2 * S' + 1) * 8 bytes of alpha and beta rows (S' = min(S or L, T): 103 MB there),
+// N * T * 16 bytes of row shifts and N * S' * 4 bytes of label chains, allocated on the
+// stream. The recursion's shared memory caps S' at about 8,300 on an H100/H200 (longer:
+// Unsupported).
 #pragma once
 
 #include <cstdint>

@@ -42,12 +42,18 @@ inline int64_t index_at(const void* data, DType dtype, int64_t i) {
                              : static_cast<const int64_t*>(data)[i];
 }
 
+// Floats per step of the gathered log-probabilities (the blank, then each label), rounded up
+// to whole 16-byte vectors so that a block of steps is copied with aligned vector loads.
+constexpr int64_t gathered_width(int64_t max_target) { return (max_target + 1 + 3) / 4 * 4; }
+
 // Where the GPU scratch of a problem lives: byte offsets into CtcProblem::scratch (each
-// 256-byte aligned). The forward needs the per-sample part only; the backward also keeps
+// 256-byte aligned). The forward needs the per-sample part and the gathered log-probabilities
+// of each sample's labels (FP32, base 2, [N, T, gathered_width]); the backward also keeps
 // both recursions' rows (alpha and beta, FP32, T * (2 * max_target + 1) per sample), their
 // per-step FP64 offsets and the per-sample chains of repeated labels.
 struct ScratchLayout {
-  int64_t info = 0, nll = 0, alpha_offset = 0, beta_offset = 0, alpha = 0, beta = 0, chain = 0;
+  int64_t info = 0, nll = 0, gathered = 0;
+  int64_t alpha_offset = 0, beta_offset = 0, alpha = 0, beta = 0, chain = 0;
   int64_t bytes = 0;
 };
 
@@ -62,6 +68,7 @@ inline ScratchLayout scratch_layout(const CtcProblem& p, bool backward) {
   const int64_t states = 2 * p.max_target + 1;
   l.info = take(p.batch * 32);
   l.nll = take(p.batch * 8);
+  l.gathered = take(p.batch * p.steps * gathered_width(p.max_target) * 4);
   if (backward) {
     l.alpha_offset = take(p.batch * p.steps * 8);
     l.beta_offset = take(p.batch * p.steps * 8);

@@ -2,17 +2,25 @@
 //
 // 1. prepare_kernel (one block): each sample's lengths checked, and for concatenated targets
 //    the index of its first label (an exclusive scan of the target lengths).
-// 2. recursion_kernel: one block per sample and direction (alpha forward in time, beta
+// 2. gather_kernel: the log-probabilities of each sample's blank and labels at each of its
+//    steps, [N, T, W] FP32 in base 2 (times log2(e)), written densely. The recursions then
+//    read contiguous blocks of steps instead of scattered classes of 20 KB rows, which kept a
+//    recursion block waiting on DRAM at each block of steps.
+// 3. recursion_kernel: one block per sample and direction (alpha forward in time, beta
 //    backward), the 2S+1 states of the blank-extended target across the threads, the T steps
-//    in a loop with the previous row in shared memory. The log-probabilities of the target's
-//    labels (and the blank) are gathered for a chunk of steps at a time into shared memory, so
-//    that a step waits for no global load. Rows are renormalised every kRenormEvery steps by
-//    their maximum, the shifts summed in FP64: the stored rows stay small numbers, so that
-//    alpha + beta - lp + nll, which cancels magnitudes of T * |log p|, loses no FP32 bits.
-// 3. loss_kernel: the reduction, in a fixed order (deterministic), or grad_kernel: one warp per
-//    (t, n) row, a coalesced pass over the C classes (g * exp(lp), the gradient of every class
-//    the target lacks), then the target's classes (the blank and each distinct label, repeats
-//    summed through per-sample chains) overwritten from alpha + beta.
+//    in a loop with the previous row in shared memory. The next block of up to kMaxChunk
+//    steps of gathered log-probabilities is loaded into registers while the current one is
+//    used from shared memory, so that no step waits for a global load. The recursion runs in
+//    base 2 (ex2/lg2 are single instructions). Rows are renormalised every kRenormEvery steps
+//    by their maximum, the shifts summed in FP64: the stored rows stay small numbers, so that
+//    alpha + beta - lp + nll, which cancels magnitudes of T * |log p|, loses no FP32 bits. The
+//    maximum of row k is applied to row k + 1 (log-add is shift-equivariant), so that taking
+//    it costs no barrier of its own.
+// 4. loss_kernel: the reduction, in a fixed order (deterministic), or grad_kernel: one block
+//    per (t, n) row, a coalesced pass over the C classes (g * exp(lp), the gradient of every
+//    class the target lacks), then the target's classes (the blank and each distinct label,
+//    repeats summed through per-sample chains) overwritten from alpha + beta staged in shared
+//    memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,11 +42,21 @@ using rudnn::cuda::to_float;
 using rudnn::cuda::kFullMask;
 constexpr int kPrepareThreads = 1024;
 constexpr int kMaxRecursionThreads = 1024;
-constexpr int kGradThreads = 256;
+constexpr int kGatherThreads = 256;
+constexpr int kGatherSteps = 16;  // steps per gather block
+constexpr int kGradThreads = 128;
 constexpr int kLossThreads = 256;
-constexpr int kRenormEvery = 8;  // a power of two
-static_assert((kRenormEvery & (kRenormEvery - 1)) == 0, "kRenormEvery is tested with a mask");
+constexpr int kRenormEvery = 8;  // a power of two, at least 2 (block_max is written every
+                                 // kRenormEvery steps and read on the step after)
+static_assert((kRenormEvery & (kRenormEvery - 1)) == 0 && kRenormEvery >= 2,
+              "kRenormEvery is tested with a mask");
 constexpr int kMaxChunk = 32;
+// 16-byte vectors of the next block of steps each recursion thread holds in registers: the
+// block of steps is at most kPrefetch * threads * 4 floats (recursion_shape).
+constexpr int kPrefetch = 4;
+constexpr float kLog2eF = 1.4426950408889634f;
+constexpr double kLog2e = 1.4426950408889634;
+constexpr double kLn2 = 0.6931471805599453;
 // chain entries: bit 30 marks a label position whose class occurs at no earlier position;
 // the low bits hold 1 + the next position of the same class (0: none).
 constexpr int32_t kFirstOfClass = 1 << 30;
@@ -55,7 +73,8 @@ static_assert(sizeof(SampleInfo) == 32, "scratch_layout reserves 32 bytes per sa
 
 struct Views {
   SampleInfo* info = nullptr;
-  double* nll = nullptr;  // per sample; NaN for an invalid one
+  double* nll = nullptr;      // per sample; NaN for an invalid one
+  float* gathered = nullptr;  // [N, T, gathered_width]: log2-probabilities of blank, labels
   double* alpha_offset = nullptr;
   double* beta_offset = nullptr;  // [N, T]: the shifts taken out of the stored rows
   float* alpha = nullptr;
@@ -69,6 +88,7 @@ inline Views scratch_views(const CtcProblem& p, bool backward) {
   Views v;
   v.info = reinterpret_cast<SampleInfo*>(base + l.info);
   v.nll = reinterpret_cast<double*>(base + l.nll);
+  v.gathered = reinterpret_cast<float*>(base + l.gathered);
   if (backward) {
     v.alpha_offset = reinterpret_cast<double*>(base + l.alpha_offset);
     v.beta_offset = reinterpret_cast<double*>(base + l.beta_offset);
@@ -84,12 +104,12 @@ __device__ __forceinline__ int64_t load_index(const void* data, DType dtype, int
                              : static_cast<const int64_t*>(data)[i];
 }
 
-// log(e^a + e^b + e^c); -inf when all are -inf, NaN when one is NaN (as the reference's
+// log2(2^a + 2^b + 2^c); -inf when all are -inf, NaN when one is NaN (as the reference's
 // log_add, which returns its other operand unchanged when one is -inf).
-__device__ __forceinline__ float log_add3(float a, float b, float c) {
+__device__ __forceinline__ float log2_add3(float a, float b, float c) {
   const float m = fmaxf(a, fmaxf(b, c));
   if (m == -INFINITY) return a + b + c;
-  return m + logf(expf(a - m) + expf(b - m) + expf(c - m));
+  return m + log2f(exp2f(a - m) + exp2f(b - m) + exp2f(c - m));
 }
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -145,27 +165,64 @@ static __global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(CtcProb
   }
 }
 
+// Sample n's labels with the blank in front (labels[0] = blank, labels[1 + i] = label i), at
+// most max_target + 1 of them. A label out of [0, C) reads as the blank here (no read out of
+// the row); the alpha block flags its sample.
+template <class T>
+__global__ void __launch_bounds__(kGatherThreads) gather_kernel(CtcProblem p, Views v) {
+  extern __shared__ int32_t gather_labels[];
+  const int64_t n = blockIdx.x;
+  const SampleInfo info = v.info[n];
+  const int64_t tl = info.target_length, Tn = info.input_length;
+  // Bad lengths, or a target too long to align: the recursions never read this sample.
+  if (info.lengths_bad != 0 || tl > Tn || tl > p.max_target) return;
+  if (static_cast<int64_t>(blockIdx.y) * kGatherSteps >= Tn) return;
+  for (int64_t i = threadIdx.x; i <= tl; i += blockDim.x) {
+    int64_t label = i == 0 ? p.blank : load_index(p.targets, p.target_dtype, info.first + i - 1);
+    if (label < 0 || label >= p.classes) label = p.blank;
+    gather_labels[i] = static_cast<int32_t>(label);
+  }
+  __syncthreads();
+  const int64_t W = gathered_width(p.max_target), N = p.batch, C = p.classes;
+  const int width = static_cast<int>(tl + 1);
+  const T* lp = static_cast<const T*>(p.log_probs);
+  for (int64_t t0 = static_cast<int64_t>(blockIdx.y) * kGatherSteps; t0 < Tn;
+       t0 += static_cast<int64_t>(gridDim.y) * kGatherSteps) {
+    const int count = static_cast<int>(Tn - t0 < kGatherSteps ? Tn - t0 : kGatherSteps);
+    float* dst = v.gathered + (n * p.steps + t0) * W;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < count * width; i += blockDim.x) {
+      const int j = i / width, u = i - j * width;
+      dst[j * W + u] = to_float(lp[((t0 + j) * N + n) * C + gather_labels[u]]) * kLog2eF;
+    }
+  }
+}
+
 // How a recursion block splits its dynamic shared memory.
 struct RecursionShape {
   int threads = 0;
-  int chunk = 0;  // steps of log-probabilities gathered at once
+  int chunk = 0;  // steps of log-probabilities held at once
   size_t shared = 0;
 };
 
 // One block per (sample, direction): blockIdx.y 0 runs alpha (and writes the sample's nll and
 // label check), 1 runs beta (and the chains of repeated labels). kStore: keep every row.
-template <class T, bool kStore>
-__global__ void __launch_bounds__(kMaxRecursionThreads)
+// Everything is in base 2: stored rows and offsets are log2 values.
+// Internal linkage, as prepare_kernel: ctc_{f32,f16,bf16}.cu each instantiate it, and one
+// kernel registered by three modules under one host stub is left to the runtime to resolve.
+template <bool kStore>
+static __global__ void __launch_bounds__(kMaxRecursionThreads)
     recursion_kernel(CtcProblem p, Views v, int chunk) {
-  extern __shared__ float shared[];
+  extern __shared__ float4 shared_vectors[];
   __shared__ float block_max[kMaxRecursionThreads / 32];
   const int64_t n = blockIdx.x;
   const bool beta = blockIdx.y == 1;
   const int64_t cap = p.max_target, cap_states = 2 * cap + 1;
-  float* row_a = shared;
-  float* row_b = shared + cap_states;
-  float* lp_chunk = shared + 2 * cap_states;  // [chunk][cap + 1]: blank, then each label
-  int32_t* labels = reinterpret_cast<int32_t*>(lp_chunk + static_cast<int64_t>(chunk) * (cap + 1));
+  const int W = static_cast<int>(gathered_width(cap));
+  float* lp_chunk = reinterpret_cast<float*>(shared_vectors);  // [chunk][W]
+  float* row_a = lp_chunk + static_cast<int64_t>(chunk) * W;
+  float* row_b = row_a + cap_states;
+  int32_t* labels = reinterpret_cast<int32_t*>(row_b + cap_states);  // blank, then each label
 
   const SampleInfo info = v.info[n];
   bool ok = info.lengths_bad == 0;
@@ -213,33 +270,69 @@ __global__ void __launch_bounds__(kMaxRecursionThreads)
     }
   }
 
-  const int64_t states = 2 * tl + 1;
-  const int64_t N = p.batch, C = p.classes;
-  const T* lp = static_cast<const T*>(p.log_probs);
-  const int64_t per_step = tl + 1;
+  // At most 2 * 16383 + 1 states and kMaxChunk * W floats per block of steps (the entry
+  // point caps max_target): 32-bit arithmetic inside the block.
+  const int states = static_cast<int>(2 * tl + 1);
+  const int tid = threadIdx.x, threads = blockDim.x, warps = threads >> 5;
+  const int vectors_per_step = W / 4;
+  const float4* gathered = reinterpret_cast<const float4*>(v.gathered + n * p.steps * W);
+  float4* chunk_vectors = shared_vectors;
+  float4 staged[kPrefetch];
+  // Steps k .. k + count - 1 of the recursion are times low .. low + count - 1.
+  const auto steps_from = [&](int64_t k) {
+    return static_cast<int>(Tn - k < chunk ? Tn - k : chunk);
+  };
+  const auto low_of = [&](int64_t k, int count) { return beta ? Tn - k - count : k; };
+  const auto load_block = [&](int64_t k) {
+    const int count = steps_from(k);
+    const float4* from = gathered + low_of(k, count) * vectors_per_step;
+    const int vectors = count * vectors_per_step;
+#pragma unroll
+    for (int r = 0; r < kPrefetch; ++r) {
+      const int q = tid + r * threads;
+      if (q < vectors) staged[r] = from[q];
+    }
+  };
+  load_block(0);
+
   float* prev = row_a;
   float* cur = row_b;
   double offset = 0.0;  // the sum of the shifts taken out so far (the same in every thread)
   int64_t chunk_low = 0, next_chunk = 0;
+  float* stored_rows = kStore ? (beta ? v.beta : v.alpha) : nullptr;
+  double* stored_offsets = kStore ? (beta ? v.beta_offset : v.alpha_offset) : nullptr;
   for (int64_t k = 0; k < Tn; ++k) {
     const int64_t t = beta ? Tn - 1 - k : k;
     if (k == next_chunk) {
-      // At most kMaxChunk * (max_target + 1) values: 32-bit arithmetic.
-      const int count = static_cast<int>((Tn - k) < chunk ? (Tn - k) : chunk);
-      const int width = static_cast<int>(per_step);
-      chunk_low = beta ? t - count + 1 : t;
-      next_chunk += chunk;
-      for (int i = threadIdx.x; i < count * width; i += blockDim.x) {
-        const int j = i / width, u = i - j * width;
-        lp_chunk[static_cast<int64_t>(j) * (cap + 1) + u] =
-            to_float(lp[((chunk_low + j) * N + n) * C + labels[u]]);
+      // Every thread is past the previous block's last step (its barrier): overwrite it.
+      const int count = steps_from(k);
+      chunk_low = low_of(k, count);
+      const int vectors = count * vectors_per_step;
+#pragma unroll
+      for (int r = 0; r < kPrefetch; ++r) {
+        const int q = tid + r * threads;
+        if (q < vectors) chunk_vectors[q] = staged[r];
       }
+      next_chunk += chunk;
+      if (next_chunk < Tn) load_block(next_chunk);
       __syncthreads();
     }
-    const float* lpt = lp_chunk + (t - chunk_low) * (cap + 1);
+    // The shift of this row: the maximum of the previous one, when that was a renormalising
+    // step (its warps' maxima are in block_max).
+    float shift = 0.0f;
+    if (k > 0 && ((k - 1) & (kRenormEvery - 1)) == 0) {
+      float m = -INFINITY;
+      for (int w = 0; w < warps; ++w) m = fmaxf(m, block_max[w]);
+      if (isfinite(m)) {
+        shift = m;
+        offset += m;
+      }
+    }
+    const float* lpt = lp_chunk + static_cast<int>(t - chunk_low) * W;
+    float* stored = kStore ? stored_rows + (n * p.steps + t) * cap_states : nullptr;
     float local_max = -INFINITY;
-    for (int64_t s = threadIdx.x; s < states; s += blockDim.x) {
-      const int64_t u = (s & 1) ? (s + 1) / 2 : 0;
+    for (int s = tid; s < states; s += threads) {
+      const int u = (s & 1) ? (s + 1) >> 1 : 0;
       const float x = lpt[u];
       float value;
       if (k == 0) {
@@ -250,34 +343,24 @@ __global__ void __launch_bounds__(kMaxRecursionThreads)
           const float b = s >= 1 ? prev[s - 1] : -INFINITY;
           const float c =
               (s >= 3 && (s & 1) && labels[u] != labels[u - 1]) ? prev[s - 2] : -INFINITY;
-          l = log_add3(prev[s], b, c);
+          l = log2_add3(prev[s], b, c);
         } else {
           const float b = s + 1 < states ? prev[s + 1] : -INFINITY;
           const float c =
               (s + 2 < states && (s & 1) && labels[u] != labels[u + 1]) ? prev[s + 2] : -INFINITY;
-          l = log_add3(prev[s], b, c);
+          l = log2_add3(prev[s], b, c);
         }
-        value = l == -INFINITY ? -INFINITY : l + x;
+        value = l == -INFINITY ? -INFINITY : (l + x) - shift;
       }
       cur[s] = value;
       local_max = fmaxf(local_max, value);
+      if constexpr (kStore) stored[s] = value;
     }
     if ((k & (kRenormEvery - 1)) == 0) {
       const float wm = warp_max(local_max);
-      if ((threadIdx.x & 31) == 0) block_max[threadIdx.x >> 5] = wm;
-      __syncthreads();
-      float m = -INFINITY;
-      for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) m = fmaxf(m, block_max[w]);
-      if (isfinite(m)) {
-        for (int64_t s = threadIdx.x; s < states; s += blockDim.x) cur[s] -= m;
-        offset += m;
-      }
+      if ((tid & 31) == 0) block_max[tid >> 5] = wm;
     }
-    if constexpr (kStore) {
-      float* stored = (beta ? v.beta : v.alpha) + (n * p.steps + t) * cap_states;
-      for (int64_t s = threadIdx.x; s < states; s += blockDim.x) stored[s] = cur[s];
-      if (threadIdx.x == 0) (beta ? v.beta_offset : v.alpha_offset)[n * p.steps + t] = offset;
-    }
+    if (kStore && tid == 0) stored_offsets[n * p.steps + t] = offset;
     __syncthreads();
     float* swap = prev;
     prev = cur;
@@ -285,9 +368,9 @@ __global__ void __launch_bounds__(kMaxRecursionThreads)
   }
   if (!beta && threadIdx.x == 0) {
     const float ll =
-        log_add3(prev[states - 1], states > 1 ? prev[states - 2] : -INFINITY, -INFINITY);
-    v.nll[n] =
-        ll == -INFINITY ? static_cast<double>(INFINITY) : -(static_cast<double>(ll) + offset);
+        log2_add3(prev[states - 1], states > 1 ? prev[states - 2] : -INFINITY, -INFINITY);
+    v.nll[n] = ll == -INFINITY ? static_cast<double>(INFINITY)
+                               : -(static_cast<double>(ll) + offset) * kLn2;
   }
 }
 
@@ -334,40 +417,34 @@ __global__ void __launch_bounds__(kLossThreads) loss_kernel(CtcProblem p, Views 
   }
 }
 
-// log of the sum of exp(a[s] + b[s]) over the states s the warp's lanes pass in turn (-inf when
-// there are none or all are -inf; NaN when one is NaN). `state(i)` is the i-th state.
+// Log2 of the sum of 2^ab[s] over the states s = state_of(i), i < count, across the block
+// (-inf when there are none or all are -inf; NaN when one is NaN). Every thread of the block
+// calls it (barriers inside); every thread gets the result.
 template <class StateOf>
-__device__ __forceinline__ float warp_log_occupancy(const float* a, const float* b, int64_t count,
-                                                    StateOf state_of) {
-  const int lane = threadIdx.x & 31;
-  float m = -INFINITY;
-  bool nan = false;
-  for (int64_t i = lane; i < count; i += 32) {
-    const int64_t s = state_of(i);
-    const float ab = a[s] + b[s];
-    m = fmaxf(m, ab);
-    nan = nan || ab != ab;
-  }
-  m = warp_max(m);
-  if (__any_sync(kFullMask, nan)) return NAN;
-  if (m == -INFINITY) return -INFINITY;
+__device__ __forceinline__ float block_log2_occupancy(const float* ab, int64_t count,
+                                                      StateOf state_of, float* scratch) {
+  using rudnn::cuda::group_reduce;
+  float m = rudnn::cuda::MaxOp::identity();
+  for (int64_t i = threadIdx.x; i < count; i += kGradThreads)
+    m = rudnn::cuda::MaxOp{}(m, ab[state_of(i)]);
+  m = group_reduce<kGradThreads>(m, rudnn::cuda::MaxOp{}, scratch);
+  if (m != m || m == -INFINITY) return m;
   float sum = 0.0f;
-  for (int64_t i = lane; i < count; i += 32) {
-    const int64_t s = state_of(i);
-    sum += expf(a[s] + b[s] - m);
-  }
-  return m + logf(warp_sum(sum));
+  for (int64_t i = threadIdx.x; i < count; i += kGradThreads) sum += exp2f(ab[state_of(i)] - m);
+  sum = group_reduce<kGradThreads>(sum, rudnn::cuda::SumOp{}, scratch);
+  return m + log2f(sum);
 }
 
+// One block per (t, n) row (a grid-stride loop over rows). Dynamic shared memory: the row's
+// alpha + beta, 2 * max_target + 1 floats.
 template <class T>
 __global__ void __launch_bounds__(kGradThreads) grad_kernel(CtcProblem p, Views v) {
-  constexpr int kWarps = kGradThreads / 32;
-  const int lane = threadIdx.x & 31;
+  extern __shared__ float ab[];
+  __shared__ float scratch[32];
   const int64_t rows = p.steps * p.batch, C = p.classes;
   const int64_t cap = p.max_target, cap_states = 2 * cap + 1;
   const T* grad_loss = static_cast<const T*>(p.grad_loss);
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); row < rows;
-       row += static_cast<int64_t>(gridDim.x) * kWarps) {
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t t = row / p.batch, n = row - t * p.batch;
     const T* lp = static_cast<const T*>(p.log_probs) + row * C;
     T* out = static_cast<T*>(p.grad) + row * C;
@@ -375,85 +452,98 @@ __global__ void __launch_bounds__(kGradThreads) grad_kernel(CtcProblem p, Views 
     const double nll = v.nll[n];
     if (sample_bad(info) || (p.zero_infinity && isinf(nll)) || t >= info.input_length) {
       const T fill = from_float<T>(sample_bad(info) ? NAN : 0.0f);
-      for (int64_t c = lane; c < C; c += 32) out[c] = fill;
+      for (int64_t c = threadIdx.x; c < C; c += kGradThreads) out[c] = fill;
       continue;
     }
     const float g = to_float(grad_loss[p.reduction == CtcReduction::none ? n : 0]) *
                     static_cast<float>(reduction_factor(p, info.target_length));
     // A class no state carries: exp(-inf + nll - lp) is 0, unless nll - lp is +inf or NaN.
     const float nll_f = static_cast<float>(nll);
-#pragma unroll 4
-    for (int64_t c = lane; c < C; c += 32) {
+#pragma unroll 8
+    for (int64_t c = threadIdx.x; c < C; c += kGradThreads) {
       const float x = to_float(lp[c]);
       out[c] = from_float<T>(g * (expf(x) - (nll_f - x < INFINITY ? 0.0f : NAN)));
     }
     // Finite nll means the recursions ran (and left their rows); otherwise every class is
     // already what the formula gives (NaN).
     if (!isfinite(nll)) continue;
-    __syncwarp();
     const int64_t at = (n * p.steps + t) * cap_states;
     const float* a = v.alpha + at;
     const float* b = v.beta + at;
-    const float shift =
-        static_cast<float>(v.alpha_offset[n * p.steps + t] + v.beta_offset[n * p.steps + t] + nll);
-    const int64_t tl = info.target_length;
-    const float blank_occ = warp_log_occupancy(a, b, tl + 1, [](int64_t i) { return 2 * i; });
-    if (lane == 0) {
+    const int64_t tl = info.target_length, states = 2 * tl + 1;
+    for (int64_t s = threadIdx.x; s < states; s += kGradThreads) ab[s] = a[s] + b[s];
+    // The rows are log2 values relative to their offsets: the term of a class is
+    // exp(occupancy - nll - lp) = 2^(occ2 + shift2 - lp * log2(e)).
+    const float shift2 = static_cast<float>(v.alpha_offset[n * p.steps + t] +
+                                            v.beta_offset[n * p.steps + t] + nll * kLog2e);
+    __syncthreads();  // ab is complete; the pass above is ordered before the overwrites below
+    const float blank_occ = block_log2_occupancy(
+        ab, tl + 1, [](int64_t i) { return 2 * i; }, scratch);
+    if (threadIdx.x == 0) {
       const float x = to_float(lp[p.blank]);
-      out[p.blank] = from_float<T>(g * (expf(x) - expf(blank_occ + shift - x)));
+      out[p.blank] = from_float<T>(g * (expf(x) - exp2f(blank_occ + shift2 - x * kLog2eF)));
     }
-    for (int64_t i = lane; i < tl; i += 32) {
+    for (int64_t i = threadIdx.x; i < tl; i += kGradThreads) {
       const int32_t code = v.chain[n * cap + i];
       if (!(code & kFirstOfClass)) continue;
-      float m = -INFINITY;
-      bool nan = false;
+      float m = rudnn::cuda::MaxOp::identity();
       for (int64_t j = i;;) {
-        const float ab = a[2 * j + 1] + b[2 * j + 1];
-        m = fmaxf(m, ab);
-        nan = nan || ab != ab;
+        m = rudnn::cuda::MaxOp{}(m, ab[2 * j + 1]);
         const int32_t next = v.chain[n * cap + j] & (kFirstOfClass - 1);
         if (next == 0) break;
         j = next - 1;
       }
-      float occ;
-      if (nan) {
-        occ = NAN;
-      } else if (m == -INFINITY) {
-        occ = -INFINITY;
-      } else {
+      float occ = m;
+      if (m == m && m != -INFINITY) {
         float sum = 0.0f;
         for (int64_t j = i;;) {
-          sum += expf(a[2 * j + 1] + b[2 * j + 1] - m);
+          sum += exp2f(ab[2 * j + 1] - m);
           const int32_t next = v.chain[n * cap + j] & (kFirstOfClass - 1);
           if (next == 0) break;
           j = next - 1;
         }
-        occ = m + logf(sum);
+        occ = m + log2f(sum);
       }
       const int64_t c = load_index(p.targets, p.target_dtype, info.first + i);
       const float x = to_float(lp[c]);
-      out[c] = from_float<T>(g * (expf(x) - expf(occ + shift - x)));
+      out[c] = from_float<T>(g * (expf(x) - exp2f(occ + shift2 - x * kLog2eF)));
     }
+    __syncthreads();  // ab is rewritten for the next row
   }
 }
 
-// The recursion's block size, chunk of steps and shared memory for max_target.
+// The recursion's block size, block of steps and shared memory for max_target.
 RecursionShape recursion_shape(const CtcProblem& p, Device device);
-// Raises the recursion kernels' dynamic shared memory limit to what the device's opt-in
-// maximum leaves beside the kernel's static shared memory (block_max): asking for the whole
-// opt-in maximum is refused as an invalid value (once per device and kernel).
+// Raises a kernel's dynamic shared memory limit to what the device's opt-in maximum leaves
+// beside the kernel's static shared memory: asking for the whole opt-in maximum is refused
+// as an invalid value (once per device and kernel).
 template <class Kernel>
 void allow_shared(Kernel kernel, Device device, rudnn::cuda::PerDevice<int>& done) {
   done.get(device, [&] {
     cudaFuncAttributes attributes{};
     detail::check_cuda(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes");
     const size_t optin = rudnn::cuda::device_info(device).shared_bytes_per_block_optin;
-    detail::check_cuda(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(optin - attributes.sharedSizeBytes)),
-        "cudaFuncSetAttribute");
+    detail::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(optin - attributes.sharedSizeBytes)),
+                       "cudaFuncSetAttribute");
     return 1;
   });
+}
+
+// The launches every direction starts with: lengths checked, labels' log-probabilities
+// gathered.
+template <class T>
+void prepare_and_gather(const CtcProblem& p, const Views& v,
+                        const rudnn::cuda::LaunchContext& ctx) {
+  static rudnn::cuda::PerDevice<int> shared_allowed;
+  prepare_kernel<<<1, kPrepareThreads, 0, ctx.stream>>>(p, v);
+  if (p.steps == 0) return;
+  const size_t label_bytes = sizeof(int32_t) * static_cast<size_t>(p.max_target + 1);
+  allow_shared(gather_kernel<T>, ctx.device, shared_allowed);
+  const int64_t step_blocks = (p.steps + kGatherSteps - 1) / kGatherSteps;
+  gather_kernel<T><<<dim3(static_cast<unsigned>(p.batch),
+                          static_cast<unsigned>(step_blocks < 65535 ? step_blocks : 65535)),
+                     kGatherThreads, label_bytes, ctx.stream>>>(p, v);
 }
 
 template <class T>
@@ -461,10 +551,10 @@ void ctc_loss_typed(const CtcProblem& p, const rudnn::cuda::LaunchContext& ctx) 
   static rudnn::cuda::PerDevice<int> shared_allowed;
   const Views v = scratch_views(p, false);
   if (p.batch > 0) {
-    prepare_kernel<<<1, kPrepareThreads, 0, ctx.stream>>>(p, v);
+    prepare_and_gather<T>(p, v, ctx);
     const RecursionShape r = recursion_shape(p, ctx.device);
-    allow_shared(recursion_kernel<T, false>, ctx.device, shared_allowed);
-    recursion_kernel<T, false>
+    allow_shared(recursion_kernel<false>, ctx.device, shared_allowed);
+    recursion_kernel<false>
         <<<dim3(static_cast<unsigned>(p.batch), 1), r.threads, r.shared, ctx.stream>>>(p, v,
                                                                                        r.chunk);
   }
@@ -479,17 +569,18 @@ void ctc_loss_typed(const CtcProblem& p, const rudnn::cuda::LaunchContext& ctx) 
 
 template <class T>
 void ctc_loss_backward_typed(const CtcProblem& p, const rudnn::cuda::LaunchContext& ctx) {
-  static rudnn::cuda::PerDevice<int> shared_allowed;
+  static rudnn::cuda::PerDevice<int> shared_allowed, grad_shared_allowed;
   const Views v = scratch_views(p, true);
-  prepare_kernel<<<1, kPrepareThreads, 0, ctx.stream>>>(p, v);
+  prepare_and_gather<T>(p, v, ctx);
   const RecursionShape r = recursion_shape(p, ctx.device);
-  allow_shared(recursion_kernel<T, true>, ctx.device, shared_allowed);
-  recursion_kernel<T, true>
+  allow_shared(recursion_kernel<true>, ctx.device, shared_allowed);
+  recursion_kernel<true>
       <<<dim3(static_cast<unsigned>(p.batch), 2), r.threads, r.shared, ctx.stream>>>(p, v, r.chunk);
-  const int64_t rows = p.steps * p.batch, warps = kGradThreads / 32;
-  const int64_t blocks = (rows + warps - 1) / warps;
-  grad_kernel<T><<<static_cast<unsigned>(blocks < (1 << 20) ? blocks : (1 << 20)), kGradThreads, 0,
-                   ctx.stream>>>(p, v);
+  const int64_t rows = p.steps * p.batch;
+  const size_t ab_bytes = sizeof(float) * static_cast<size_t>(2 * p.max_target + 1);
+  allow_shared(grad_kernel<T>, ctx.device, grad_shared_allowed);
+  grad_kernel<T><<<static_cast<unsigned>(rows < (1 << 24) ? rows : (1 << 24)), kGradThreads,
+                   ab_bytes, ctx.stream>>>(p, v);
   detail::check_launch("ctc_loss_backward");
 }
 

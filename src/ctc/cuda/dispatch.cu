@@ -19,11 +19,16 @@ extern template void ctc_loss_backward_typed<__nv_bfloat16>(const CtcProblem&,
 
 namespace {
 
-// Shared memory of a recursion block: two rows of states, the labels, and `chunk` steps of
-// gathered log-probabilities (one per label and the blank).
+// Shared memory of a recursion block: `chunk` steps of gathered log-probabilities (first, so
+// that they are 16-byte aligned), two rows of states and the labels with the blank.
 size_t recursion_bytes(int64_t max_target, int64_t chunk) {
-  const int64_t per_step = max_target + 1;
-  return static_cast<size_t>(4 * (2 * (2 * max_target + 1) + per_step + chunk * per_step));
+  return static_cast<size_t>(
+      4 * (chunk * gathered_width(max_target) + 2 * (2 * max_target + 1) + max_target + 1));
+}
+
+int recursion_threads(int64_t max_target) {
+  const int64_t states = 2 * max_target + 1;
+  return static_cast<int>(std::min<int64_t>(kMaxRecursionThreads, (states + 31) / 32 * 32));
 }
 
 // Up to this much per block, so that two blocks of long targets still share an SM.
@@ -40,21 +45,26 @@ size_t dynamic_optin(Device device) {
 
 int64_t longest_target(Device device) {
   const size_t optin = dynamic_optin(device);
-  // recursion_bytes(m, 1) = 4 * (6m + 4) <= optin
-  return std::max<int64_t>(0, (static_cast<int64_t>(optin) / 4 - 4) / 6);
+  // recursion_bytes(m, 1) <= 4 * (7m + 8) <= optin; and one step of gathered values must fit
+  // the registers of the next block of steps (gathered_width(m) <= 16 * threads).
+  const int64_t by_shared = (static_cast<int64_t>(optin) / 4 - 8) / 7;
+  const int64_t by_registers = int64_t{4} * kPrefetch * kMaxRecursionThreads - 4;
+  return std::max<int64_t>(0, std::min(by_shared, by_registers));
 }
 
 RecursionShape recursion_shape(const CtcProblem& p, Device device) {
   RecursionShape r;
-  const int64_t states = 2 * p.max_target + 1;
-  r.threads = static_cast<int>(std::min<int64_t>(kMaxRecursionThreads, (states + 31) / 32 * 32));
+  r.threads = recursion_threads(p.max_target);
   const size_t optin = dynamic_optin(device);
   const size_t fixed = recursion_bytes(p.max_target, 0);
-  const size_t per_step = 4 * static_cast<size_t>(p.max_target + 1);
+  const size_t per_step = 4 * static_cast<size_t>(gathered_width(p.max_target));
   size_t budget = std::min(optin, kPreferredShared);
   if (fixed + per_step > budget) budget = optin;
   const size_t fit = budget > fixed ? (budget - fixed) / per_step : 1;
-  r.chunk = static_cast<int>(std::clamp<size_t>(fit, 1, kMaxChunk));
+  // The next block of steps lives in kPrefetch 16-byte vectors per thread.
+  const size_t held = static_cast<size_t>(kPrefetch) * 4 * static_cast<size_t>(r.threads) /
+                      static_cast<size_t>(gathered_width(p.max_target));
+  r.chunk = static_cast<int>(std::clamp<size_t>(std::min(fit, held), 1, kMaxChunk));
   r.shared = recursion_bytes(p.max_target, r.chunk);
   return r;
 }

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -110,6 +111,323 @@ __global__ void __launch_bounds__(kThreads)
     plane += in_spatial;
     dst += out_spatial;
   }
+}
+
+// ---- Tiled 2-D forward ----------------------------------------------------------------------
+// A block owns a kTileW x kTileH tile of output locations of one batch entry. Where the grid
+// is smooth (an affine warp, a flow field) the taps of a tile fall in a small box of the
+// input: the block copies that box, kStageChannels channels at a time, into shared memory with
+// coalesced loads (the next group's loads in flight while the current group is sampled) and
+// samples from there. Gathered straight from global memory, the taps of one warp's load
+// instruction touch one cache line per input row they cross (a rotated warp crosses several),
+// and those line requests bounded the direct kernel at ~63 % of the copy bandwidth. A block
+// whose box exceeds kBoxCapacity (a random or strongly zooming grid) gathers directly, as
+// sample_forward_kernel does. The weights and their summation order are sample_forward_kernel's:
+// both paths give the same bits.
+constexpr int kTileW = 16, kTileH = kThreads / kTileW;
+constexpr int kBoxCapacity = 512;  // input cells per channel of a staged box
+constexpr int kStageChannels = 8;
+constexpr int kBoxPerThread = kBoxCapacity / kThreads;
+static_assert(kBoxCapacity % kThreads == 0, "each thread stages whole cells");
+
+__device__ __forceinline__ int warp_min_int(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ int warp_max_int(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// in_w and in_h below 2^31 (tiled_forward_usable).
+template <class T, int kMode>
+__global__ void __launch_bounds__(kThreads, 4)
+    tiled_forward_kernel(SampleShape s, const T* __restrict__ input, const T* __restrict__ grid,
+                         T* __restrict__ out, int64_t tiles_x, int64_t tiles_y) {
+  static_assert(kMode == kBilinear || kMode == kNearest, "bicubic runs sample_forward_kernel");
+  constexpr int kPer = kMode == kNearest ? 1 : 2;  // taps per axis
+  __shared__ float box[2][kStageChannels][kBoxCapacity];
+  __shared__ int bounds[4];  // min x, min y, max x, max y of the tile's inside taps
+  const int tid = threadIdx.x;
+  int64_t tile = blockIdx.x;
+  const int64_t b = tile / (tiles_x * tiles_y);
+  tile -= b * tiles_x * tiles_y;
+  const int64_t oy = (tile / tiles_x) * kTileH + tid / kTileW;
+  const int64_t ox = (tile % tiles_x) * kTileW + tid % kTileW;
+  const bool valid = ox < s.out_w && oy < s.out_h;
+  const int in_w = static_cast<int>(s.in_w);
+
+  // The taps, as location_taps computes them (FP64 coordinates, FP32 weights wx * wy).
+  int ix[kPer], iy[kPer];
+  float wx[kPer], wy[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    ix[i] = iy[i] = -1;
+    wx[i] = wy[i] = 0.0f;
+  }
+  if (valid) {
+    const T* g = grid + ((b * s.out_h + oy) * s.out_w + ox) * 2;
+    const Taps<double> tx =
+        axis_taps(static_cast<double>(to_float(g[0])), s.in_w, kMode, s.padding, s.align_corners);
+    const Taps<double> ty =
+        axis_taps(static_cast<double>(to_float(g[1])), s.in_h, kMode, s.padding, s.align_corners);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      ix[i] = static_cast<int>(tx.index[i]);
+      iy[i] = static_cast<int>(ty.index[i]);
+      wx[i] = static_cast<float>(tx.weight[i]);
+      wy[i] = static_cast<float>(ty.weight[i]);
+    }
+  }
+  bool any_x = false, any_y = false;
+  int lo_x = INT_MAX, lo_y = INT_MAX, hi_x = -1, hi_y = -1;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    any_x = any_x || ix[i] >= 0;
+    any_y = any_y || iy[i] >= 0;
+  }
+  // A tap is read only when both of its indices are inside.
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    if (any_y && ix[i] >= 0) {
+      lo_x = min(lo_x, ix[i]);
+      hi_x = max(hi_x, ix[i]);
+    }
+    if (any_x && iy[i] >= 0) {
+      lo_y = min(lo_y, iy[i]);
+      hi_y = max(hi_y, iy[i]);
+    }
+  }
+  if (tid == 0) {
+    bounds[0] = bounds[1] = INT_MAX;
+    bounds[2] = bounds[3] = -1;
+  }
+  __syncthreads();
+  lo_x = warp_min_int(lo_x);
+  lo_y = warp_min_int(lo_y);
+  hi_x = warp_max_int(hi_x);
+  hi_y = warp_max_int(hi_y);
+  if ((tid & 31) == 0) {
+    atomicMin(&bounds[0], lo_x);
+    atomicMin(&bounds[1], lo_y);
+    atomicMax(&bounds[2], hi_x);
+    atomicMax(&bounds[3], hi_y);
+  }
+  __syncthreads();
+  const int box_x = bounds[0], box_y = bounds[1];
+  const int box_w = bounds[2] >= box_x ? bounds[2] - box_x + 1 : 0;
+  const int box_h = bounds[3] >= box_y ? bounds[3] - box_y + 1 : 0;
+  const int64_t area = static_cast<int64_t>(box_w) * box_h;
+
+  const int64_t in_spatial = s.in_spatial(), out_spatial = s.out_spatial();
+  const T* planes = input + b * s.c * in_spatial;
+  T* dst = out + b * s.c * out_spatial + oy * s.out_w + ox;
+
+  if (area > kBoxCapacity) {
+    // Too spread out to stage: gather from global memory (block-uniform branch).
+    if (!valid) return;
+#pragma unroll 4
+    for (int64_t ch = 0; ch < s.c; ++ch) {
+      const T* plane = planes + ch * in_spatial;
+      float acc = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+          if (ix[i] >= 0 && iy[j] >= 0)
+            acc +=
+                wx[i] * wy[j] * to_float(__ldg(plane + static_cast<int64_t>(iy[j]) * in_w + ix[i]));
+        }
+      }
+      dst[ch * out_spatial] = from_float<T>(acc);
+    }
+    return;
+  }
+
+  // The cells this thread stages (the same ones in every channel) and its taps in the box.
+  int64_t cell[kBoxPerThread];
+  bool staging[kBoxPerThread];
+#pragma unroll
+  for (int r = 0; r < kBoxPerThread; ++r) {
+    const int e = tid + r * kThreads;
+    staging[r] = e < area;
+    const int row = staging[r] ? e / box_w : 0, col = staging[r] ? e - row * box_w : 0;
+    cell[r] = static_cast<int64_t>(box_y + row) * in_w + box_x + col;
+  }
+  int local[kPer][kPer];
+  float weight[kPer][kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const bool inside = ix[i] >= 0 && iy[j] >= 0;
+      local[j][i] = inside ? (iy[j] - box_y) * box_w + (ix[i] - box_x) : -1;
+      weight[j][i] = wx[i] * wy[j];
+    }
+  }
+  float staged[kStageChannels][kBoxPerThread];
+  const auto load_group = [&](int64_t c0) {
+#pragma unroll
+    for (int g = 0; g < kStageChannels; ++g) {
+      const T* plane = planes + (c0 + g) * in_spatial;
+#pragma unroll
+      for (int r = 0; r < kBoxPerThread; ++r) {
+        staged[g][r] = (staging[r] && c0 + g < s.c) ? to_float(__ldg(plane + cell[r])) : 0.0f;
+      }
+    }
+  };
+  load_group(0);
+  int stage = 0;
+  for (int64_t c0 = 0; c0 < s.c; c0 += kStageChannels) {
+    // box[stage] was last read two groups ago, before the previous group's barrier.
+#pragma unroll
+    for (int g = 0; g < kStageChannels; ++g) {
+#pragma unroll
+      for (int r = 0; r < kBoxPerThread; ++r) {
+        if (staging[r]) box[stage][g][tid + r * kThreads] = staged[g][r];
+      }
+    }
+    __syncthreads();
+    if (c0 + kStageChannels < s.c) load_group(c0 + kStageChannels);
+    if (valid) {
+#pragma unroll
+      for (int g = 0; g < kStageChannels; ++g) {
+        if (c0 + g >= s.c) break;
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+#pragma unroll
+          for (int i = 0; i < kPer; ++i) {
+            if (local[j][i] >= 0) acc += weight[j][i] * box[stage][g][local[j][i]];
+          }
+        }
+        dst[(c0 + g) * out_spatial] = from_float<T>(acc);
+      }
+    }
+    stage ^= 1;
+  }
+}
+
+// Whether tiled_forward_kernel takes the problem: 2-D bilinear or nearest, 32-bit input
+// coordinates, and outputs at least half a tile wide (narrower ones would idle most threads).
+inline bool tiled_forward_usable(const SampleShape& s) {
+  if (s.dims != 2 || s.mode == kBicubic) return false;
+  if (s.in_w >= (int64_t{1} << 31) || s.in_h >= (int64_t{1} << 31)) return false;
+  if (s.out_w < kTileW / 2) return false;
+  const int64_t tiles = s.n * ((s.out_h + kTileH - 1) / kTileH) * ((s.out_w + kTileW - 1) / kTileW);
+  return tiles < (int64_t{1} << 31);
+}
+
+// ---- Whole-plane 2-D forward ----------------------------------------------------------------
+// For planes of at most kPlaneStage * kPlaneThreads cells: a block owns kPlaneChunk output
+// locations of one batch entry, works out their taps once (in registers), then walks the
+// channels with the whole input plane in shared memory (double-buffered: the next plane's
+// coalesced loads are in flight while the current one is sampled). Whatever the grid, every
+// tap is a shared-memory read: a random grid, whose taps each cost a 32-byte sector from L2
+// in the direct kernel (10 % of the copy bandwidth), costs here the plane's coalesced reload
+// by each of the out_spatial / kPlaneChunk blocks of its batch entry.
+constexpr int kPlaneThreads = 1024;
+constexpr int kPlaneLocations = 4;  // per thread
+constexpr int64_t kPlaneChunk = int64_t{kPlaneThreads} * kPlaneLocations;
+constexpr int kPlaneStage = 16;  // plane cells each thread stages
+
+template <class T, int kMode>
+__global__ void __launch_bounds__(kPlaneThreads, 1)
+    plane_forward_kernel(SampleShape s, const T* __restrict__ input, const T* __restrict__ grid,
+                         T* __restrict__ out, int64_t chunks) {
+  static_assert(kMode == kBilinear || kMode == kNearest, "bicubic runs sample_forward_kernel");
+  constexpr int kPer = kMode == kNearest ? 1 : 2;
+  extern __shared__ float planes[];  // [2][in_spatial]
+  const int tid = threadIdx.x;
+  const int64_t b = blockIdx.x / chunks, chunk = blockIdx.x - b * chunks;
+  const int in_spatial = static_cast<int>(s.in_spatial()), in_w = static_cast<int>(s.in_w);
+  const int64_t out_spatial = s.out_spatial();
+
+  // Per location: code = (offset of tap (0, 0) + in_w + 1) << 4 | inside bits (bit j*2+i for
+  // tap (i, j)); the per-axis weights, multiplied at use as location_taps multiplies them.
+  int code[kPlaneLocations];
+  float wx[kPlaneLocations][kPer], wy[kPlaneLocations][kPer];
+#pragma unroll
+  for (int l = 0; l < kPlaneLocations; ++l) {
+    code[l] = 0;
+    const int64_t o = chunk * kPlaneChunk + l * kPlaneThreads + tid;
+    if (o >= out_spatial) continue;
+    const T* g = grid + (b * out_spatial + o) * 2;
+    const Taps<double> tx =
+        axis_taps(static_cast<double>(to_float(g[0])), s.in_w, kMode, s.padding, s.align_corners);
+    const Taps<double> ty =
+        axis_taps(static_cast<double>(to_float(g[1])), s.in_h, kMode, s.padding, s.align_corners);
+    int x0 = -1, y0 = -1;
+#pragma unroll
+    for (int i = kPer - 1; i >= 0; --i) {
+      if (tx.index[i] >= 0) x0 = static_cast<int>(tx.index[i]) - i;
+      if (ty.index[i] >= 0) y0 = static_cast<int>(ty.index[i]) - i;
+    }
+    int mask = 0;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        if (tx.index[i] >= 0 && ty.index[j] >= 0) mask |= 1 << (j * 2 + i);
+      }
+      wx[l][j] = static_cast<float>(tx.weight[j]);
+      wy[l][j] = static_cast<float>(ty.weight[j]);
+    }
+    // With any tap inside, x0 >= -1 and y0 >= -1, so the biased offset is >= 0.
+    code[l] = mask != 0 ? ((y0 * in_w + x0 + in_w + 1) << 4) | mask : 0;
+  }
+
+  const T* src = input + b * s.c * static_cast<int64_t>(in_spatial);
+  float staged[kPlaneStage];
+  const auto load_plane = [&](int64_t ch) {
+    const T* plane = src + ch * in_spatial;
+#pragma unroll
+    for (int r = 0; r < kPlaneStage; ++r) {
+      const int e = tid + r * kPlaneThreads;
+      if (e < in_spatial) staged[r] = to_float(__ldg(plane + e));
+    }
+  };
+  load_plane(0);
+  T* dst = out + b * s.c * out_spatial + chunk * kPlaneChunk + tid;
+  for (int64_t ch = 0; ch < s.c; ++ch) {
+    // This buffer was last read two channels ago, before the previous channel's barrier.
+    float* buf = planes + (ch & 1) * in_spatial;
+#pragma unroll
+    for (int r = 0; r < kPlaneStage; ++r) {
+      const int e = tid + r * kPlaneThreads;
+      if (e < in_spatial) buf[e] = staged[r];
+    }
+    __syncthreads();
+    if (ch + 1 < s.c) load_plane(ch + 1);
+#pragma unroll
+    for (int l = 0; l < kPlaneLocations; ++l) {
+      if (chunk * kPlaneChunk + l * kPlaneThreads + tid >= out_spatial) continue;
+      const int base = (code[l] >> 4) - in_w - 1;
+      float acc = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+          // Outside taps are skipped, not weighted by 0 (an inf must not leak).
+          if (code[l] & (1 << (j * 2 + i))) acc += wx[l][i] * wy[l][j] * buf[base + j * in_w + i];
+        }
+      }
+      dst[ch * out_spatial + l * kPlaneThreads] = from_float<T>(acc);
+    }
+  }
+}
+
+// Whether plane_forward_kernel takes the problem: 2-D bilinear or nearest, a plane that fits
+// the staging registers, and enough locations per batch entry that reloading the plane per
+// block of kPlaneChunk locations costs less than the taps it serves.
+inline bool plane_forward_usable(const SampleShape& s) {
+  if (s.dims != 2 || s.mode == kBicubic) return false;
+  const int64_t in_spatial = s.in_spatial(), out_spatial = s.out_spatial();
+  if (in_spatial > int64_t{kPlaneStage} * kPlaneThreads) return false;
+  if (std::min(out_spatial, kPlaneChunk) * 2 < in_spatial) return false;
+  return s.n * ((out_spatial + kPlaneChunk - 1) / kPlaneChunk) < (int64_t{1} << 31);
 }
 
 // dgrid per location (no atomics); dinput scattered with FP32 atomics into `dinput_f32`.
@@ -280,7 +598,54 @@ void with_mode(const SampleShape& s, F&& f) {
 template <class T>
 void sample_forward_typed(const SampleForward& p, cudaStream_t stream) {
   const SampleShape& s = p.s;
-  if (s.locations() == 0) return;
+  if (s.locations() == 0 || s.c == 0) return;  // nothing to write (and no plane to stage)
+  if (plane_forward_usable(s)) {
+    const int64_t chunks = (s.out_spatial() + kPlaneChunk - 1) / kPlaneChunk;
+    const unsigned blocks = static_cast<unsigned>(s.n * chunks);
+    const size_t shared = 2 * sizeof(float) * static_cast<size_t>(s.in_spatial());
+    const T* input = static_cast<const T*>(p.input);
+    const T* grid = static_cast<const T*>(p.grid);
+    T* out = static_cast<T*>(p.out);
+    int device = 0;
+    detail::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    // Beyond the default 48 KB of dynamic shared memory: the largest plane's two buffers, set
+    // once per device and kernel (the first call is eager, outside any graph capture).
+    const auto launch = [&](auto kernel, rudnn::cuda::PerDevice<int>& allowed) {
+      allowed.get(Device::cuda(device), [&] {
+        detail::check_cuda(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(2 * sizeof(float) * kPlaneStage * kPlaneThreads)),
+            "cudaFuncSetAttribute");
+        return 1;
+      });
+      kernel<<<blocks, kPlaneThreads, shared, stream>>>(s, input, grid, out, chunks);
+    };
+    static rudnn::cuda::PerDevice<int> bilinear_allowed, nearest_allowed;
+    if (s.mode == kBilinear) {
+      launch(plane_forward_kernel<T, kBilinear>, bilinear_allowed);
+    } else {
+      launch(plane_forward_kernel<T, kNearest>, nearest_allowed);
+    }
+    detail::check_launch("grid_sample forward");
+    return;
+  }
+  if (tiled_forward_usable(s)) {
+    const int64_t tiles_x = (s.out_w + kTileW - 1) / kTileW,
+                  tiles_y = (s.out_h + kTileH - 1) / kTileH;
+    const unsigned blocks = static_cast<unsigned>(s.n * tiles_x * tiles_y);
+    const T* input = static_cast<const T*>(p.input);
+    const T* grid = static_cast<const T*>(p.grid);
+    T* out = static_cast<T*>(p.out);
+    if (s.mode == kBilinear) {
+      tiled_forward_kernel<T, kBilinear>
+          <<<blocks, kThreads, 0, stream>>>(s, input, grid, out, tiles_x, tiles_y);
+    } else {
+      tiled_forward_kernel<T, kNearest>
+          <<<blocks, kThreads, 0, stream>>>(s, input, grid, out, tiles_x, tiles_y);
+    }
+    detail::check_launch("grid_sample forward");
+    return;
+  }
   with_mode(s, [&](auto mode, auto dims) {
     sample_forward_kernel<T, decltype(mode)::value, decltype(dims)::value>
         <<<blocks_for(s.locations()), kThreads, 0, stream>>>(s, static_cast<const T*>(p.input),

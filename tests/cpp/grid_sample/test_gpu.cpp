@@ -202,6 +202,79 @@ TEST(GridSampleGpu, DeterministicInputGradient) {
   for (double v : to_doubles(dinput)) ASSERT_EQ(v, 0.0);
 }
 
+// The 2-D forward paths for bilinear and nearest: whole planes in shared memory (planes of up
+// to 16384 cells with at least half as many outputs: the last two cases, one with a partial
+// block of 4096 locations), else tiles (outputs at least 8 wide: a block stages the box its
+// tile's taps fall in, 8 channels at a time, or gathers directly when the box is over 512
+// cells; the first four cases). Smooth grids (rotations and zooms from affine_grid, zoom up to 1.6
+// so that some tiles' boxes pass the cap and others do not), partial tiles and channel groups, a
+// grid whose left half is random (staged and direct tiles in one launch), tiles entirely outside
+// the input, and NaN and huge coordinates inside a smooth grid.
+TEST(GridSampleGpu, PlaneAndTiledForwardOnSmoothAndMixedGrids) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  struct Case {
+    Shape in, out;  // [N, C, H, W], [Ho, Wo]
+  };
+  const std::vector<Case> cases = {{{2, 9, 40, 48}, {16, 16}}, {{3, 16, 64, 64}, {37, 21}},
+                                   {{1, 1, 30, 20}, {9, 8}},   {{2, 8, 100, 90}, {50, 70}},
+                                   {{2, 9, 64, 64}, {64, 64}}, {{1, 3, 128, 128}, {100, 90}}};
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    for (const Case& k : cases) {
+      for (auto mode : {GridSampleMode::bilinear, GridSampleMode::nearest}) {
+        for (auto pad :
+             {GridSamplePadding::zeros, GridSamplePadding::border, GridSamplePadding::reflection}) {
+          for (int variant = 0; variant < 3; ++variant) {
+            const bool ac = variant == 1;
+            const auto o = options(mode, pad, ac);
+            const int64_t N = k.in[0], Ho = k.out[0], Wo = k.out[1];
+            std::vector<double> theta(static_cast<size_t>(N) * 6);
+            for (int64_t b = 0; b < N; ++b) {
+              const double angle = rng.uniform(-0.6f, 0.6f), zoom = rng.uniform(0.3f, 1.6f);
+              const double t[6] = {zoom * std::cos(angle),   -zoom * std::sin(angle),
+                                   rng.uniform(-0.3f, 0.3f), zoom * std::sin(angle),
+                                   zoom * std::cos(angle),   rng.uniform(-0.3f, 0.3f)};
+              for (int j = 0; j < 6; ++j) theta[b * 6 + j] = t[j];
+            }
+            std::vector<double> g = to_doubles(
+                affine_grid(host_tensor(theta, {N, 2, 3}, DType::f64), {N, 1, Ho, Wo}, ac));
+            if (variant == 2) {
+              // Left half random, a far-outside band, NaN and a huge coordinate.
+              for (int64_t b = 0; b < N; ++b) {
+                for (int64_t y = 0; y < Ho; ++y) {
+                  for (int64_t x = 0; x < Wo; ++x) {
+                    double* at = g.data() + ((b * Ho + y) * Wo + x) * 2;
+                    if (x < Wo / 2) {
+                      at[0] = rng.uniform(-1.1f, 1.1f);
+                      at[1] = rng.uniform(-1.1f, 1.1f);
+                    } else if (y < 3) {
+                      at[0] += 5.0;
+                    }
+                  }
+                }
+                g[(b * Ho * Wo + Wo - 1) * 2] = NAN;
+                g[(b * Ho * Wo + (Ho - 1) * Wo + Wo - 1) * 2 + 1] = 1e30;
+              }
+            }
+            SCOPED_TRACE(::testing::Message()
+                         << dtype_name(dt) << " input " << shape_str(k.in) << " out " << Ho << "x"
+                         << Wo << " mode " << static_cast<int>(mode) << " padding "
+                         << static_cast<int>(pad) << " variant " << variant);
+            const Tensor input = random_tensor(rng, k.in, dt);
+            const Tensor grid = host_tensor(g, {N, Ho, Wo, 2}, dt);
+            const Tensor expected = grid_sample(input, grid, o);
+            const Tensor d_input = input.to(kGpu), d_grid = grid.to(kGpu);
+            const Tensor out = poisoned(expected.shape(), dt, kGpu);
+            grid_sample_into(out, d_input, d_grid, o);
+            EXPECT_TRUE(all_close(out.to_host(), expected));
+            EXPECT_TRUE(bit_equal(d_input.to_host(), input));
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(GridSampleGpu, AffineGridMatchesReference) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
