@@ -140,22 +140,25 @@ void gated_delta_rule_into(const Tensor& output_out, const Tensor& final_state_o
 // the limit.
 // Precision: on the CPU the algorithm in float64 (not the step-by-step definition: rounding
 // differs from gated_delta_rule's at the 1e-15 level), output rounded once. On a CUDA device
-// two kernels: a parallel one per (chunk, head) building A in FP32 from tensor-core products
-// (16-bit inputs: mma.sync m16n8k16 with ldmatrix fragments, FP32 accumulation), solving T in
-// FP32 (16 x 16 diagonal blocks, then block rows) and writing W, U and the masked, decayed
-// Q K^T in q's dtype; then a sequential one per (sequence, head, 32 value columns) holding
-// the FP32 state in shared memory, the next chunk's operands loaded by cp.async during this
-// chunk's products, the state and V' rounded to q's dtype as product operands (as fla does).
-// F32 inputs run the same kernels with FP32 CUDA-core products (no rounding of
-// intermediates). Expected error against the float64 recurrence: about 1e-2 relative
+// three kernels (fla's split): a parallel one per (chunk, head) building A in FP32 from
+// tensor-core products (16-bit inputs: mma.sync m16n8k16 with ldmatrix fragments, FP32
+// accumulation), solving T in FP32 (16 x 16 diagonal blocks, then block rows) and writing W,
+// U and the masked, decayed Q K^T in q's dtype; a sequential one per (sequence, head, 32
+// value columns) holding the FP32 state in registers as the accumulator of its update
+// product, which per chunk writes the chunk's entry state S_c and V' = U - W S_c (both
+// rounded to q's dtype, as fla) and loads the next chunk's operands by cp.async meanwhile;
+// then a parallel one per (chunk, head, value block) forming O from Q S_c and (Q K^T) V'.
+// The state and V' are rounded to q's dtype only as product operands; the state itself stays
+// FP32 throughout. F32 inputs run the same kernels with FP32 CUDA-core products (no rounding
+// of intermediates). Expected error against the float64 recurrence: about 1e-2 relative
 // (bf16), 3e-3 (f16), 1e-5 (f32). Indexing is 64-bit (T x H x K past 2^31 is tested).
 // GPU limits (ErrorCode::Unsupported): chunk_size <= 128; K and V <= 256; the kernels'
-// shared memory (about 2 x chunk x (K + 8) x itemsize + 4 x chunk^2 + ...) within the
-// device's limit (e.g. K = 256 needs chunk_size <= 64 in bf16, F32 too).
+// shared memory (the largest: about 2 x chunk x (K + 8) x itemsize + 4 x chunk^2 + ...)
+// within the device's limit (e.g. K = 256 needs chunk_size <= 64 in bf16, F32 too).
 // Memory (device workspace, allocated by each call on its stream, so a call is not for CUDA
-// graph capture): per (chunk, head) W [c, K], U [c, V], Q K^T [c, c] in q's dtype and G [c]
-// F32, c = chunk_size rounded up to 16, K and V to 16: at c = 64, K = V = 128 in bf16 40 KB a
-// chunk and head, about 0.6 KB per token and head.
+// graph capture): per (chunk, head) W [c, K], U (then V') [c, V], Q K^T [c, c] and the entry
+// state S_c [K, V] in q's dtype and G [c] F32, c = chunk_size rounded up to 16, K and V to 16:
+// at c = 64, K = V = 128 in bf16 72 KB a chunk and head, about 1.1 KB per token and head.
 GatedDeltaOutput chunk_gated_delta_rule(const GatedDeltaInput& input, int64_t chunk_size,
                                         const Stream& stream = {});
 void chunk_gated_delta_rule_into(const Tensor& output_out, const Tensor& final_state_out,

@@ -10,8 +10,13 @@ extern template void launch<__nv_bfloat16>(const Chunked&, void*, const Stream&)
 }  // namespace chunk
 
 int64_t chunked_shared_bytes(const Chunked& p) {
+  // Each kernel at its smallest configuration: one operand stage for the state pass, 16 value
+  // columns a block for the output.
   const chunk::Geometry geo(p);
-  return geo.prep_bytes > geo.scan_bytes ? geo.prep_bytes : geo.scan_bytes;
+  int64_t bytes = geo.prep_bytes;
+  for (const int64_t b : {geo.state_bytes(1), geo.out_layout(16).bytes})
+    bytes = b > bytes ? b : bytes;
+  return bytes;
 }
 
 int64_t chunked_workspace_bytes(const Chunked& p) { return chunk::Geometry(p).ws_bytes; }

@@ -1,16 +1,19 @@
 // The chunked gated delta rule on the GPU (spec 000's form; the algebra is in
-// chunked_reference.cpp and the header). Two kernels:
+// chunked_reference.cpp and the header). Three kernels, fla's split: only the second walks
+// a sequence's chunks in order, and it does just the two products the state depends on.
 //   prepare (parallel, one block per (chunk, head)): G (the running log decay), A = strictly
 //     lower (beta K K^T * exp(G_i - G_j)) in FP32 shared memory, T = (I + A)^-1 solved in
 //     place (T^T kept in A's unused upper triangle: one Cp^2 FP32 block holds both), then
 //     W = T (beta exp(G) K), U = T (beta V) and the masked, decayed, scaled Q K^T, written to
 //     the workspace in q's dtype (FP32 for F32 inputs).
-//   scan (sequential over a sequence's chunks, one block per (sequence, head, 32 value
-//     columns)): the FP32 state slab lives in shared memory for the whole sequence; per chunk
-//     V' = U - W S, O = scale exp(G) (Q S) + (Q K^T) V', S = exp(G_last) S + (K exp(G_last -
-//     G))^T V'. Two variants: scan_pipelined (cp.async loads of the next chunk's operands
-//     overlapped with this chunk's products; taken when its shared memory fits) and scan (one
-//     operand buffer, loads in line; the fallback for large chunks and F32).
+//   state (sequential over a sequence's chunks, one block per (sequence, head, 32 value
+//     columns)): the FP32 state slab S lives in registers as the accumulators of the update
+//     product; per chunk it writes S_c (rounded to q's dtype) to the workspace, V' = U - W S_c
+//     over U's place there, and S = exp(G_last) S + K^T (V' exp(G_last - G)). W, K, U and G
+//     of the next chunks are copied by cp.async during this chunk's products (three stages
+//     when the blocks are one an SM anyway, else two; one when two do not fit).
+//   output (parallel, one block per (chunk, head, up to 128 value columns)): O = scale
+//     exp(G) (Q S_c) + (Q K^T) V'.
 // The products are warp tiles of 16 x 8 (mma.sync m16n8k16 for bf16/f16 with FP32
 // accumulation; FP32 FMAs in the same lane layout for F32). Chunks are padded to Cp (a
 // multiple of 16) with zero rows (zero k, q, v and beta: they change nothing), K and V to
@@ -35,25 +38,32 @@ using rudnn::cuda::from_float;
 using rudnn::cuda::to_float;
 
 constexpr int kPrepThreads = 256;
-constexpr int kScanThreads = 128;
-constexpr int kSlab = 32;  // value columns per scan block
+constexpr int kStateThreads = 256;
+constexpr int kOutThreads = 256;
+constexpr int kSlab = 32;         // value columns per state block
+constexpr int kMaxOutCols = 128;  // value columns per output block (fewer when they do not fit)
 
 __host__ __device__ constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// The output kernel's shared memory for `vo` value columns a block: Q [Cp][ldk], S_c
+// [Kp][vo + pad], Q K^T [Cp][ldc], V' [Cp][vo + pad], G [Cp], O [Cp][vo + pad].
+struct OutLayout {
+  int64_t ldo, q, s, a, v, g, o, bytes;
+};
 
 // Sizes, strides and the shared/global layouts, the same on the host and the device. Rows of
 // 16-bit tiles are padded by 16 bytes so that the eight rows of a fragment fall in different
 // banks.
 struct Geometry {
   int64_t C, Cp, Kp, Vp, chunks_per_seq, slots;
-  int64_t pad, ldk, ldx, ldc, lda;
+  int64_t pad, ldk, ldx, ldc, lda, lds;
   int64_t item;
   // byte offsets
   int64_t prep_ks, prep_xs, prep_a, prep_x, prep_t16, prep_g, prep_b, prep_bytes;
-  int64_t scan_s32, scan_st, scan_xs, scan_as, scan_vt, scan_g, scan_bytes;
-  int64_t pipe_s32, pipe_st, pipe_w, pipe_u, pipe_q, pipe_k, pipe_as, pipe_vt, pipe_vk, pipe_g,
-      pipe_bytes;
-  int64_t ldu;
-  int64_t ws_w, ws_u, ws_a, ws_g, ws_cf, ws_bytes;
+  // The state kernel: S_c [Kp][lds], V' and V' exp(G_last - G) [Cp][lds], then per stage
+  // W and K [Cp][ldk], U [Cp][lds] and G [Cp].
+  int64_t st_s, st_v, st_vk, st_single, st_w, st_k, st_u, st_g, st_stage;
+  int64_t ws_w, ws_u, ws_a, ws_g, ws_s, ws_cf, ws_bytes;
 
   __host__ __device__ explicit Geometry(const Chunked& p) {
     item = p.dtype == DType::f32 ? 4 : 2;
@@ -68,6 +78,7 @@ struct Geometry {
     ldx = (Kp > Vp ? Kp : Vp) + pad;
     ldc = Cp + pad;
     lda = Cp + 1;
+    lds = kSlab + pad;
     int64_t at = 0;
     auto take = [&](int64_t bytes) {
       const int64_t here = at;
@@ -83,26 +94,16 @@ struct Geometry {
     prep_b = take(Cp * 4);
     prep_bytes = at;
     at = 0;
-    scan_s32 = take(Kp * kSlab * 4);
-    scan_st = take(kSlab * ldk * item);
-    scan_xs = take(Cp * ldk * item);
-    scan_as = take(Cp * ldc * item);
-    scan_vt = take(kSlab * ldc * item);
-    scan_g = take(Cp * 4);
-    scan_bytes = at;
+    st_s = take(Kp * lds * item);
+    st_v = take(Cp * lds * item);
+    st_vk = take(Cp * lds * item);
+    st_single = at;
     at = 0;
-    pipe_s32 = take(Kp * kSlab * 4);
-    pipe_st = take(kSlab * ldk * item);
-    pipe_w = take(Cp * ldk * item);
-    ldu = kSlab + pad;
-    pipe_u = take(Cp * ldu * item);
-    pipe_q = take(Cp * ldk * item);
-    pipe_k = take(Cp * ldk * item);
-    pipe_as = take(Cp * ldc * item);
-    pipe_vt = take(kSlab * ldc * item);
-    pipe_vk = take(kSlab * ldc * item);
-    pipe_g = take(2 * Cp * 4);
-    pipe_bytes = at;
+    st_w = take(Cp * ldk * item);
+    st_k = take(Cp * ldk * item);
+    st_u = take(Cp * lds * item);
+    st_g = take(Cp * 4);
+    st_stage = at;
     at = 0;
     auto take_ws = [&](int64_t bytes) {
       const int64_t here = at;
@@ -114,8 +115,32 @@ struct Geometry {
     ws_u = take_ws(units * Cp * Vp * item);
     ws_a = take_ws(units * Cp * Cp * item);
     ws_g = take_ws(units * Cp * 4);
+    ws_s = take_ws(units * Kp * Vp * item);
     ws_cf = take_ws((p.sequences + 1) * 4);
     ws_bytes = at;
+  }
+
+  __host__ __device__ int64_t state_bytes(int stages) const {
+    return st_single + stages * st_stage;
+  }
+
+  __host__ __device__ OutLayout out_layout(int64_t vo) const {
+    OutLayout o{};
+    o.ldo = vo + pad;
+    int64_t at = 0;
+    auto take = [&](int64_t bytes) {
+      const int64_t here = at;
+      at = round_up(at + bytes, 16);
+      return here;
+    };
+    o.q = take(Cp * ldk * item);
+    o.s = take(Kp * o.ldo * item);
+    o.a = take(Cp * ldc * item);
+    o.v = take(Cp * o.ldo * item);
+    o.g = take(Cp * 4);
+    o.o = take(Cp * o.ldo * item);
+    o.bytes = at;
+    return o;
   }
 };
 
@@ -168,6 +193,7 @@ __device__ __forceinline__ void tile_mma(float (&acc)[kN][4], const OA& a, const
       }
     }
   } else {
+#pragma unroll 4
     for (int k = 0; k < K; k += 16) {
       uint32_t af[4];
       a.a_frag(af, m0, k);
@@ -182,8 +208,12 @@ __device__ __forceinline__ void tile_mma(float (&acc)[kN][4], const OA& a, const
 }
 
 // The row and column of a lane's accumulator value e (0..3) in the 16 x 8 tile at (m0, n0).
-__device__ __forceinline__ int tile_row(int m0, int e) { return m0 + (threadIdx.x % 32) / 4 + 8 * (e / 2); }
-__device__ __forceinline__ int tile_col(int n0, int e) { return n0 + 2 * (threadIdx.x % 4) + e % 2; }
+__device__ __forceinline__ int tile_row(int m0, int e) {
+  return m0 + (threadIdx.x % 32) / 4 + 8 * (e / 2);
+}
+__device__ __forceinline__ int tile_col(int n0, int e) {
+  return n0 + 2 * (threadIdx.x % 4) + e % 2;
+}
 
 // Calls f(m0, n0) for this warp's share of the 16 x (8 kN) tiles of an M x N product (N a
 // multiple of 8 kN).
@@ -211,8 +241,8 @@ __device__ __forceinline__ Range sequence_range(const Chunked& p, int64_t n) {
 // scans the runs' totals, each thread writes its run's prefix.
 constexpr int kTableThreads = 256;
 template <class T>
-__global__ void __launch_bounds__(kTableThreads) chunk_first_kernel(const Chunked p,
-                                                                    int32_t* first_slot) {
+__global__ void __launch_bounds__(kTableThreads)
+    chunk_first_kernel(const Chunked p, int32_t* first_slot) {
   __shared__ int64_t run_start[kTableThreads];
   const Geometry geo(p);
   const int64_t per = (p.sequences + kTableThreads - 1) / kTableThreads;
@@ -242,6 +272,26 @@ __global__ void __launch_bounds__(kTableThreads) chunk_first_kernel(const Chunke
   }
 }
 
+// Calls f(r, c) for this thread's share of a rows x cols grid, in the order i = threadIdx.x,
+// + blockDim.x, ... of the flattened index (r = i / cols, c = i % cols) but with one division
+// per call instead of two per element: these loops issue the operand copies on the
+// sequential kernel's critical path.
+template <class F>
+__device__ __forceinline__ void for_grid(int rows, int cols, F&& f) {
+  if (cols <= 0) return;
+  const int step = int(blockDim.x), dr = step / cols, dc = step % cols;
+  int r = int(threadIdx.x) / cols, c = int(threadIdx.x) % cols;
+  while (r < rows) {
+    f(r, c);
+    r += dr;
+    c += dc;
+    if (c >= cols) {
+      c -= cols;
+      ++r;
+    }
+  }
+}
+
 // Copies a rows x cols tile (row-major, `ld_src` apart) into shared memory (`ld_dst` apart),
 // zeros past rows_valid / cols_valid. async: 16-byte cp.async with zero fill, joining the
 // thread's current group (cols and cols_valid whole 16-byte chunks, both sides 16-byte
@@ -252,19 +302,17 @@ __device__ __forceinline__ void copy_tile(T* dst, int ld_dst, const T* src, int6
                                           bool async) {
   if (async) {
     constexpr int per = 16 / int(sizeof(T));
-    const int chunks = cols / per;
-    for (int i = threadIdx.x; i < rows * chunks; i += blockDim.x) {
-      const int r = i / chunks, c = (i % chunks) * per;
+    for_grid(rows, cols / per, [&](int r, int piece) {
+      const int c = piece * per;
       const bool in = r < rows_valid && c < cols_valid;
       rudnn::cuda::tc::cp_async_16(dst + r * ld_dst + c, in ? src + r * ld_src + c : src,
                                    in ? 16u : 0u);
-    }
+    });
   } else {
     const T zero = from_float<T>(0.0f);
-    for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
-      const int r = i / cols, c = i % cols;
+    for_grid(rows, cols, [&](int r, int c) {
       dst[r * ld_dst + c] = r < rows_valid && c < cols_valid ? src[r * ld_src + c] : zero;
-    }
+    });
   }
 }
 
@@ -277,32 +325,64 @@ struct TriView {
   }
 };
 
+// Two adjacent values of a row as one store (dst: an even column of a row whose start is
+// aligned to two elements), to shared or global memory.
 template <class T>
-__global__ void __launch_bounds__(kPrepThreads) prepare_kernel(const Chunked p, unsigned char* ws) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  const Geometry geo(p);
-  const int64_t H = p.heads, Dk = p.key_dim, Dv = p.value_dim;
-  const int Cp = int(geo.Cp), Kp = int(geo.Kp), Vp = int(geo.Vp);
-  const int64_t slot = blockIdx.x / H, h = blockIdx.x % H;
+__device__ __forceinline__ void store_pair(T* dst, float a, float b) {
+  if constexpr (std::is_same_v<T, float>)
+    *reinterpret_cast<float2*>(dst) = make_float2(a, b);
+  else if constexpr (std::is_same_v<T, __half>)
+    *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(a, b);
+  else
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);
+}
+
+// Where chunk slot `slot` lies: its sequence's range, its first step and its row count
+// (rows <= 0: a varlen slot past the last sequence's chunks, nothing to do).
+struct Place {
+  Range range;
+  int64_t t0;
+  int rows;
+};
+__device__ __forceinline__ Place locate(const Chunked& p, const Geometry& geo,
+                                        const unsigned char* ws, int64_t slot) {
   int64_t n, local;
   if (p.cu_seqlens == nullptr) {
     n = slot / geo.chunks_per_seq;
     local = slot % geo.chunks_per_seq;
   } else {
     const int32_t* cf = reinterpret_cast<const int32_t*>(ws + geo.ws_cf);
-    if (slot >= cf[p.sequences]) return;
+    if (slot >= cf[p.sequences]) return {{0, 0, 0}, 0, 0};
     int64_t lo = 0, hi = p.sequences - 1;  // the last n with cf[n] <= slot
     while (lo < hi) {
       const int64_t mid = (lo + hi + 1) / 2;
-      if (cf[mid] <= slot) lo = mid; else hi = mid - 1;
+      if (cf[mid] <= slot)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     n = lo;
     local = slot - cf[n];
   }
   const Range r = sequence_range(p, n);
   const int64_t t0 = r.first + local * geo.C;
-  const int L = int(min(geo.C, r.last - t0));
-  if (L <= 0) return;
+  return {r, t0, int(min(geo.C, r.last - t0))};
+}
+
+// 16-bit: three blocks an SM (their shared memory allows it); F32: two, and more registers.
+template <class T>
+__global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
+    prepare_kernel(const Chunked p, unsigned char* ws) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const Geometry geo(p);
+  const int64_t H = p.heads, Dk = p.key_dim, Dv = p.value_dim;
+  const int Cp = int(geo.Cp), Kp = int(geo.Kp), Vp = int(geo.Vp);
+  const int64_t slot = blockIdx.x / H, h = blockIdx.x % H;
+  const Place pl = locate(p, geo, ws, slot);
+  if (pl.rows <= 0) return;
+  const Range r = pl.range;
+  const int64_t t0 = pl.t0;
+  const int L = pl.rows;
   const int64_t unit = slot * H + h;
 
   T* Ks = reinterpret_cast<T*>(smem + geo.prep_ks);
@@ -355,36 +435,44 @@ __global__ void __launch_bounds__(kPrepThreads) prepare_kernel(const Chunked p, 
   __syncthreads();
 
   // A (strictly lower) into Af; Q K^T (lower, diagonal included) straight to the workspace.
+  // One pass over the tiles: both products share the decay factors exp(G_i - G_j).
   T* Ag = reinterpret_cast<T*>(ws + geo.ws_a) + unit * geo.Cp * geo.Cp;
   for_tiles<2>(Cp, Cp, [&](int m0, int n0) {
-    if (n0 > m0 + 15) return;  // wholly above the diagonal
-    float acc[2][4] = {};
-    tile_mma<T>(acc, Op<T, true>{Ks, ldk}, Op<T, true>{Ks, ldk}, m0, n0, Kp);
+    float kk[2][4] = {}, qk[2][4] = {};
+    if (n0 <= m0 + 15) {  // not wholly above the diagonal
+      tile_mma<T>(kk, Op<T, true>{Ks, ldk}, Op<T, true>{Ks, ldk}, m0, n0, Kp);
+      tile_mma<T>(qk, Op<T, true>{Xs, ldx}, Op<T, true>{Ks, ldk}, m0, n0, Kp);
+    }
 #pragma unroll
     for (int jt = 0; jt < 2; ++jt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < 4; e += 2) {
         const int i = tile_row(m0, e), j = tile_col(n0 + 8 * jt, e);
-        if (j < i) Af[i * lda + j] = Bs[i] * acc[jt][e] * expf(Gs[i] - Gs[j]);
-      }
-  });
-  for_tiles<2>(Cp, Cp, [&](int m0, int n0) {
-    float acc[2][4] = {};
-    if (n0 <= m0 + 15) tile_mma<T>(acc, Op<T, true>{Xs, ldx}, Op<T, true>{Ks, ldk}, m0, n0, Kp);
-#pragma unroll
-    for (int jt = 0; jt < 2; ++jt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = tile_row(m0, e), j = tile_col(n0 + 8 * jt, e);
-        Ag[int64_t(i) * Cp + j] =
-            from_float<T>(j <= i ? p.scale * acc[jt][e] * expf(Gs[i] - Gs[j]) : 0.0f);
+        const float d0 = j <= i ? expf(Gs[i] - Gs[j]) : 0.0f;
+        const float d1 = j + 1 <= i ? expf(Gs[i] - Gs[j + 1]) : 0.0f;
+        if (j < i) Af[i * lda + j] = Bs[i] * kk[jt][e] * d0;
+        if (j + 1 < i) Af[i * lda + j + 1] = Bs[i] * kk[jt][e + 1] * d1;
+        store_pair(Ag + int64_t(i) * Cp + j, j <= i ? p.scale * qk[jt][e] * d0 : 0.0f,
+                   j + 1 <= i ? p.scale * qk[jt][e + 1] * d1 : 0.0f);
       }
   });
   __syncthreads();
 
   // T = (I + A)^-1. T[i][j] (i > j) is stored at Af[j][i]; its diagonal is 1 (implicit).
-  // 1) The 16 x 16 diagonal blocks, one thread per column: forward substitution.
-  if (threadIdx.x < Cp) {
+  // V into Q's place (Q K^T is done), landing while T is solved.
+  copy_tile<T>(Xs, ldx, v, Dv, Cp, L, Vp, int(Dv), p.async_v);
+  rudnn::cuda::tc::cp_async_commit();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int solver_warps = (Cp + 31) / 32;  // <= 4 of the 8
+  // 1) The 16 x 16 diagonal blocks, one thread per column: forward substitution. The other
+  //    warps meanwhile scale K in place to beta exp(G) K (a warp a row, a lane a column).
+  if (warp >= solver_warps) {
+    for (int rr = warp - solver_warps; rr < Cp; rr += warps - solver_warps) {
+      const float b = Bs[rr], e = expf(Gs[rr]);
+      for (int c = lane; c < Kp; c += 32)
+        Ks[rr * ldk + c] = from_float<T>(to_float(Ks[rr * ldk + c]) * b * e);
+    }
+  } else if (threadIdx.x < Cp) {
     const int base = threadIdx.x / 16 * 16, c = threadIdx.x % 16;
     float x[16];
 #pragma unroll
@@ -400,43 +488,48 @@ __global__ void __launch_bounds__(kPrepThreads) prepare_kernel(const Chunked p, 
   }
   __syncthreads();
   // 2) Block row bi from the rows above: T_bi,j = -T_bi,bi sum_{m=j}^{bi-1} A_bi,m T_m,j.
+  //    Thread (rr, cc) of the 16 x 16 grid (kPrepThreads = 256) computes column cc of every
+  //    16-column block bc < bi: the unit-diagonal block bc by its triangle, the blocks below
+  //    it dense (unrolled, no triangle tests); terms summed in ascending m.
+  static_assert(kPrepThreads == 256, "the block-row solve maps one thread per 16 x 16 element");
   auto t_at = [&](int i, int j) { return i == j ? 1.0f : (i > j ? Af[j * lda + i] : 0.0f); };
+  const int rr = threadIdx.x / 16, cc = threadIdx.x % 16;
   for (int bi = 1; bi < Cp / 16; ++bi) {
-    const int R0 = bi * 16, width = R0;
-    for (int e = threadIdx.x; e < 16 * width; e += blockDim.x) {
-      const int rr = e / width, c = e % width;
-      float s = 0.0f;
-      for (int m = c; m < R0; ++m) s += Af[(R0 + rr) * lda + m] * t_at(m, c);
+    const int R0 = bi * 16;
+    const float* arow = Af + (R0 + rr) * lda;  // A[R0 + rr][m], m < R0
+    for (int bc = 0; bc < bi; ++bc) {
+      const int c = 16 * bc + cc;
+      const float* tcol = Af + c * lda;  // T[m][c] at tcol[m], m > c
+      float s = arow[c];
+      for (int m = c + 1; m < 16 * (bc + 1); ++m) s += arow[m] * tcol[m];
+      for (int bm = bc + 1; bm < bi; ++bm) {
+#pragma unroll
+        for (int q = 0; q < 16; ++q) s += arow[16 * bm + q] * tcol[16 * bm + q];
+      }
       Xf[rr * Cp + c] = s;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < 16 * width; e += blockDim.x) {
-      const int rr = e / width, c = e % width;
+    for (int bc = 0; bc < bi; ++bc) {
+      const int c = 16 * bc + cc;
       float s = Xf[rr * Cp + c];
-      for (int m = 0; m < rr; ++m) s += t_at(R0 + rr, R0 + m) * Xf[m * Cp + c];
+      for (int m = 0; m < rr; ++m) s += Af[(R0 + m) * lda + R0 + rr] * Xf[m * Cp + c];
       Af[c * lda + R0 + rr] = -s;
     }
     __syncthreads();
   }
 
-  // The right-hand sides: beta exp(G) K in place of K, beta V in place of Q; T in q's dtype.
-  copy_tile<T>(Xs, ldx, v, Dv, Cp, L, Vp, int(Dv), p.async_v);
-  rudnn::cuda::tc::cp_async_commit();
-  for (int i = threadIdx.x; i < Cp * Kp; i += blockDim.x) {
-    const int rr = i / Kp, c = i % Kp;
-    Ks[rr * ldk + c] = from_float<T>(to_float(Ks[rr * ldk + c]) * Bs[rr] * expf(Gs[rr]));
-  }
+  // The right-hand sides: beta V in place of Q (beta exp(G) K is in place already); T in q's
+  // dtype.
   rudnn::cuda::tc::cp_async_wait<0>();
   __syncthreads();
-  for (int i = threadIdx.x; i < Cp * Vp; i += blockDim.x) {
-    const int rr = i / Vp, c = i % Vp;
-    Xs[rr * ldx + c] = from_float<T>(to_float(Xs[rr * ldx + c]) * Bs[rr]);
+  for (int rr = warp; rr < Cp; rr += warps) {
+    const float b = Bs[rr];
+    for (int c = lane; c < Vp; c += 32)
+      Xs[rr * ldx + c] = from_float<T>(to_float(Xs[rr * ldx + c]) * b);
   }
   if constexpr (!std::is_same_v<T, float>) {
-    for (int i = threadIdx.x; i < Cp * Cp; i += blockDim.x) {
-      const int rr = i / Cp, c = i % Cp;
-      T16[rr * ldc + c] = from_float<T>(t_at(rr, c));
-    }
+    for (int rr = warp; rr < Cp; rr += warps)
+      for (int c = lane; c < Cp; c += 32) T16[rr * ldc + c] = from_float<T>(t_at(rr, c));
   }
   __syncthreads();
 
@@ -456,9 +549,9 @@ __global__ void __launch_bounds__(kPrepThreads) prepare_kernel(const Chunked p, 
 #pragma unroll
       for (int jt = 0; jt < 2; ++jt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          out[int64_t(tile_row(m0, e)) * N + tile_col(n0 + 8 * jt, e)] =
-              from_float<T>(acc[jt][e]);
+        for (int e = 0; e < 4; e += 2)
+          store_pair(out + int64_t(tile_row(m0, e)) * N + tile_col(n0 + 8 * jt, e), acc[jt][e],
+                     acc[jt][e + 1]);
     });
   };
   solve_rhs(Ks, ldk, Kp, Wg);
@@ -466,154 +559,37 @@ __global__ void __launch_bounds__(kPrepThreads) prepare_kernel(const Chunked p, 
   for (int i = threadIdx.x; i < Cp; i += blockDim.x) Gg[i] = Gs[i];
 }
 
-// grid (N * H, ceil(V / kSlab)): sequence n, head h, value columns [v0, v0 + kSlab).
+// Copies rows x cols from shared memory to global memory in 16-byte pieces (cols whole
+// pieces; both sides' rows 16-byte aligned), so that the workspace writes are coalesced.
 template <class T>
-__global__ void __launch_bounds__(kScanThreads) scan_kernel(const Chunked p,
-                                                            const unsigned char* ws) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  const Geometry geo(p);
-  const int64_t H = p.heads, Dk = p.key_dim, Dv = p.value_dim;
-  const int Cp = int(geo.Cp), Kp = int(geo.Kp);
-  const int64_t n = blockIdx.x / H, h = blockIdx.x % H, v0 = int64_t(blockIdx.y) * kSlab;
-  const Range r = sequence_range(p, n);
-  int64_t slot0 = n * geo.chunks_per_seq, count = (r.last - r.first + geo.C - 1) / geo.C;
-  if (p.cu_seqlens != nullptr) {
-    const int32_t* cf = reinterpret_cast<const int32_t*>(ws + geo.ws_cf);
-    slot0 = cf[n];
-    count = cf[n + 1] - cf[n];
-  }
-
-  float* S32 = reinterpret_cast<float*>(smem + geo.scan_s32);  // [Kp][kSlab], the state
-  T* St = reinterpret_cast<T*>(smem + geo.scan_st);             // [kSlab][ldk], its operand copy
-  T* Xs = reinterpret_cast<T*>(smem + geo.scan_xs);             // W, then Q, then K
-  T* As = reinterpret_cast<T*>(smem + geo.scan_as);             // Q K^T
-  T* Vt = reinterpret_cast<T*>(smem + geo.scan_vt);             // V' transposed, [kSlab][ldc]
-  float* Gs = reinterpret_cast<float*>(smem + geo.scan_g);
-  const int ldk = int(geo.ldk), ldc = int(geo.ldc);
-  const T zero = from_float<T>(0.0f);
-
-  const int64_t state_base = (n * H + h) * Dk * Dv;
-  for (int i = threadIdx.x; i < Kp * kSlab; i += blockDim.x) {
-    const int kk = i / kSlab, c = i % kSlab;
-    const float x = kk < Dk && v0 + c < Dv ? p.state_in[state_base + kk * Dv + v0 + c] : 0.0f;
-    S32[i] = x;
-    St[c * ldk + kk] = from_float<T>(x);
-  }
-  __syncthreads();
-
-  const T* q = static_cast<const T*>(p.q);
-  const T* k = static_cast<const T*>(p.k);
-  T* y = static_cast<T*>(p.y);
-  for (int64_t ci = 0; ci < count; ++ci) {
-    const int64_t unit = (slot0 + ci) * H + h;
-    const int64_t t0 = r.first + ci * geo.C;
-    const int L = int(min(geo.C, r.last - t0));
-    const int64_t row0 = (r.entry * H + h) * p.steps + t0;
-    const T* Wg = reinterpret_cast<const T*>(ws + geo.ws_w) + unit * geo.Cp * geo.Kp;
-    const T* Ug = reinterpret_cast<const T*>(ws + geo.ws_u) + unit * geo.Cp * geo.Vp;
-    const T* Ag = reinterpret_cast<const T*>(ws + geo.ws_a) + unit * geo.Cp * geo.Cp;
-    const float* Gg = reinterpret_cast<const float*>(ws + geo.ws_g) + unit * geo.Cp;
-
-    for (int i = threadIdx.x; i < Cp * Kp; i += blockDim.x)
-      Xs[(i / Kp) * ldk + i % Kp] = Wg[i];
-    for (int i = threadIdx.x; i < Cp * Cp; i += blockDim.x) {
-      const int rr = i / Cp, c = i % Cp;
-      As[rr * ldc + c] = c <= rr ? Ag[i] : zero;
-    }
-    for (int i = threadIdx.x; i < Cp; i += blockDim.x) Gs[i] = Gg[i];
-    __syncthreads();
-
-    // V' = U - W S (rows past the chunk and columns past V are zero).
-    for_tiles<4>(Cp, kSlab, [&](int m0, int n0) {
-      float acc[4][4] = {};
-      tile_mma<T>(acc, Op<T, true>{Xs, ldk}, Op<T, true>{St, ldk}, m0, n0, Kp);
-#pragma unroll
-      for (int jt = 0; jt < 4; ++jt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = tile_row(m0, e), c = tile_col(n0 + 8 * jt, e);
-          const bool in = i < L && v0 + c < Dv;
-          const float u = in ? to_float(Ug[int64_t(i) * geo.Vp + v0 + c]) : 0.0f;
-          Vt[c * ldc + i] = from_float<T>(in ? u - acc[jt][e] : 0.0f);
-        }
-    });
-    __syncthreads();
-
-    for (int i = threadIdx.x; i < Cp * Kp; i += blockDim.x) {
-      const int rr = i / Kp, c = i % Kp;
-      Xs[rr * ldk + c] = rr < L && c < Dk ? q[(row0 + rr) * Dk + c] : zero;
-    }
-    __syncthreads();
-
-    // O = scale exp(G) (Q S) + (Q K^T) V' (the scale and decay of Q K^T applied by prepare).
-    for_tiles<4>(Cp, kSlab, [&](int m0, int n0) {
-      float qs[4][4] = {}, av[4][4] = {};
-      tile_mma<T>(qs, Op<T, true>{Xs, ldk}, Op<T, true>{St, ldk}, m0, n0, Kp);
-      tile_mma<T>(av, Op<T, true>{As, ldc}, Op<T, true>{Vt, ldc}, m0, n0, m0 + 16);
-#pragma unroll
-      for (int jt = 0; jt < 4; ++jt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = tile_row(m0, e), c = tile_col(n0 + 8 * jt, e);
-          if (i < L && v0 + c < Dv)
-            y[(row0 + i) * Dv + v0 + c] =
-                from_float<T>(p.scale * expf(Gs[i]) * qs[jt][e] + av[jt][e]);
-        }
-    });
-    __syncthreads();
-
-    const float g_last = Gs[L - 1];
-    for (int i = threadIdx.x; i < Cp * Kp; i += blockDim.x) {
-      const int rr = i / Kp, c = i % Kp;
-      Xs[rr * ldk + c] =
-          rr < L && c < Dk
-              ? from_float<T>(to_float(k[(row0 + rr) * Dk + c]) * expf(g_last - Gs[rr]))
-              : zero;
-    }
-    __syncthreads();
-
-    // S = exp(G_last) S + (K exp(G_last - G))^T V', in FP32.
-    const float decay = expf(g_last);
-    for_tiles<4>(Kp, kSlab, [&](int m0, int n0) {
-      float acc[4][4] = {};
-      tile_mma<T>(acc, Op<T, false>{Xs, ldk}, Op<T, true>{Vt, ldc}, m0, n0, Cp);
-#pragma unroll
-      for (int jt = 0; jt < 4; ++jt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int kk = tile_row(m0, e), c = tile_col(n0 + 8 * jt, e);
-          const float s = fmaf(decay, S32[kk * kSlab + c], acc[jt][e]);
-          S32[kk * kSlab + c] = s;
-          St[c * ldk + kk] = from_float<T>(s);
-        }
-    });
-    __syncthreads();
-  }
-
-  for (int i = threadIdx.x; i < Kp * kSlab; i += blockDim.x) {
-    const int kk = i / kSlab, c = i % kSlab;
-    if (kk < Dk && v0 + c < Dv) p.state_out[state_base + kk * Dv + v0 + c] = S32[i];
-  }
+__device__ __forceinline__ void store_tile(T* dst, int64_t ld_dst, const T* src, int ld_src,
+                                           int rows, int cols) {
+  constexpr int per = 16 / int(sizeof(T));
+  for_grid(rows, cols / per, [&](int r, int piece) {
+    const int c = piece * per;
+    *reinterpret_cast<uint4*>(dst + r * ld_dst + c) =
+        *reinterpret_cast<const uint4*>(src + r * ld_src + c);
+  });
 }
 
-// The scan with its operand loads overlapped with the products (cp.async), two phases a
-// chunk:
-//   A: V' = U - W S (and V' exp(G_last - G) for the state update) and Q S, kept in registers;
-//   B: O = scale exp(G) (Q S) + (Q K^T) V', then S = exp(G_last) S + K^T (V' exp(G_last - G))
-//      (S is read in A only, so B needs no barrier between its two products).
-// W, U, G and Q of the next chunk are copied during B, Q K^T and K during the next A; each
-// phase waits only for the group issued before the other phase. G is double-buffered (B still
-// reads this chunk's while the next one lands). Needs about three times the simple scan's
-// operand memory; 8 warps, each owning the same output tiles in both products of A.
-constexpr int kPipeThreads = 256;
+// The state pass. One block per (sequence, head, slab of kSlab value columns), slabs of a
+// head adjacent in the grid so that they read W and K while those are in L2. Warp w keeps
+// rows [16 (w + 8 j), +16) of the FP32 state slab in registers (the update product's
+// accumulators). Per chunk: S_c in q's dtype to shared memory and the workspace; V' = U - W
+// S_c (written over U's place, read by the output kernel); S = exp(G_last) S + K^T (V'
+// exp(G_last - G)). Two barriers a chunk; the next chunk's operands land meanwhile.
+// (Measured, round B: forming the output here too, as round 42 did, was slower than the
+// S_c / V' round trip through memory: 0.90 / 3.50 ms against 0.75 / 3.29 ms.)
 template <class T>
-__global__ void __launch_bounds__(kPipeThreads, 2) scan_pipelined_kernel(const Chunked p,
-                                                                      const unsigned char* ws) {
+__global__ void __launch_bounds__(kStateThreads, 2)
+    state_kernel(const Chunked p, unsigned char* ws, int stages) {
   extern __shared__ __align__(16) unsigned char smem[];
   const Geometry geo(p);
   const int64_t H = p.heads, Dk = p.key_dim, Dv = p.value_dim;
   const int Cp = int(geo.Cp), Kp = int(geo.Kp);
-  const int64_t n = blockIdx.x / H, h = blockIdx.x % H, v0 = int64_t(blockIdx.y) * kSlab;
+  const int64_t slabs = (Dv + kSlab - 1) / kSlab;
+  const int64_t nh = blockIdx.x / slabs, n = nh / H, h = nh % H;
+  const int64_t v0 = int64_t(blockIdx.x % slabs) * kSlab;
   const Range r = sequence_range(p, n);
   int64_t slot0 = n * geo.chunks_per_seq, count = (r.last - r.first + geo.C - 1) / geo.C;
   if (p.cu_seqlens != nullptr) {
@@ -621,148 +597,209 @@ __global__ void __launch_bounds__(kPipeThreads, 2) scan_pipelined_kernel(const C
     slot0 = cf[n];
     count = cf[n + 1] - cf[n];
   }
+  // The slab's columns inside Vp (the workspace rows' width): a multiple of 16.
+  const int cw = int(min(int64_t(kSlab), geo.Vp - v0));
+  const int ldk = int(geo.ldk), lds = int(geo.lds);
 
-  float* S32 = reinterpret_cast<float*>(smem + geo.pipe_s32);
-  T* St = reinterpret_cast<T*>(smem + geo.pipe_st);
-  T* Wb = reinterpret_cast<T*>(smem + geo.pipe_w);
-  T* Ub = reinterpret_cast<T*>(smem + geo.pipe_u);  // U's columns [v0, v0 + kSlab)
-  T* Qb = reinterpret_cast<T*>(smem + geo.pipe_q);
-  T* Kb = reinterpret_cast<T*>(smem + geo.pipe_k);
-  T* As = reinterpret_cast<T*>(smem + geo.pipe_as);
-  T* Vt = reinterpret_cast<T*>(smem + geo.pipe_vt);  // V', [kSlab][ldc]
-  T* Vk = reinterpret_cast<T*>(smem + geo.pipe_vk);  // V' exp(G_last - G), [kSlab][ldc]
-  float* G2 = reinterpret_cast<float*>(smem + geo.pipe_g);  // two chunks' G
-  const int ldk = int(geo.ldk), ldc = int(geo.ldc);
+  T* Ss = reinterpret_cast<T*>(smem + geo.st_s);   // S_c, [Kp][lds]
+  T* Vs = reinterpret_cast<T*>(smem + geo.st_v);   // V', [Cp][lds]
+  T* Vk = reinterpret_cast<T*>(smem + geo.st_vk);  // V' exp(G_last - G), [Cp][lds]
+  const int64_t stage_bytes = geo.st_stage;
+  auto stage = [&](int64_t ci) { return smem + geo.st_single + (ci % stages) * stage_bytes; };
 
-  const int64_t state_base = (n * H + h) * Dk * Dv;
-  for (int i = threadIdx.x; i < Kp * kSlab; i += blockDim.x) {
-    const int kk = i / kSlab, c = i % kSlab;
-    const float x = kk < Dk && v0 + c < Dv ? p.state_in[state_base + kk * Dv + v0 + c] : 0.0f;
-    S32[i] = x;
-    St[c * ldk + kk] = from_float<T>(x);
-  }
-
-  const T* q = static_cast<const T*>(p.q);
   const T* k = static_cast<const T*>(p.k);
-  T* y = static_cast<T*>(p.y);
-  auto unit_of = [&](int64_t ci) { return (slot0 + ci) * H + h; };
   auto rows_of = [&](int64_t ci) { return int(min(geo.C, r.last - (r.first + ci * geo.C))); };
-  auto input_row0 = [&](int64_t ci) { return (r.entry * H + h) * p.steps + r.first + ci * geo.C; };
-  // Each issue_* is one cp.async group (empty past the last chunk, so that the count of
-  // groups in flight is the same at every wait).
-  auto issue_a = [&](int64_t ci) {  // what phase A reads: W, U, G, Q
+  auto unit_of = [&](int64_t ci) { return (slot0 + ci) * H + h; };
+  // One cp.async group per call (empty past the last chunk).
+  auto issue = [&](int64_t ci) {
     if (ci < count) {
+      unsigned char* b = stage(ci);
       const int64_t u = unit_of(ci);
-      copy_tile<T>(Wb, ldk, reinterpret_cast<const T*>(ws + geo.ws_w) + u * geo.Cp * geo.Kp,
-                   Kp, Cp, Cp, Kp, Kp, true);
-      // U is padded to Vp (a multiple of 16) columns: whole 16-byte chunks up to there.
-      copy_tile<T>(Ub, int(geo.ldu),
-                   reinterpret_cast<const T*>(ws + geo.ws_u) + u * geo.Cp * geo.Vp + v0, geo.Vp,
-                   Cp, Cp, kSlab, int(min(int64_t(kSlab), geo.Vp - v0)), true);
-      const float* g = reinterpret_cast<const float*>(ws + geo.ws_g) + u * geo.Cp;
-      copy_tile<float>(G2 + (ci % 2) * Cp, Cp, g, Cp, 1, 1, Cp, Cp, true);
-      copy_tile<T>(Qb, ldk, q + input_row0(ci) * Dk, Dk, Cp, rows_of(ci), Kp, int(Dk),
-                   p.async_qk);
+      copy_tile<T>(reinterpret_cast<T*>(b + geo.st_w), ldk,
+                   reinterpret_cast<const T*>(ws + geo.ws_w) + u * geo.Cp * geo.Kp, Kp, Cp, Cp, Kp,
+                   Kp, true);
+      const int64_t row0 = (r.entry * H + h) * p.steps + r.first + ci * geo.C;
+      copy_tile<T>(reinterpret_cast<T*>(b + geo.st_k), ldk, k + row0 * Dk, Dk, Cp, rows_of(ci), Kp,
+                   int(Dk), p.async_qk);
+      copy_tile<T>(reinterpret_cast<T*>(b + geo.st_u), lds,
+                   reinterpret_cast<const T*>(ws + geo.ws_u) + u * geo.Cp * geo.Vp + v0, geo.Vp, Cp,
+                   Cp, kSlab, cw, true);
+      copy_tile<float>(reinterpret_cast<float*>(b + geo.st_g), Cp,
+                       reinterpret_cast<const float*>(ws + geo.ws_g) + u * geo.Cp, Cp, 1, 1, Cp, Cp,
+                       true);
     }
     rudnn::cuda::tc::cp_async_commit();
   };
-  auto issue_b = [&](int64_t ci) {  // what phase B reads: Q K^T, K
-    if (ci < count) {
-      const int64_t u = unit_of(ci);
-      copy_tile<T>(As, ldc, reinterpret_cast<const T*>(ws + geo.ws_a) + u * geo.Cp * geo.Cp, Cp,
-                   Cp, Cp, Cp, Cp, true);
-      copy_tile<T>(Kb, ldk, k + input_row0(ci) * Dk, Dk, Cp, rows_of(ci), Kp, int(Dk),
-                   p.async_qk);
-    }
-    rudnn::cuda::tc::cp_async_commit();
-  };
-  issue_a(0);
-  issue_b(0);
 
-  constexpr int kN = 2;  // 16 x 16 output tiles
+  constexpr int kWarps = kStateThreads / 32;
+  constexpr int kRowTiles = int(kMaxChunkDim) / 16 / kWarps;
+  const int warp = threadIdx.x / 32;
+  float S[kRowTiles][kSlab / 8][4];
+  const int64_t state_base = (n * H + h) * Dk * Dv;
+#pragma unroll
+  for (int j = 0; j < kRowTiles; ++j)
+#pragma unroll
+    for (int jt = 0; jt < kSlab / 8; ++jt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int kk = tile_row(16 * (warp + kWarps * j), e), c = tile_col(8 * jt, e);
+        S[j][jt][e] = kk < Dk && v0 + c < Dv ? p.state_in[state_base + kk * Dv + v0 + c] : 0.0f;
+      }
+
+  for (int s = 0; s + 1 < stages; ++s) issue(s);
   for (int64_t ci = 0; ci < count; ++ci) {
     const int L = rows_of(ci);
-    const int64_t row0 = input_row0(ci);
-    const float* Gs = G2 + (ci % 2) * Cp;
-
-    // Phase A. The tiles of Cp x kSlab: each warp keeps its Q S tile for phase B (the
-    // loop below visits at most kMaxTiles tiles per warp).
-    constexpr int kMaxTiles = (int(kMaxChunk) / 16) * (kSlab / (8 * kN)) / (kPipeThreads / 32);
-    float qs[kMaxTiles][kN][4] = {};
-    rudnn::cuda::tc::cp_async_wait<1>();
-    __syncthreads();
-    const float g_last = Gs[L - 1];
-    {
-      int slot = 0;
-      for_tiles<kN>(Cp, kSlab, [&](int m0, int n0) {
-        float acc[kN][4] = {};
-        tile_mma<T>(acc, Op<T, true>{Wb, ldk}, Op<T, true>{St, ldk}, m0, n0, Kp);
+    const int64_t unit = unit_of(ci);
 #pragma unroll
-        for (int s2 = 0; s2 < kMaxTiles; ++s2)
-          if (s2 == slot) tile_mma<T>(qs[s2], Op<T, true>{Qb, ldk}, Op<T, true>{St, ldk}, m0, n0, Kp);
-        ++slot;
+    for (int j = 0; j < kRowTiles; ++j) {
+      const int m0 = 16 * (warp + kWarps * j);
+      if (m0 >= Kp) continue;
 #pragma unroll
-        for (int jt = 0; jt < kN; ++jt)
+      for (int jt = 0; jt < kSlab / 8; ++jt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = tile_row(m0, e), c = tile_col(n0 + 8 * jt, e);
-            const bool in = i < L && v0 + c < Dv;
-            const float vn = in ? to_float(Ub[i * geo.ldu + c]) - acc[jt][e] : 0.0f;
-            Vt[c * ldc + i] = from_float<T>(vn);
-            Vk[c * ldc + i] = from_float<T>(in ? vn * expf(g_last - Gs[i]) : 0.0f);
-          }
-      });
+        for (int e = 0; e < 4; e += 2)
+          store_pair(Ss + tile_row(m0, e) * lds + tile_col(8 * jt, e), S[j][jt][e],
+                     S[j][jt][e + 1]);
     }
-    __syncthreads();
-    issue_a(ci + 1);
-
-    // Phase B.
-    rudnn::cuda::tc::cp_async_wait<1>();
-    __syncthreads();
-    {
-      int slot = 0;
-      for_tiles<kN>(Cp, kSlab, [&](int m0, int n0) {
-        float av[kN][4] = {};
-        tile_mma<T>(av, Op<T, true>{As, ldc}, Op<T, true>{Vt, ldc}, m0, n0, m0 + 16);
-#pragma unroll
-        for (int s2 = 0; s2 < kMaxTiles; ++s2) {
-          if (s2 != slot) continue;
-#pragma unroll
-          for (int jt = 0; jt < kN; ++jt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int i = tile_row(m0, e), c = tile_col(n0 + 8 * jt, e);
-              if (i < L && v0 + c < Dv)
-                y[(row0 + i) * Dv + v0 + c] =
-                    from_float<T>(p.scale * expf(Gs[i]) * qs[s2][jt][e] + av[jt][e]);
-            }
-        }
-        ++slot;
-      });
+    if (stages == 1) {
+      __syncthreads();  // the previous chunk's reads of the one stage are done
+      issue(ci);
     }
-    const float decay = expf(g_last);
-    for_tiles<kN>(Kp, kSlab, [&](int m0, int n0) {
-      float acc[kN][4] = {};
-      tile_mma<T>(acc, Op<T, false>{Kb, ldk}, Op<T, true>{Vk, ldc}, m0, n0, Cp);
+    // Groups committed so far: stages - 1 + ci (one per issue); chunk ci's must be complete.
+    if (stages == 3)
+      rudnn::cuda::tc::cp_async_wait<1>();
+    else
+      rudnn::cuda::tc::cp_async_wait<0>();
+    __syncthreads();
+    if (stages > 1) issue(ci + stages - 1);  // into the stage chunk ci - 1 used
+    const unsigned char* b = stage(ci);
+    const T* W = reinterpret_cast<const T*>(b + geo.st_w);
+    const T* K = reinterpret_cast<const T*>(b + geo.st_k);
+    const T* U = reinterpret_cast<const T*>(b + geo.st_u);
+    const float* G = reinterpret_cast<const float*>(b + geo.st_g);
+    store_tile(reinterpret_cast<T*>(ws + geo.ws_s) + unit * geo.Kp * geo.Vp + v0, geo.Vp, Ss, lds,
+               Kp, cw);
+
+    // V' = U - W S_c (zero past the chunk's rows and past V).
+    const float g_last = G[L - 1];
+    for_tiles<2>(Cp, kSlab, [&](int m0, int n0) {
+      float acc[2][4] = {};
+      tile_mma<T>(acc, Op<T, true>{W, ldk}, Op<T, false>{Ss, lds}, m0, n0, Kp);
 #pragma unroll
-      for (int jt = 0; jt < kN; ++jt)
+      for (int jt = 0; jt < 2; ++jt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int kk = tile_row(m0, e), c = tile_col(n0 + 8 * jt, e);
-          const float s = fmaf(decay, S32[kk * kSlab + c], acc[jt][e]);
-          S32[kk * kSlab + c] = s;
-          St[c * ldk + kk] = from_float<T>(s);
+        for (int e = 0; e < 4; e += 2) {
+          const int i = tile_row(m0, e), c = tile_col(n0 + 8 * jt, e);
+          const bool row_in = i < L;
+          const float x0 = row_in && v0 + c < Dv ? to_float(U[i * lds + c]) - acc[jt][e] : 0.0f;
+          const float x1 =
+              row_in && v0 + c + 1 < Dv ? to_float(U[i * lds + c + 1]) - acc[jt][e + 1] : 0.0f;
+          const float d = row_in ? expf(g_last - G[i]) : 0.0f;
+          store_pair(Vs + i * lds + c, x0, x1);
+          store_pair(Vk + i * lds + c, x0 * d, x1 * d);
         }
     });
     __syncthreads();
-    issue_b(ci + 1);
+    store_tile(reinterpret_cast<T*>(ws + geo.ws_u) + unit * geo.Cp * geo.Vp + v0, geo.Vp, Vs, lds,
+               Cp, cw);
+
+    // S = exp(G_last) S + K^T (V' exp(G_last - G)), accumulated in FP32 registers.
+    const float decay = expf(g_last);
+#pragma unroll
+    for (int j = 0; j < kRowTiles; ++j) {
+      const int m0 = 16 * (warp + kWarps * j);
+      if (m0 >= Kp) continue;
+#pragma unroll
+      for (int jt = 0; jt < kSlab / 8; ++jt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) S[j][jt][e] *= decay;
+      tile_mma<T>(S[j], Op<T, false>{K, ldk}, Op<T, false>{Vk, lds}, m0, 0, Cp);
+    }
   }
   rudnn::cuda::tc::cp_async_wait<0>();
 
-  for (int i = threadIdx.x; i < Kp * kSlab; i += blockDim.x) {
-    const int kk = i / kSlab, c = i % kSlab;
-    if (kk < Dk && v0 + c < Dv) p.state_out[state_base + kk * Dv + v0 + c] = S32[i];
+#pragma unroll
+  for (int j = 0; j < kRowTiles; ++j)
+#pragma unroll
+    for (int jt = 0; jt < kSlab / 8; ++jt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int kk = tile_row(16 * (warp + kWarps * j), e), c = tile_col(8 * jt, e);
+        if (kk < Dk && v0 + c < Dv) p.state_out[state_base + kk * Dv + v0 + c] = S[j][jt][e];
+      }
+}
+
+// The output, per (chunk, head, vo value columns), in parallel once every S_c is known:
+// O = scale exp(G) (Q S_c) + (Q K^T) V' (prepare applied the scale and decay to Q K^T),
+// staged in shared memory so that its rows are stored whole (16-byte pieces when vector_y:
+// y 16-byte aligned and V x itemsize a multiple of 16).
+template <class T>
+__global__ void __launch_bounds__(kOutThreads)
+    output_kernel(const Chunked p, const unsigned char* ws, int vo, bool vector_y) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const Geometry geo(p);
+  const OutLayout lay = geo.out_layout(vo);
+  const int64_t H = p.heads, Dk = p.key_dim, Dv = p.value_dim;
+  const int Cp = int(geo.Cp), Kp = int(geo.Kp);
+  const int64_t vblocks = (geo.Vp + vo - 1) / vo;
+  const int64_t uh = blockIdx.x / vblocks, slot = uh / H, h = uh % H;
+  const int64_t vo0 = int64_t(blockIdx.x % vblocks) * vo;
+  const Place pl = locate(p, geo, ws, slot);
+  if (pl.rows <= 0) return;
+  const int L = pl.rows;
+  const int cw = int(min(int64_t(vo), geo.Vp - vo0));
+  const int64_t unit = slot * H + h;
+  const int64_t row0 = (pl.range.entry * H + h) * p.steps + pl.t0;
+  const int ldk = int(geo.ldk), ldc = int(geo.ldc), ldo = int(lay.ldo);
+
+  T* Qs = reinterpret_cast<T*>(smem + lay.q);
+  T* Ss = reinterpret_cast<T*>(smem + lay.s);
+  T* As = reinterpret_cast<T*>(smem + lay.a);
+  T* Vs = reinterpret_cast<T*>(smem + lay.v);
+  float* G = reinterpret_cast<float*>(smem + lay.g);
+  T* Os = reinterpret_cast<T*>(smem + lay.o);
+  copy_tile<T>(Qs, ldk, static_cast<const T*>(p.q) + row0 * Dk, Dk, Cp, L, Kp, int(Dk), p.async_qk);
+  copy_tile<T>(Ss, ldo, reinterpret_cast<const T*>(ws + geo.ws_s) + unit * geo.Kp * geo.Vp + vo0,
+               geo.Vp, Kp, Kp, vo, cw, true);
+  copy_tile<T>(As, ldc, reinterpret_cast<const T*>(ws + geo.ws_a) + unit * geo.Cp * geo.Cp, Cp, Cp,
+               Cp, Cp, Cp, true);
+  copy_tile<T>(Vs, ldo, reinterpret_cast<const T*>(ws + geo.ws_u) + unit * geo.Cp * geo.Vp + vo0,
+               geo.Vp, Cp, Cp, vo, cw, true);
+  copy_tile<float>(G, Cp, reinterpret_cast<const float*>(ws + geo.ws_g) + unit * geo.Cp, Cp, 1, 1,
+                   Cp, Cp, true);
+  rudnn::cuda::tc::cp_async_commit();
+  rudnn::cuda::tc::cp_async_wait<0>();
+  __syncthreads();
+
+  T* y = static_cast<T*>(p.y);
+  for_tiles<2>(Cp, vo, [&](int m0, int n0) {
+    float qs[2][4] = {}, av[2][4] = {};
+    tile_mma<T>(qs, Op<T, true>{Qs, ldk}, Op<T, false>{Ss, ldo}, m0, n0, Kp);
+    tile_mma<T>(av, Op<T, true>{As, ldc}, Op<T, false>{Vs, ldo}, m0, n0, m0 + 16);
+#pragma unroll
+    for (int jt = 0; jt < 2; ++jt)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int i = tile_row(m0, e), c = tile_col(n0 + 8 * jt, e);
+        const float f = p.scale * expf(G[i]);
+        store_pair(Os + i * ldo + c, f * qs[jt][e] + av[jt][e], f * qs[jt][e + 1] + av[jt][e + 1]);
+      }
+  });
+  __syncthreads();
+  const int cols = int(min(int64_t(vo), Dv - vo0));  // this block's columns inside V
+  if (vector_y) {
+    store_tile(y + row0 * Dv + vo0, Dv, Os, ldo, L, cols);
+  } else {
+    for_grid(L, cols, [&](int i, int c) { y[(row0 + i) * Dv + vo0 + c] = Os[i * ldo + c]; });
   }
+}
+
+// The widest output block (a multiple of 16 value columns, at most kMaxOutCols) whose shared
+// memory fits `limit`; 0 when not even 16 columns fit.
+inline int output_columns(const Geometry& geo, int64_t limit) {
+  for (int64_t vo = geo.Vp < kMaxOutCols ? geo.Vp : kMaxOutCols; vo >= 16; vo -= 16)
+    if (geo.out_layout(vo).bytes <= limit) return int(vo);
+  return 0;
 }
 
 template <class T>
@@ -775,34 +812,50 @@ void launch(const Chunked& problem, void* workspace, const Stream& stream) {
   p.async_v = (p.value_dim * geo.item) % 16 == 0 && aligned(p.v);
   auto* ws = static_cast<unsigned char*>(workspace);
   if (p.cu_seqlens != nullptr) {
-    chunk_first_kernel<T><<<1, kTableThreads, 0, ctx.stream>>>(p, reinterpret_cast<int32_t*>(ws + geo.ws_cf));
+    chunk_first_kernel<T>
+        <<<1, kTableThreads, 0, ctx.stream>>>(p, reinterpret_cast<int32_t*>(ws + geo.ws_cf));
     detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule chunk table launch");
   }
-  if (geo.slots * p.heads > 0) {
-    detail::check_cuda(cudaFuncSetAttribute(prepare_kernel<T>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            int(geo.prep_bytes)),
-                       "chunk_gated_delta_rule prepare shared memory");
-    prepare_kernel<T><<<unsigned(geo.slots * p.heads), kPrepThreads, size_t(geo.prep_bytes),
-                        ctx.stream>>>(p, ws);
+  const int64_t units = geo.slots * p.heads;
+  if (units > 0) {
+    detail::check_cuda(
+        cudaFuncSetAttribute(prepare_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(geo.prep_bytes)),
+        "chunk_gated_delta_rule prepare shared memory");
+    prepare_kernel<T><<<unsigned(units), kPrepThreads, size_t(geo.prep_bytes), ctx.stream>>>(p, ws);
     detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule prepare launch");
   }
-  const dim3 grid(unsigned(p.sequences * p.heads), unsigned((p.value_dim + kSlab - 1) / kSlab));
-  const size_t limit = rudnn::cuda::device_info(ctx.device).shared_bytes_per_block_optin;
-  if (size_t(geo.pipe_bytes) <= limit) {
-    detail::check_cuda(cudaFuncSetAttribute(scan_pipelined_kernel<T>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            int(geo.pipe_bytes)),
-                       "chunk_gated_delta_rule scan shared memory");
-    scan_pipelined_kernel<T><<<grid, kPipeThreads, size_t(geo.pipe_bytes), ctx.stream>>>(p, ws);
-  } else {
-    detail::check_cuda(cudaFuncSetAttribute(scan_kernel<T>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            int(geo.scan_bytes)),
-                       "chunk_gated_delta_rule scan shared memory");
-    scan_kernel<T><<<grid, kScanThreads, size_t(geo.scan_bytes), ctx.stream>>>(p, ws);
+  const int64_t limit = int64_t(rudnn::cuda::device_info(ctx.device).shared_bytes_per_block_optin);
+  // Three operand stages (two chunks in flight) when the blocks are one an SM anyway (long
+  // sequences, few heads: the load latency is then what the loop waits on); else two, or one
+  // where two do not fit.
+  const int64_t sms = rudnn::cuda::device_info(ctx.device).multiprocessors;
+  const int64_t state_grid = p.sequences * p.heads * ((p.value_dim + kSlab - 1) / kSlab);
+  const int stages = state_grid <= sms && geo.state_bytes(3) <= limit ? 3
+                     : geo.state_bytes(2) <= limit                    ? 2
+                                                                      : 1;
+  const int64_t state_blocks = p.sequences * p.heads * ((p.value_dim + kSlab - 1) / kSlab);
+  if (state_blocks == 0) return;  // V = 0: nothing to compute or write
+  const int64_t state_bytes = geo.state_bytes(stages);
+  auto* state = state_kernel<T>;
+  detail::check_cuda(
+      cudaFuncSetAttribute(state, cudaFuncAttributeMaxDynamicSharedMemorySize, int(state_bytes)),
+      "chunk_gated_delta_rule state shared memory");
+  state<<<unsigned(state_blocks), kStateThreads, size_t(state_bytes), ctx.stream>>>(p, ws, stages);
+  detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule state launch");
+  if (units > 0) {
+    const int vo = output_columns(geo, limit);
+    const int64_t bytes = geo.out_layout(vo).bytes;
+    detail::check_cuda(
+        cudaFuncSetAttribute(output_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(bytes)),
+        "chunk_gated_delta_rule output shared memory");
+    const bool vector_y = (p.value_dim * geo.item) % 16 == 0 && aligned(p.y);
+    output_kernel<T>
+        <<<unsigned(units * ((geo.Vp + vo - 1) / vo)), kOutThreads, size_t(bytes), ctx.stream>>>(
+            p, ws, vo, vector_y);
+    detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule output launch");
   }
-  detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule scan launch");
 }
 
 }  // namespace rudnn::gdn::cuda::chunk
