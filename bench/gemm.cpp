@@ -13,7 +13,9 @@
 // The weight gradient of the up projection, grouped by K: dW_g [2I, H] = dY_g^T X_g (dY
 // [65536, 2I], X [65536, H] row-major; D [E, 2I, H] bf16), balanced and skewed, against one
 // cublasGemmEx per expert. The wgmma path runs with clusters of one and of two blocks
-// (Tuning::hopper_cluster: B multicast to the pair), so the default can be chosen on evidence.
+// (Tuning::hopper_cluster: B multicast to the pair) and, for the forward layout, with the
+// ping-pong schedule at each of its tiles (Tuning::hopper_schedule), so that the defaults can
+// be chosen on evidence.
 // The check compares ruDNN's D with cuBLAS's (first and last rows, relative L2).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -73,6 +75,53 @@ double compare_ends(Bench& b, const Tensor& got, const Tensor& ref, int64_t rows
   });
 }
 
+// A row of ours: the path and the Hopper kernel's tuning (gemm::Tuning; 0 / Auto = the
+// entry's choice).
+struct HopperCase {
+  const char* name;
+  gemm::Path path;
+  int cluster;
+  gemm::HopperSchedule schedule;
+  int block_m, block_n;
+  int splits = 0;
+  void tune(gemm::Path& p, gemm::Tuning& t) const {
+    p = path;
+    t.hopper_cluster = cluster;
+    t.hopper_schedule = schedule;
+    t.hopper_block_m = block_m;
+    t.hopper_block_n = block_n;
+    t.hopper_splits = splits;
+  }
+};
+using gemm::HopperSchedule;
+// "gemm hopper cluster1/2": the cooperative schedule with its tile picked by the entry (the
+// rows of earlier rounds); "gemm hopper auto": the entry's whole choice (first after cuBLAS,
+// the rows compared most come next: later rows run on a hotter GPU); the ping-pong rows
+// force each tile built, and split K (the split-K rows allocate their workspace per call, as
+// a caller without one does).
+constexpr HopperCase kDenseCases[] = {
+    {"gemm hopper auto", gemm::Path::Hopper, 0, HopperSchedule::Auto, 0, 0},
+    {"gemm hopper pingpong 64x256", gemm::Path::Hopper, 0, HopperSchedule::Pingpong, 64, 256},
+    {"gemm hopper pingpong 128x128", gemm::Path::Hopper, 0, HopperSchedule::Pingpong, 128, 128},
+    {"gemm hopper pingpong 128x128 split2", gemm::Path::Hopper, 0, HopperSchedule::Pingpong, 128,
+     128, 2},
+    {"gemm hopper pingpong 128x128 split3", gemm::Path::Hopper, 0, HopperSchedule::Pingpong, 128,
+     128, 3},
+    {"gemm hopper pingpong 64x256 split2", gemm::Path::Hopper, 0, HopperSchedule::Pingpong, 64, 256,
+     2},
+    {"gemm hopper cluster1", gemm::Path::Hopper, 1, HopperSchedule::Cooperative, 0, 0},
+    {"gemm hopper cluster2", gemm::Path::Hopper, 2, HopperSchedule::Cooperative, 0, 0},
+    {"gemm hopper coop 128x128", gemm::Path::Hopper, 1, HopperSchedule::Cooperative, 0, 128},
+    {"gemm hopper pingpong 64x192", gemm::Path::Hopper, 0, HopperSchedule::Pingpong, 64, 192},
+    {"gemm mma_sync", gemm::Path::MmaSync, 0, HopperSchedule::Auto, 0, 0},
+};
+constexpr HopperCase kGroupedCases[] = {
+    {"grouped hopper cluster1 ", gemm::Path::Hopper, 1, HopperSchedule::Cooperative, 0, 0},
+    {"grouped hopper cluster2 ", gemm::Path::Hopper, 2, HopperSchedule::Cooperative, 0, 0},
+    {"grouped hopper pingpong ", gemm::Path::Hopper, 0, HopperSchedule::Pingpong, 0, 0},
+    {"grouped mma_sync ", gemm::Path::MmaSync, 0, HopperSchedule::Auto, 0, 0},
+};
+
 void bench_dense(Bench& b, cublasHandle_t h, int64_t M, int64_t N, int64_t K) {
   const Shape shape{M, N, K};
   const DType bf = DType::bf16;
@@ -92,11 +141,8 @@ void bench_dense(Bench& b, cublasHandle_t h, int64_t M, int64_t N, int64_t K) {
       b, "gemm cublas", shape, bytes, flops, sets, [&](int s) { cublas(s, d[s]); }, nullptr);
   cublas(0, ref[0]);
   b.sync();
-  for (const auto& [name, path, cluster] :
-       {std::tuple{"gemm hopper cluster1", gemm::Path::Hopper, 1},
-        std::tuple{"gemm hopper cluster2", gemm::Path::Hopper, 2},
-        std::tuple{"gemm mma_sync", gemm::Path::MmaSync, 0}}) {
-    auto fn = [&, path = path, cluster = cluster](int s) {
+  for (const HopperCase& c : kDenseCases) {
+    auto fn = [&](int s) {
       gemm::GemmParams p;
       p.dtype = bf;
       p.m = M;
@@ -106,13 +152,16 @@ void bench_dense(Bench& b, cublasHandle_t h, int64_t M, int64_t N, int64_t K) {
       p.b = {bw[s].data(), gemm::Layout::ColMajor, K};
       p.d = d[s].data();
       p.ldd = N;
-      p.path = path;
-      p.tuning.hopper_cluster = cluster;
+      c.tune(p.path, p.tuning);
       gemm::gemm(p, b.stream);
     };
-    run_case(b, name, shape, bytes, flops, sets, fn,
+    run_case(b, c.name, shape, bytes, flops, sets, fn,
              [&] { return compare_ends(b, d[0], ref[0], M); });
   }
+  // cuBLAS once more: the clocks drift over a shape's rows (an 8192^3 row draws the most
+  // power), and this row, against the first, shows by how much.
+  run_case(
+      b, "gemm cublas again", shape, bytes, flops, sets, [&](int s) { cublas(s, d[s]); }, nullptr);
   (void)dims;
 }
 
@@ -146,11 +195,8 @@ void bench_grouped(Bench& b, cublasHandle_t h, const std::string& label,
       nullptr);
   cublas(0, ref[0]);
   b.sync();
-  for (const auto& [name, path, cluster] :
-       {std::tuple{"grouped hopper cluster1 ", gemm::Path::Hopper, 1},
-        std::tuple{"grouped hopper cluster2 ", gemm::Path::Hopper, 2},
-        std::tuple{"grouped mma_sync ", gemm::Path::MmaSync, 0}}) {
-    auto fn = [&, path = path, cluster = cluster](int s) {
+  for (const HopperCase& c : kGroupedCases) {
+    auto fn = [&](int s) {
       gemm::GroupedGemmParams p;
       p.dtype = bf;
       p.grouped = gemm::GroupedDim::M;
@@ -164,11 +210,10 @@ void bench_grouped(Bench& b, cublasHandle_t h, const std::string& label,
       p.b_group_stride = N * K;
       p.d = d[s].data();
       p.ldd = N;
-      p.path = path;
-      p.tuning.hopper_cluster = cluster;
+      c.tune(p.path, p.tuning);
       gemm::grouped_gemm(p, b.stream);
     };
-    run_case(b, name + label, shape, bytes, flops, sets, fn,
+    run_case(b, c.name + label, shape, bytes, flops, sets, fn,
              [&] { return compare_ends(b, d[0], ref[0], rows); });
   }
 }

@@ -31,6 +31,14 @@ struct GemmArgs {
   bool out_f32;      // D, C, bias are f32 (else the operands' dtype)
   bool pair_stores;  // every group's D rows allow one store per (even col, col + 1) pair
   int cluster_m;     // Hopper kernel: blocks per cluster along M sharing B by multicast (1, 2)
+  // Split K (ping-pong Hopper kernel, dense only): each tile's k-blocks in `splits` ranges,
+  // computed by different blocks and summed in split order through `partials` (FP32, one
+  // tile per output tile) and `semaphores` (one per output tile: call_id << 32 | the splits
+  // summed so far). 1 = no split; the pointers are then null.
+  int splits;
+  float* partials;
+  unsigned long long* semaphores;
+  unsigned long long call_id;
 };
 
 }  // namespace rudnn::gemm::kernels

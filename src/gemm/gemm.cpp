@@ -4,11 +4,17 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <atomic>
+#include <climits>
 #include <cstdint>
+#include <iterator>
+#include <type_traits>
 
 #include "core/check.h"
 #include "cuda/device_info.h"
 #include "gemm/launch.h"
+#include "rudnn/tensor.h"
 
 namespace rudnn::gemm {
 namespace {
@@ -89,6 +95,29 @@ void check_common(const char* op, const GroupedGemmParams& p, bool dense) {
   const int cl = p.tuning.hopper_cluster;
   check(cl >= 0 && cl <= 2, ErrorCode::InvalidArgument, op, ": tuning.hopper_cluster = ", cl,
         "; expected 0, 1 or 2");
+  const HopperSchedule schedule = p.tuning.hopper_schedule;
+  check(schedule == HopperSchedule::Auto || schedule == HopperSchedule::Cooperative ||
+            schedule == HopperSchedule::Pingpong,
+        ErrorCode::InvalidArgument, op, ": tuning.hopper_schedule = ", static_cast<int>(schedule),
+        "; expected Auto, Cooperative or Pingpong");
+  const int bm = p.tuning.hopper_block_m;
+  check(bm == 0 || bm == 64 || bm == 128, ErrorCode::InvalidArgument, op,
+        ": tuning.hopper_block_m = ", bm, "; expected 0, 64 or 128");
+  check(bm == 0 || schedule != HopperSchedule::Cooperative, ErrorCode::InvalidArgument, op,
+        ": tuning.hopper_block_m = ", bm,
+        " with the cooperative schedule; expected 0 (its tiles are 128 rows)");
+  const int splits = p.tuning.hopper_splits;
+  check(splits >= 0 && splits <= 16, ErrorCode::InvalidArgument, op,
+        ": tuning.hopper_splits = ", splits, "; expected 0 .. 16");
+  check(splits <= 1 || dense, ErrorCode::InvalidArgument, op, ": tuning.hopper_splits = ", splits,
+        "; split K applies to the dense GEMM only (expected 0 or 1)");
+  check(splits <= 1 || (schedule != HopperSchedule::Cooperative && cl != 2),
+        ErrorCode::InvalidArgument, op, ": tuning.hopper_splits = ", splits,
+        " with the cooperative schedule or clusters; split K runs on the ping-pong schedule");
+  check(cl != 2 || (schedule != HopperSchedule::Pingpong && bm == 0), ErrorCode::InvalidArgument,
+        op,
+        ": tuning.hopper_cluster = 2 with the ping-pong schedule; expected 0 or 1 (clusters "
+        "are a cooperative-schedule option)");
   if (!dense) {
     check(p.groups >= 1 && p.groups <= kMaxGroups, ErrorCode::InvalidArgument, op,
           ": groups = ", p.groups, "; expected 1 .. ", kMaxGroups);
@@ -171,6 +200,45 @@ int pick_block_n(int allowed, int64_t m_tiles, int64_t n, int sms) {
     }
   }
   return best;
+}
+
+// The ping-pong tile (index into kHopperPingpongTiles) among `allowed` that matches the forced
+// sizes (0: any) at the least estimated time, or -1. The estimate: waves of tiles on `sms`
+// SMs (a block's tiles run one after another on the tensor cores, whichever consumer owns
+// them), each tile costing its area plus its operand loads (which favour square tiles).
+int pick_pingpong_tile(int allowed, int forced_m, int forced_n, int64_t rows, int64_t groups,
+                       int64_t n, int sms) {
+  int best = -1;
+  int64_t best_cost = INT64_MAX;
+  for (int i = 0; i < static_cast<int>(std::size(kHopperPingpongTiles)); ++i) {
+    const HopperTile t = kHopperPingpongTiles[i];
+    if (!(allowed & (1 << i))) continue;
+    if ((forced_m != 0 && t.block_m != forced_m) || (forced_n != 0 && t.block_n != forced_n))
+      continue;
+    const int64_t m_tiles = groups * (((rows + groups - 1) / groups + t.block_m - 1) / t.block_m);
+    const int64_t tiles = m_tiles * ((n + t.block_n - 1) / t.block_n);
+    const int64_t waves = (tiles + sms - 1) / sms;
+    const int64_t cost = waves * (int64_t{t.block_m} * t.block_n + 32 * (t.block_m + t.block_n));
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = i;
+    }
+  }
+  return best;
+}
+
+template <class T>
+void launch_pingpong(int tile, bool a_k_major, bool b_k_major, const GemmArgs& args,
+                     const kernels::LaunchSite& site) {
+  if (a_k_major && b_k_major) {
+    if (tile == 0) return kernels::run_hopper_pingpong<T, 128, 128, true, true>(args, site);
+    if (tile == 1) return kernels::run_hopper_pingpong<T, 64, 256, true, true>(args, site);
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      if (tile == 2) return kernels::run_hopper_pingpong<T, 64, 192, true, true>(args, site);
+    }
+  }
+  detail::fail(ErrorCode::InvalidArgument, detail::cat("gemm: no ping-pong Hopper kernel of tile ",
+                                                       tile, " for these layouts"));
 }
 
 template <class T, bool kAK, bool kBK>
@@ -260,7 +328,99 @@ const char* hopper_refusal(const GroupedGemmParams& p, bool dense) {
   return nullptr;
 }
 
-void run(const char* op, const GroupedGemmParams& p, bool dense, const Stream& stream) {
+// What the Hopper path would run for `p` on `device` (use = false: another path), or, for a
+// forced Path::Hopper it cannot take, InvalidArgument with the reason.
+struct HopperPlan {
+  bool use = false;
+  bool pingpong = false;
+  int tile = -1;    // ping-pong: index into kHopperPingpongTiles
+  int block_n = 0;  // cooperative
+  int cluster = 1;
+  int splits = 1;
+  int64_t tiles = 0;  // ping-pong: output tiles
+  size_t workspace_bytes = 0;
+};
+
+HopperPlan plan_hopper(const char* op, const GroupedGemmParams& p, bool dense, Device device,
+                       int sms) {
+  HopperPlan plan;
+  if (p.dtype == DType::f32) return plan;
+  const bool grouped_k = !dense && p.grouped == GroupedDim::K;
+  const bool a_k_major = p.a.layout == Layout::RowMajor;
+  const bool b_k_major = p.b.layout == Layout::ColMajor;
+  const bool bf16 = p.dtype == DType::bf16;
+  const int allowed = kernels::hopper_instances(bf16, a_k_major, b_k_major);
+  const char* refusal = hopper_refusal(p, dense);
+  if (refusal == nullptr && !kernels::hopper_kernel_usable(device))
+    refusal = "the device is not compute capability 9.0 or the library was not built for sm_90a";
+  const Tuning& t = p.tuning;
+  const int forced_bn = t.hopper_block_n;
+  const int forced_bm = t.hopper_block_m;
+  // Auto keeps the cooperative schedule unless tile rows or split K are asked for: on the
+  // H200 (round of 12:25) ping-pong ran slower on every dense shape measured, 0.73-0.75x of
+  // cuBLAS at 8192^3 against 0.80-0.87x, 0.79x against 0.89x at 4096^3, 0.74x either way on
+  // the expert shapes. Its tiles (at most 128 accumulators a thread: 128 x 128, 64 x 256) load
+  // 1.33-1.67x more bytes per flop than the cooperative 128 x 256 tile; at the same 128 x 128
+  // tile it beat the cooperative kernel by 8 % (the epilogue overlap works) but not the
+  // wider tile. It won only on the grouped down projection (K = 1408; 524 against 483
+  // TFLOP/s), not on the up projection (560 against 645).
+  const bool pingpong =
+      t.hopper_schedule == HopperSchedule::Pingpong ||
+      (t.hopper_schedule == HopperSchedule::Auto && (forced_bm != 0 || t.hopper_splits > 1));
+  const int64_t groups = dense ? 1 : p.groups;
+  if (refusal == nullptr && pingpong) {
+    plan.tile =
+        pick_pingpong_tile(kernels::pingpong_instances(bf16, a_k_major, b_k_major), forced_bm,
+                           forced_bn, grouped_k ? p.m * groups : p.m, groups, p.n, sms);
+    if (plan.tile < 0)
+      refusal =
+          "no ping-pong kernel of that tile is built for these layouts (hopper_pingpong_tiles)";
+  }
+  if (refusal == nullptr && !pingpong && forced_bn != 0 &&
+      !(allowed & kernels::block_n_bit(forced_bn)))
+    refusal = "no kernel of that tile width is built for these layouts (hopper_block_ns)";
+  check(p.path != Path::Hopper || refusal == nullptr, ErrorCode::InvalidArgument, op,
+        ": Path::Hopper cannot take these arguments: ", refusal ? refusal : "");
+  if (refusal != nullptr || p.path == Path::MmaSync) return plan;
+
+  plan.use = true;
+  if (pingpong) {
+    plan.pingpong = true;
+    const HopperTile tile = kHopperPingpongTiles[plan.tile];
+    const int64_t k_blocks = (p.k + 63) / 64;
+    const int64_t splits = t.hopper_splits > 1 ? t.hopper_splits : 1;
+    plan.tiles =
+        ((p.m + tile.block_m - 1) / tile.block_m) * ((p.n + tile.block_n - 1) / tile.block_n);
+    // At most one split per k-block, and (tile, split) units numbered in 32 bits.
+    const int64_t most = std::min<int64_t>(k_blocks, INT32_MAX / std::max<int64_t>(plan.tiles, 1));
+    plan.splits = static_cast<int>(std::max<int64_t>(std::min(splits, most), 1));
+    if (plan.splits > 1) {
+      plan.workspace_bytes =
+          static_cast<size_t>((plan.tiles * 8 + 15) / 16 * 16) +
+          static_cast<size_t>(plan.tiles) * static_cast<size_t>(tile.block_m * tile.block_n) * 4;
+    }
+    return plan;
+  }
+  int block_n = forced_bn;
+  if (block_n == 0) {
+    // Balanced groups as the estimate (the sizes live on the device).
+    const int64_t m_tiles = grouped_k ? groups * ((p.m + 127) / 128)
+                                      : groups * (((p.m + groups - 1) / groups + 127) / 128);
+    block_n = pick_block_n(allowed, m_tiles, p.n, sms);
+  }
+  plan.block_n = block_n;
+  // Pairs sharing B pay off when groups are at least two tiles high; a lone tile would make
+  // its partner compute rows the epilogue drops.
+  const int64_t rows_per_group = grouped_k || dense ? p.m : (p.m + p.groups - 1) / p.groups;
+  plan.cluster = t.hopper_cluster != 0               ? t.hopper_cluster
+                 : rows_per_group >= kClusterMinRows ? 2
+                                                     : 1;
+  return plan;
+}
+
+// `workspace` / `workspace_bytes`: the caller's (dense GemmParams), or null / 0.
+void run(const char* op, const GroupedGemmParams& p, bool dense, const Stream& stream,
+         void* given_workspace = nullptr, size_t given_bytes = 0) {
   check_common(op, p, dense);
   check(!stream.is_default(), ErrorCode::InvalidArgument, op,
         ": needs an explicit CUDA stream (the operands are raw device pointers)");
@@ -300,6 +460,7 @@ void run(const char* op, const GroupedGemmParams& p, bool dense, const Stream& s
   const size_t out_bytes = dtype_size(out);
   args.pair_stores = aligned(p.d, 2 * out_bytes) && p.ldd % 2 == 0 && args.d_group_stride % 2 == 0;
   args.cluster_m = 1;
+  args.splits = 1;
 
   const Device device = stream.device();
   const kernels::LaunchSite site{reinterpret_cast<cudaStream_t>(stream.handle()), device,
@@ -318,35 +479,39 @@ void run(const char* op, const GroupedGemmParams& p, bool dense, const Stream& s
   const bool a_k_major = p.a.layout == Layout::RowMajor;
   const bool b_k_major = p.b.layout == Layout::ColMajor;
   const bool bf16 = p.dtype == DType::bf16;
-  const int allowed = kernels::hopper_instances(bf16, a_k_major, b_k_major);
-  const char* refusal = hopper_refusal(p, dense);
-  if (refusal == nullptr && !kernels::hopper_kernel_usable(device))
-    refusal = "the device is not compute capability 9.0 or the library was not built for sm_90a";
-  const int forced_bn = p.tuning.hopper_block_n;
-  if (refusal == nullptr && forced_bn != 0 && !(allowed & kernels::block_n_bit(forced_bn)))
-    refusal = "no kernel of that tile width is built for these layouts (hopper_block_ns)";
-  check(p.path != Path::Hopper || refusal == nullptr, ErrorCode::InvalidArgument, op,
-        ": Path::Hopper cannot take these arguments: ", refusal ? refusal : "");
-
-  if (refusal == nullptr && p.path != Path::MmaSync) {
-    int block_n = forced_bn;
-    if (block_n == 0) {
-      // Balanced groups as the estimate (the sizes live on the device).
-      const int64_t groups = dense ? 1 : p.groups;
-      const int64_t m_tiles = grouped_k ? groups * ((p.m + 127) / 128)
-                                        : groups * (((p.m + groups - 1) / groups + 127) / 128);
-      block_n = pick_block_n(allowed, m_tiles, p.n, site.multiprocessors);
+  const HopperPlan plan = plan_hopper(op, p, dense, device, site.multiprocessors);
+  if (plan.use) {
+    args.cluster_m = plan.cluster;
+    if (plan.pingpong) {
+      Tensor allocated;
+      if (plan.splits > 1) {
+        void* workspace = given_workspace;
+        if (workspace != nullptr) {
+          check(given_bytes >= plan.workspace_bytes, ErrorCode::InvalidArgument, op,
+                ": workspace_bytes = ", given_bytes, "; expected >= ", plan.workspace_bytes,
+                " for ", plan.splits, " splits (gemm_workspace_bytes)");
+        } else {
+          allocated = Tensor::empty({static_cast<int64_t>((plan.workspace_bytes + 3) / 4)},
+                                    DType::f32, device, stream);
+          workspace = allocated.data();
+        }
+        // Semaphores first (8 bytes a tile, rounded to 16), then the FP32 partial tiles.
+        args.splits = plan.splits;
+        args.semaphores = static_cast<unsigned long long*>(workspace);
+        args.partials = static_cast<float*>(workspace) + (plan.tiles * 2 + 3) / 4 * 4;
+        static std::atomic<unsigned long long> calls{0};
+        args.call_id = (calls.fetch_add(1, std::memory_order_relaxed) + 1) & 0xFFFFFFFFull;
+      }
+      if (bf16)
+        launch_pingpong<__nv_bfloat16>(plan.tile, a_k_major, b_k_major, args, site);
+      else
+        launch_pingpong<__half>(plan.tile, a_k_major, b_k_major, args, site);
+      return;  // the workspace is freed in stream order, after the kernel
     }
-    // Pairs sharing B pay off when groups are at least two tiles high; a lone tile would make
-    // its partner compute rows the epilogue drops.
-    const int64_t rows_per_group = grouped_k || dense ? p.m : (p.m + p.groups - 1) / p.groups;
-    args.cluster_m = p.tuning.hopper_cluster != 0        ? p.tuning.hopper_cluster
-                     : rows_per_group >= kClusterMinRows ? 2
-                                                         : 1;
     if (bf16)
-      launch_hopper<__nv_bfloat16>(block_n, a_k_major, b_k_major, args, site);
+      launch_hopper<__nv_bfloat16>(plan.block_n, a_k_major, b_k_major, args, site);
     else
-      launch_hopper<__half>(block_n, a_k_major, b_k_major, args, site);
+      launch_hopper<__half>(plan.block_n, a_k_major, b_k_major, args, site);
     return;
   }
   bool a_vector = false, b_vector = false;
@@ -373,11 +538,27 @@ const char* path_name(Path path) {
   return "?";
 }
 
-void check_gemm(const GemmParams& p) { check_common("gemm", as_grouped(p), true); }
+void check_gemm(const GemmParams& p) {
+  check(aligned(p.workspace, 16), ErrorCode::InvalidArgument,
+        "gemm: workspace is not 16-byte aligned");
+  check_common("gemm", as_grouped(p), true);
+}
 
 void check_grouped_gemm(const GroupedGemmParams& p) { check_common("grouped_gemm", p, false); }
 
-void gemm(const GemmParams& p, const Stream& stream) { run("gemm", as_grouped(p), true, stream); }
+void gemm(const GemmParams& p, const Stream& stream) {
+  check(aligned(p.workspace, 16), ErrorCode::InvalidArgument,
+        "gemm: workspace is not 16-byte aligned");
+  run("gemm", as_grouped(p), true, stream, p.workspace, p.workspace_bytes);
+}
+
+size_t gemm_workspace_bytes(const GemmParams& p, Device device) {
+  const GroupedGemmParams g = as_grouped(p);
+  check_common("gemm", g, true);
+  if (!device.is_cuda() || p.m == 0 || p.n == 0) return 0;
+  return plan_hopper("gemm", g, true, device, cuda::device_info(device).multiprocessors)
+      .workspace_bytes;
+}
 
 void grouped_gemm(const GroupedGemmParams& p, const Stream& stream) {
   run("grouped_gemm", p, false, stream);
@@ -385,6 +566,12 @@ void grouped_gemm(const GroupedGemmParams& p, const Stream& stream) {
 
 bool hopper_available(Device device) {
   return device.is_cuda() && kernels::hopper_kernel_usable(device);
+}
+
+int hopper_pingpong_tiles(DType dtype, Layout a, Layout b) {
+  if (dtype != DType::bf16 && dtype != DType::f16) return 0;
+  return kernels::pingpong_instances(dtype == DType::bf16, a == Layout::RowMajor,
+                                     b == Layout::ColMajor);
 }
 
 int hopper_block_ns(DType dtype, Layout a, Layout b) {

@@ -21,7 +21,9 @@
 // Paths (the entry picks the fastest usable; `path` forces one, for tests and benchmarks):
 //   Hopper   sm_90a: persistent, warp-specialised (a TMA producer warpgroup, two wgmma
 //            consumer warpgroups, setmaxnreg), 128 x BN x 64 tiles, BN 128/192/256, every
-//            layout of A and B, optionally clusters of two blocks multicasting B. Needs bf16/f16, a
+//            layout of A and B, optionally clusters of two blocks multicasting B; or, opt-in
+//            (Tuning), the ping-pong schedule (one tile per consumer warpgroup) with optional
+//            deterministic split K, forward layout only. Needs bf16/f16, a
 //            device of compute capability 9.0, the library built for sm_90a, leading dimensions
 //            (and grouped-M B's group stride) multiples of 8 elements and 16-byte aligned A and B
 //            (TMA's rules), K >= 1, and a grouped axis that is not contiguous in memory (TMA boxes
@@ -34,6 +36,7 @@
 //   Simt     FP32 on CUDA cores (f32 without TF32).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 
@@ -68,21 +71,43 @@ struct Epilogue {
   std::optional<DType> out_dtype;  // D, C, bias: the operands' dtype (unset) or f32
 };
 
-// Launch choices a caller may force (tests, benchmarks); 0 = the entry's choice.
+// The Hopper kernel's schedule of its two consumer warpgroups.
+//   Cooperative  both share one 128 x BN tile (64 rows each) and run its epilogue together,
+//                the tensor cores idle meanwhile; the only schedule with clusters of two.
+//   Pingpong     each owns a BM x BN tile (hopper_pingpong_tiles) and their mainloops take
+//                turns, so that one's epilogue runs under the other's MMAs.
+enum class HopperSchedule { Auto, Cooperative, Pingpong };
+
+// Launch choices a caller may force (tests, benchmarks); 0 / Auto = the entry's choice.
 struct Tuning {
-  int hopper_block_n = 0;  // 128, 192 or 256, among those built for the layouts (hopper_block_ns)
+  // Cooperative: 128, 192 or 256, among those built for the layouts (hopper_block_ns);
+  // Pingpong: the tile's N (hopper_pingpong_tiles).
+  int hopper_block_n = 0;
   // Hopper: 1 = one block per 128 x BN tile; 2 = clusters of two blocks along M, each loading
   // half of the pair's common B tile and multicasting it to both (B crosses L2 once per pair).
+  // Cooperative schedule only.
   int hopper_cluster = 0;
+  HopperSchedule hopper_schedule = HopperSchedule::Auto;
+  // Pingpong: 64 or 128 rows per tile (implies the ping-pong schedule under Auto).
+  int hopper_block_m = 0;
+  // Split K, dense GEMM on the ping-pong schedule (implies it under Auto): 1 = none, 2 .. 16
+  // splits of each tile's k-blocks (at most one per k-block: more are clamped), summed in a
+  // fixed order (deterministic). Memory: a stream-ordered workspace of tiles x (BM x BN x 4 +
+  // 8) bytes for the call (gemm_workspace_bytes), freed on the stream after the kernel.
+  int hopper_splits = 0;
 };
 
 // D[M, N] = epilogue(A[M, K] . B[K, N]). M, N, K >= 0 and < 2^31; K = 0 gives the epilogue of
 // zeros. D must not overlap A, B, bias or the scales, nor C unless C is D with ldc = ldd (not
-// checked: internal API).
+// checked: internal API). Memory: none, except with split K (Tuning::hopper_splits): the
+// workspace given, or one allocated for the call.
 // Errors: DTypeMismatch (dtype not f32/f16/bf16, out dtype neither dtype nor f32),
 // InvalidArgument (negative or too large sizes, leading dimensions below the contiguous
 // extent, null or misaligned pointers for a non-empty product, TF32 with 16-bit operands, a
-// forced path or tile these arguments cannot take, a default or CPU stream).
+// forced path or tile these arguments cannot take, inconsistent tuning (tile rows or split K
+// with the cooperative schedule, clusters with ping-pong), a misaligned or too small
+// workspace, a default or CPU stream); OutOfMemory when a split-K call allocates its
+// workspace and cannot.
 struct GemmParams {
   DType dtype = DType::bf16;
   int64_t m = 0, n = 0, k = 0;
@@ -93,8 +118,17 @@ struct GemmParams {
   MathMode math = MathMode::Default;
   Path path = Path::Auto;
   Tuning tuning;
+  // Device memory for a split-K call (gemm_workspace_bytes; 16-byte aligned, not shared with
+  // work running concurrently). Null: such a call allocates its own on the stream, which a
+  // CUDA graph capture cannot record; a call that needs none ignores it.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 void gemm(const GemmParams& p, const Stream& stream);
+
+// The device workspace gemm(p, stream) allocates when the stream is on `device` (0 when the
+// call splits no K: every call but Hopper split-K ones). Validates like check_gemm.
+size_t gemm_workspace_bytes(const GemmParams& p, Device device);
 
 // Grouped GEMM: G groups sharing N, one persistent launch over all groups' tiles. The group
 // boundaries are offsets[0 .. G] (int32, in device memory, non-decreasing, offsets[0] >= 0,
@@ -152,5 +186,13 @@ bool hopper_available(Device device);
 // The Hopper tile widths built for a dtype (bf16/f16) and the layouts of A and B, as a bit
 // set: bit 0 = 128, bit 1 = 192, bit 2 = 256 (0: no Hopper kernel for them).
 int hopper_block_ns(DType dtype, Layout a, Layout b);
+
+// The ping-pong tiles built for a dtype and the layouts of A and B, as a bit set over
+// kHopperPingpongTiles (0: no ping-pong kernel for them; those layouts run Cooperative).
+struct HopperTile {
+  int block_m, block_n;
+};
+inline constexpr HopperTile kHopperPingpongTiles[] = {{128, 128}, {64, 256}, {64, 192}};
+int hopper_pingpong_tiles(DType dtype, Layout a, Layout b);
 
 }  // namespace rudnn::gemm

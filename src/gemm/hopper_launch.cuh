@@ -1,13 +1,17 @@
-// run_hopper: the tensor maps of A and B, the shared-memory opt-in, the persistent grid.
-// Included by the hopper_<dtype>_<majors>_n<BN>.cu files, each instantiating one kernel.
+// run_hopper / run_hopper_pingpong: the tensor maps of A and B, the shared-memory opt-in, the
+// persistent grid. Included by the hopper_<dtype>_<majors>_n<BN>.cu (cooperative) and
+// hopper_pp_<dtype>_<majors>_m<BM>n<BN>.cu (ping-pong) files, each instantiating one kernel.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "core/cuda_check.h"
 #include "cuda/device_info.h"
 #include "cuda/tensor_core/tensor_map.h"
 #include "gemm/hopper_gemm.cuh"
+#include "gemm/hopper_pingpong.cuh"
 #include "gemm/launch.h"
 
 namespace rudnn::gemm::kernels {
@@ -35,6 +39,29 @@ inline cuda::tc::TensorMapSpec hopper_b_map(const GemmArgs& args, CUtensorMapDat
   s.box[1] = k_major ? block_n / static_cast<uint32_t>(cluster) : 64;
   s.box[2] = 1;
   return s;
+}
+
+// The 2-D map of A: m x k; K-major (row-major) as {k, m} with boxes of 64 k x block_m rows,
+// MN-major (column-major) as {m, k} with boxes of 64 m x 64 k (block_m / 64 per tile).
+inline cuda::tc::TensorMapSpec hopper_a_map(const GemmArgs& args, CUtensorMapDataType type,
+                                            bool k_major, uint32_t block_m) {
+  cuda::tc::TensorMapSpec a;
+  a.type = type;
+  a.rank = 2;
+  a.base = args.a;
+  a.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  a.dims[0] = static_cast<uint64_t>(k_major ? args.k : args.m);
+  a.dims[1] = static_cast<uint64_t>(k_major ? args.m : args.k);
+  a.strides[0] = static_cast<uint64_t>(k_major ? args.a_m : args.a_k) * 2;
+  a.box[0] = 64;
+  a.box[1] = k_major ? block_m : 64;
+  return a;
+}
+
+template <class T>
+CUtensorMapDataType hopper_map_type() {
+  return std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                   : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
 }
 
 template <class T, int kBlockN, bool kAKMajor, bool kBKMajor>
@@ -83,21 +110,9 @@ void run_hopper(const GemmArgs& args_in, const LaunchSite& site) {
         2));
   }
 
-  const CUtensorMapDataType type = std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                             : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  // A: m x k; K-major (row-major) as {k, m} with boxes of 64 k x 128 rows, MN-major
-  // (column-major) as {m, k} with boxes of 64 m x 64 k (two per tile).
-  cuda::tc::TensorMapSpec a;
-  a.type = type;
-  a.rank = 2;
-  a.base = args.a;
-  a.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
-  a.dims[0] = static_cast<uint64_t>(kAKMajor ? args.k : args.m);
-  a.dims[1] = static_cast<uint64_t>(kAKMajor ? args.m : args.k);
-  a.strides[0] = static_cast<uint64_t>(kAKMajor ? args.a_m : args.a_k) * 2;
-  a.box[0] = 64;
-  a.box[1] = kAKMajor ? Traits::kBlockM : 64;
-  const CUtensorMap map_a = cuda::tc::encode_tensor_map(a);
+  const CUtensorMapDataType type = hopper_map_type<T>();
+  const CUtensorMap map_a =
+      cuda::tc::encode_tensor_map(hopper_a_map(args, type, kAKMajor, Traits::kBlockM));
   const CUtensorMap map_b = cuda::tc::encode_tensor_map(
       hopper_b_map(args, type, kBKMajor, Traits::kBlockN, args.cluster_m));
   const RuntimeActivation act{args.activation};
@@ -110,6 +125,36 @@ void run_hopper(const GemmArgs& args_in, const LaunchSite& site) {
   const int grid = persistent_grid(args, Traits::kBlockM, Traits::kBlockN, 1, site);
   kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, site.stream>>>(map_a, map_b, args, act);
   detail::check_launch("hopper_gemm_kernel");
+}
+
+// The ping-pong kernel (hopper_pingpong.cuh): one block per SM, no clusters.
+template <class T, int kBlockM, int kBlockN, bool kAKMajor, bool kBKMajor>
+void run_hopper_pingpong(const GemmArgs& args_in, const LaunchSite& site) {
+  using Traits = PingpongTraits<T, kBlockM, kBlockN, kAKMajor, kBKMajor>;
+  auto kernel = hopper_pingpong_kernel<T, Traits, RuntimeActivation>;
+  static cuda::PerDevice<signed char> configured;  // the shared-memory opt-in, once per device
+  configured.get(site.device, [&]() -> signed char {
+    detail::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            Traits::kSharedBytes),
+                       "cudaFuncSetAttribute(hopper_pingpong_kernel)");
+    return 1;
+  });
+  GemmArgs args = args_in;
+  args.cluster_m = 1;
+  const CUtensorMapDataType type = hopper_map_type<T>();
+  const CUtensorMap map_a =
+      cuda::tc::encode_tensor_map(hopper_a_map(args, type, kAKMajor, Traits::kBlockM));
+  const CUtensorMap map_b =
+      cuda::tc::encode_tensor_map(hopper_b_map(args, type, kBKMajor, Traits::kBlockN, 1));
+  const RuntimeActivation act{args.activation};
+  // Split K: (tile, split) units, still at most one block per SM (the hand-over between splits
+  // needs every block resident).
+  const int splits = args.splits > 1 ? args.splits : 1;
+  const int grid = static_cast<int>(std::min<int64_t>(
+      int64_t{persistent_grid(args, Traits::kBlockM, Traits::kBlockN, 1, site)} * splits,
+      site.multiprocessors));
+  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, site.stream>>>(map_a, map_b, args, act);
+  detail::check_launch("hopper_pingpong_kernel");
 }
 
 }  // namespace rudnn::gemm::kernels

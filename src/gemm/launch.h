@@ -34,6 +34,19 @@ constexpr int hopper_instances(bool bf16, bool a_k_major, bool b_k_major) {
 }
 constexpr int block_n_bit(int block_n) { return block_n == 128 ? 1 : block_n == 192 ? 2 : 4; }
 
+// Ping-pong Hopper kernels (hopper_pingpong.cuh): one tile of kBlockM x kBlockN per consumer
+// warpgroup. The tiles built, as a bit set, per dtype and layouts: the
+// forward layout (row-major A, column-major B: dense and the MoE experts) only so far; the
+// other layouts run the cooperative kernel.
+template <class T, int kBlockM, int kBlockN, bool kAKMajor, bool kBKMajor>
+void run_hopper_pingpong(const GemmArgs& args, const LaunchSite& site);
+
+// Bit i: gemm::kHopperPingpongTiles[i] (gemm.h).
+constexpr int pingpong_instances(bool bf16, bool a_k_major, bool b_k_major) {
+  if (!(a_k_major && b_k_major)) return 0;
+  return bf16 ? 0b111 : 0b011;
+}
+
 // Whether the Hopper kernels can run on `device` (compute capability 9.0, built for sm_90a).
 bool hopper_kernel_usable(Device device);
 

@@ -149,6 +149,91 @@ TEST(GemmErrors, ForcedTileOrPath) {
   EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument));
 }
 
+// The ping-pong schedule's tuning: tile rows 64 or 128, only with a schedule that has them, and
+// no clusters (a cooperative-schedule option). Each rule is checked alone, then the valid
+// combinations pass.
+TEST(GemmErrors, PingpongTuning) {
+  using gemm::HopperSchedule;
+  auto p = valid_dense();
+  p.tuning.hopper_block_m = 96;
+  EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"hopper_block_m = 96", "64 or 128"}));
+  p = valid_dense();
+  p.tuning.hopper_schedule = HopperSchedule::Cooperative;
+  p.tuning.hopper_block_m = 64;
+  EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"cooperative"}));
+  p = valid_dense();
+  p.tuning.hopper_schedule = HopperSchedule::Pingpong;
+  p.tuning.hopper_cluster = 2;
+  EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"hopper_cluster = 2", "ping-pong"}));
+  p = valid_dense();
+  p.tuning.hopper_block_m = 128;  // Auto with tile rows: the ping-pong schedule
+  p.tuning.hopper_cluster = 2;
+  EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"hopper_cluster = 2"}));
+  p = valid_dense();
+  p.tuning.hopper_schedule = static_cast<HopperSchedule>(7);
+  EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"hopper_schedule = 7"}));
+  auto g = valid_grouped();
+  g.tuning.hopper_block_m = 32;
+  EXPECT_TRUE(grouped_fails(g, ErrorCode::InvalidArgument, {"hopper_block_m = 32"}));
+
+  p = valid_dense();
+  p.tuning.hopper_schedule = HopperSchedule::Pingpong;
+  p.tuning.hopper_block_m = 64;
+  p.tuning.hopper_block_n = 256;
+  p.tuning.hopper_cluster = 1;
+  EXPECT_NO_THROW(gemm::check_gemm(p));
+  p.tuning.hopper_schedule = HopperSchedule::Cooperative;
+  p.tuning.hopper_block_m = 0;
+  p.tuning.hopper_cluster = 2;
+  EXPECT_NO_THROW(gemm::check_gemm(p));
+}
+
+// Split K: 0 .. 16 splits, dense only, on the ping-pong schedule (not with the cooperative
+// schedule or clusters); a workspace must be 16-byte aligned.
+TEST(GemmErrors, SplitKTuning) {
+  using gemm::HopperSchedule;
+  auto p = valid_dense();
+  p.tuning.hopper_splits = 17;
+  EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"hopper_splits = 17", "0 .. 16"}));
+  p.tuning.hopper_splits = -1;
+  EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"hopper_splits = -1"}));
+  p = valid_dense();
+  p.tuning.hopper_splits = 2;
+  p.tuning.hopper_schedule = HopperSchedule::Cooperative;
+  EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"cooperative"}));
+  p = valid_dense();
+  p.tuning.hopper_splits = 2;
+  p.tuning.hopper_cluster = 2;
+  EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"hopper_splits = 2"}));
+  auto g = valid_grouped();
+  g.tuning.hopper_splits = 2;
+  EXPECT_TRUE(grouped_fails(g, ErrorCode::InvalidArgument, {"dense GEMM only"}));
+  g.tuning.hopper_splits = 1;
+  EXPECT_NO_THROW(gemm::check_grouped_gemm(g));
+  p = valid_dense();
+  p.workspace = g_dummy + 8;
+  EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"workspace", "16-byte"}));
+  p.workspace = g_dummy;
+  p.workspace_bytes = 16;
+  p.tuning.hopper_splits = 16;
+  p.tuning.hopper_schedule = HopperSchedule::Pingpong;
+  EXPECT_NO_THROW(gemm::check_gemm(p));
+  // The workspace query validates as check_gemm does; a CPU device runs no split K.
+  EXPECT_EQ(gemm::gemm_workspace_bytes(p, Device::cpu()), 0u);
+  p.tuning.hopper_splits = 17;
+  EXPECT_TRUE(throws_error([&] { (void)gemm::gemm_workspace_bytes(p, Device::cpu()); },
+                           ErrorCode::InvalidArgument, {"hopper_splits = 17"}));
+}
+
+// What the build offers: the ping-pong tiles only for the forward layout (row-major A,
+// column-major B), bf16 with every tile of kHopperPingpongTiles, f16 with the first two.
+TEST(GemmErrors, PingpongTilesBuilt) {
+  EXPECT_EQ(gemm::hopper_pingpong_tiles(DType::bf16, Layout::RowMajor, Layout::ColMajor), 0b111);
+  EXPECT_EQ(gemm::hopper_pingpong_tiles(DType::f16, Layout::RowMajor, Layout::ColMajor), 0b011);
+  EXPECT_EQ(gemm::hopper_pingpong_tiles(DType::bf16, Layout::ColMajor, Layout::RowMajor), 0);
+  EXPECT_EQ(gemm::hopper_pingpong_tiles(DType::f32, Layout::RowMajor, Layout::ColMajor), 0);
+}
+
 TEST(GemmErrors, Grouped) {
   auto p = valid_grouped();
   p.groups = 0;

@@ -1,5 +1,8 @@
 // GEMM launch variants and epilogue options against a float64 host product (the shape and
 // layout sweeps are in test_gemm_gpu.cpp):
+//   - every ping-pong Hopper kernel built (Tuning::hopper_schedule, one tile per consumer
+//     warpgroup), on odd shapes, K tails, and enough tiles that each block alternates several
+//     between its consumers; the entry's choices and refusals of that schedule;
 //   - every Hopper kernel built (dtype x layouts x tile width) with and without clusters of two
 //     (Tuning::hopper_cluster: B multicast to a pair of blocks), on shapes with an odd number
 //     of M tiles (a pair's second block past M), grouped by M with empty and odd groups, and
@@ -17,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <utility>
@@ -112,6 +116,8 @@ void expect_output(const Tensor& d, const std::vector<double>& expected, int64_t
 struct Options {
   Path path = Path::Auto;
   int block_n = 0, cluster = 0;
+  gemm::HopperSchedule schedule = gemm::HopperSchedule::Auto;
+  int block_m = 0, splits = 0;
   float alpha = 1.0f, beta = 0.0f;
   bool bias = false, row_scale = false, col_scale = false, in_place = false;
   Activation activation = Activation::None;
@@ -120,11 +126,14 @@ struct Options {
 };
 
 std::string describe(const Options& o) {
-  return (::testing::Message() << "path " << gemm::path_name(o.path) << " BN " << o.block_n
-                               << " cluster " << o.cluster << " alpha " << o.alpha << " beta "
-                               << o.beta << " bias " << o.bias << " scales " << o.row_scale
-                               << o.col_scale << " in-place " << o.in_place << " act "
-                               << static_cast<int>(o.activation) << " f32 out " << o.f32_out)
+  return (::testing::Message() << "path " << gemm::path_name(o.path) << " schedule "
+                               << static_cast<int>(o.schedule) << " (0 auto, 1 cooperative, "
+                               << "2 ping-pong) BM " << o.block_m << " BN " << o.block_n
+                               << " splits " << o.splits << " cluster " << o.cluster << " alpha "
+                               << o.alpha << " beta " << o.beta << " bias " << o.bias << " scales "
+                               << o.row_scale << o.col_scale << " in-place " << o.in_place
+                               << " act " << static_cast<int>(o.activation) << " f32 out "
+                               << o.f32_out)
       .GetString();
 }
 
@@ -225,6 +234,9 @@ void check_dense(Rng& rng, DType dtype, int64_t m, int64_t n, int64_t k, Layout 
   p.path = o.path;
   p.tuning.hopper_block_n = o.block_n;
   p.tuning.hopper_cluster = o.cluster;
+  p.tuning.hopper_schedule = o.schedule;
+  p.tuning.hopper_block_m = o.block_m;
+  p.tuning.hopper_splits = o.splits;
   const Stream stream = current_stream(kGpu);
   ASSERT_NO_THROW(gemm::gemm(p, stream));
   ASSERT_NO_THROW(stream.synchronize());  // a kernel fault reported with the case's trace
@@ -279,6 +291,8 @@ void check_grouped_m(Rng& rng, DType dtype, const std::vector<int32_t>& sizes, i
   p.path = o.path;
   p.tuning.hopper_block_n = o.block_n;
   p.tuning.hopper_cluster = o.cluster;
+  p.tuning.hopper_schedule = o.schedule;
+  p.tuning.hopper_block_m = o.block_m;
   const Stream stream = current_stream(kGpu);
   ASSERT_NO_THROW(gemm::grouped_gemm(p, stream));
   ASSERT_NO_THROW(stream.synchronize());  // a kernel fault reported with the case's trace
@@ -336,6 +350,8 @@ void check_grouped_k(Rng& rng, DType dtype, const std::vector<int32_t>& sizes, i
   p.path = o.path;
   p.tuning.hopper_block_n = o.block_n;
   p.tuning.hopper_cluster = o.cluster;
+  p.tuning.hopper_schedule = o.schedule;
+  p.tuning.hopper_block_m = o.block_m;
   const Stream stream = current_stream(kGpu);
   ASSERT_NO_THROW(gemm::grouped_gemm(p, stream));
   ASSERT_NO_THROW(stream.synchronize());  // a kernel fault reported with the case's trace
@@ -390,6 +406,195 @@ TEST_P(GemmVariantsGpu, HopperKernelsWithAndWithoutClusters) {
   });
 }
 
+// Every ping-pong tile built (one tile per consumer warpgroup, their mainloops taking turns):
+// shapes that are not multiples of the tile, K tails, a single row, K over many k-blocks, and
+// enough tiles that blocks own several (both consumers, odd counts, the ring skipping the
+// other consumer's k-blocks); grouped by M with empty and one-row groups (tiles of different
+// groups alternate between the consumers).
+TEST_P(GemmVariantsGpu, PingpongKernelsEveryTile) {
+  RUDNN_REQUIRE_CUDA();
+  if (!hopper()) GTEST_SKIP() << "the wgmma path needs a 9.0 device and an sm_90a build";
+  RUDNN_SEEDED_RNG(rng);
+  const DType dtype = GetParam();
+  const int tiles = gemm::hopper_pingpong_tiles(dtype, Layout::RowMajor, Layout::ColMajor);
+  ASSERT_NE(tiles, 0);
+  for (int i = 0; i < static_cast<int>(std::size(gemm::kHopperPingpongTiles)); ++i) {
+    if (!(tiles & (1 << i))) continue;
+    Options o;
+    o.path = Path::Hopper;
+    o.schedule = gemm::HopperSchedule::Pingpong;
+    o.block_m = gemm::kHopperPingpongTiles[i].block_m;
+    o.block_n = gemm::kHopperPingpongTiles[i].block_n;
+    check_dense(rng, dtype, 300, 333, 200, Layout::RowMajor, Layout::ColMajor, o);
+    check_dense(rng, dtype, 1, 17, 8, Layout::RowMajor, Layout::ColMajor, o);
+    check_dense(rng, dtype, 130, 260, 1000, Layout::RowMajor, Layout::ColMajor, o);
+    check_dense(rng, dtype, 4100, 1030, 130, Layout::RowMajor, Layout::ColMajor, o);
+    check_grouped_m(rng, dtype, {0, 129, 1, 0, 300, 256}, 200, 136, Layout::ColMajor, o);
+    check_grouped_m(rng, dtype, std::vector<int32_t>(40, 65), 520, 72, Layout::ColMajor, o);
+  }
+}
+
+// Split K on every ping-pong tile: 2, 3 and 5 splits over 16 k-blocks with a K tail, more
+// splits than k-blocks (clamped), a single k-block, enough tiles that blocks own several
+// (split 0 and later splits of other tiles in one block), and every epilogue option on the
+// last split. One plan for many runs: the semaphores carry each call's id.
+TEST_P(GemmVariantsGpu, PingpongSplitK) {
+  RUDNN_REQUIRE_CUDA();
+  if (!hopper()) GTEST_SKIP() << "the wgmma path needs a 9.0 device and an sm_90a build";
+  RUDNN_SEEDED_RNG(rng);
+  const DType dtype = GetParam();
+  const int tiles = gemm::hopper_pingpong_tiles(dtype, Layout::RowMajor, Layout::ColMajor);
+  for (int i = 0; i < static_cast<int>(std::size(gemm::kHopperPingpongTiles)); ++i) {
+    if (!(tiles & (1 << i))) continue;
+    Options o;
+    o.path = Path::Hopper;
+    o.block_m = gemm::kHopperPingpongTiles[i].block_m;
+    o.block_n = gemm::kHopperPingpongTiles[i].block_n;
+    for (int splits : {2, 3, 5}) {
+      o.splits = splits;
+      check_dense(rng, dtype, 300, 333, 1000, Layout::RowMajor, Layout::ColMajor, o);
+    }
+    o.splits = 16;
+    check_dense(rng, dtype, 130, 260, 200, Layout::RowMajor, Layout::ColMajor, o);  // 4 blocks
+    o.splits = 2;
+    check_dense(rng, dtype, 1, 17, 8, Layout::RowMajor, Layout::ColMajor, o);
+    check_dense(rng, dtype, 2100, 1030, 330, Layout::RowMajor, Layout::ColMajor, o);
+    o.splits = 3;
+    o.alpha = 0.75f;
+    o.row_scale = o.col_scale = o.bias = true;
+    o.activation = Activation::Gelu;
+    o.beta = -0.5f;
+    check_dense(rng, dtype, 200, 300, 700, Layout::RowMajor, Layout::ColMajor, o);
+    o = Options{};
+    o.path = Path::Hopper;
+    o.block_m = gemm::kHopperPingpongTiles[i].block_m;
+    o.block_n = gemm::kHopperPingpongTiles[i].block_n;
+    o.splits = 4;
+    o.in_place = true;
+    o.beta = 1.0f;
+    o.f32_out = true;
+    check_dense(rng, dtype, 200, 300, 700, Layout::RowMajor, Layout::ColMajor, o);
+  }
+}
+
+// Split K is deterministic (the partial sums are added in split order): the same call twice
+// gives the same bits. The workspace the call reports, given by the caller, is used (a too
+// small one is refused before anything runs), and a call captured in a CUDA graph with it
+// gives the product on every replay (the same call id each time).
+TEST_P(GemmVariantsGpu, PingpongSplitKDeterministicWorkspaceAndGraph) {
+  RUDNN_REQUIRE_CUDA();
+  if (!hopper()) GTEST_SKIP() << "the wgmma path needs a 9.0 device and an sm_90a build";
+  RUDNN_SEEDED_RNG(rng);
+  const DType dtype = GetParam();
+  const int64_t m = 512, n = 768, k = 2000;
+  const Matrix a = make_matrix(rng, m, k, Layout::RowMajor, dtype, 0);
+  const Matrix b = make_matrix(rng, k, n, Layout::ColMajor, dtype, 0);
+  std::vector<double> expected(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t kk = 0; kk < k; ++kk) s += a.at(i, kk) * b.at(kk, j);
+      expected[i * n + j] = s;
+    }
+  const Stream stream = Stream::create(kGpu);
+  auto cs = reinterpret_cast<cudaStream_t>(stream.handle());
+  gemm::GemmParams p;
+  p.dtype = dtype;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = a.operand();
+  p.b = b.operand();
+  p.ldd = n;
+  p.path = Path::Hopper;
+  p.tuning.hopper_splits = 4;
+  p.tuning.hopper_block_m = 64;
+  const Tensor d1 = poisoned({m, n}, dtype, kGpu), d2 = poisoned({m, n}, dtype, kGpu);
+  p.d = d1.data();
+  size_t bytes = 0;
+  ASSERT_NO_THROW(bytes = gemm::gemm_workspace_bytes(p, kGpu));
+  // 64-row tiles of 256 or 192 columns (the entry's pick): FP32 tiles plus 8-byte flags.
+  const int64_t tiles_256 = (m / 64) * ((n + 255) / 256), tiles_192 = (m / 64) * (n / 192);
+  EXPECT_TRUE(bytes == static_cast<size_t>((tiles_256 * 8 + 15) / 16 * 16 + tiles_256 * 65536) ||
+              bytes == static_cast<size_t>((tiles_192 * 8 + 15) / 16 * 16 + tiles_192 * 49152))
+      << bytes;
+  gemm::GemmParams none = p;
+  none.tuning.hopper_splits = 1;
+  EXPECT_EQ(gemm::gemm_workspace_bytes(none, kGpu), 0u);
+
+  current_stream(kGpu).synchronize();
+  ASSERT_NO_THROW(gemm::gemm(p, stream));
+  p.d = d2.data();
+  ASSERT_NO_THROW(gemm::gemm(p, stream));
+  stream.synchronize();
+  EXPECT_TRUE(all_close(d1.to_host(), host_tensor(expected, {m, n}, dtype)));
+  EXPECT_EQ(to_doubles(d1), to_doubles(d2)) << "two runs of one split-K call differ";
+
+  const Tensor workspace = Tensor::empty({static_cast<int64_t>(bytes / 4 + 4)}, DType::f32, kGpu);
+  p.workspace = workspace.data();
+  p.workspace_bytes = bytes - 16;
+  const Tensor d3 = poisoned({m, n}, dtype, kGpu);
+  p.d = d3.data();
+  EXPECT_TRUE(throws_error([&] { gemm::gemm(p, stream); }, ErrorCode::InvalidArgument,
+                           {"workspace_bytes"}));
+  p.workspace_bytes = bytes;
+  current_stream(kGpu).synchronize();
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_NO_THROW(gemm::gemm(p, stream));
+  ASSERT_EQ(cudaStreamEndCapture(cs, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 3; ++replay) {
+    ASSERT_EQ(cudaMemsetAsync(d3.data(), 0xFF, static_cast<size_t>(m * n) * 2, cs), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, cs), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
+    EXPECT_EQ(to_doubles(d3), to_doubles(d1)) << "replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// The ping-pong schedule's choices: Auto with only tile rows forced, and a forced schedule
+// without a forced tile (the entry picks one), give the reference; a tile or layout without a
+// ping-pong kernel is refused on Path::Hopper.
+TEST_P(GemmVariantsGpu, PingpongChoicesAndRefusals) {
+  RUDNN_REQUIRE_CUDA();
+  if (!hopper()) GTEST_SKIP() << "the wgmma path needs a 9.0 device and an sm_90a build";
+  RUDNN_SEEDED_RNG(rng);
+  const DType dtype = GetParam();
+  Options o;
+  o.path = Path::Hopper;
+  o.block_m = 64;  // Auto schedule: ping-pong
+  check_dense(rng, dtype, 200, 300, 100, Layout::RowMajor, Layout::ColMajor, o);
+  o.block_m = 0;
+  o.schedule = gemm::HopperSchedule::Pingpong;
+  check_dense(rng, dtype, 1030, 2050, 260, Layout::RowMajor, Layout::ColMajor, o);
+  o.schedule = gemm::HopperSchedule::Cooperative;
+  check_dense(rng, dtype, 200, 300, 100, Layout::RowMajor, Layout::ColMajor, o);
+
+  const Tensor a = Tensor::zeros({64, 64}, dtype, kGpu), b = Tensor::zeros({64, 64}, dtype, kGpu);
+  const Tensor d = Tensor::zeros({64, 64}, dtype, kGpu);
+  gemm::GemmParams p;
+  p.dtype = dtype;
+  p.m = p.n = p.k = 64;
+  p.a = {a.data(), Layout::RowMajor, 64};
+  p.b = {b.data(), Layout::ColMajor, 64};
+  p.d = d.data();
+  p.ldd = 64;
+  p.path = Path::Hopper;
+  p.tuning.hopper_schedule = gemm::HopperSchedule::Pingpong;
+  p.tuning.hopper_block_m = 128;
+  p.tuning.hopper_block_n = 256;  // 128 x 256 would not fit the consumers' registers
+  EXPECT_TRUE(throws_error([&] { gemm::gemm(p, current_stream(kGpu)); }, ErrorCode::InvalidArgument,
+                           {"no ping-pong kernel of that tile"}));
+  p.tuning.hopper_block_m = 0;
+  p.tuning.hopper_block_n = 0;
+  p.a = {a.data(), Layout::ColMajor, 64};  // no ping-pong kernel for a column-major A
+  EXPECT_TRUE(throws_error([&] { gemm::gemm(p, current_stream(kGpu)); }, ErrorCode::InvalidArgument,
+                           {"no ping-pong kernel"}));
+}
+
 // Group starts are TMA box starts along the contiguous axis in these layouts, where TMA needs
 // 16-byte alignment that device-side offsets cannot promise: a forced Hopper path is refused,
 // Auto takes MmaSync (checked against the reference in GroupedGemmGpu).
@@ -428,12 +633,17 @@ TEST_P(GemmVariantsGpu, EpilogueOptionsOnEveryPath) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
   const DType dtype = GetParam();
-  std::vector<Path> paths = {Path::MmaSync};
-  if (hopper()) paths.push_back(Path::Hopper);
+  std::vector<std::pair<Path, gemm::HopperSchedule>> paths = {
+      {Path::MmaSync, gemm::HopperSchedule::Auto}};
+  if (hopper()) {
+    paths.emplace_back(Path::Hopper, gemm::HopperSchedule::Cooperative);
+    paths.emplace_back(Path::Hopper, gemm::HopperSchedule::Pingpong);
+  }
   std::vector<Options> options;
-  for (Path path : paths) {
+  for (const auto& [path, schedule] : paths) {
     Options o;
     o.path = path;
+    o.schedule = schedule;
     o.f32_out = true;
     options.push_back(o);  // f32 output
     o.f32_out = false;
@@ -446,6 +656,7 @@ TEST_P(GemmVariantsGpu, EpilogueOptionsOnEveryPath) {
     options.push_back(o);
     o = Options{};
     o.path = path;
+    o.schedule = schedule;
     o.activation = Activation::Relu;
     o.beta = 1.0f;
     o.in_place = true;  // D += A.B
@@ -455,7 +666,9 @@ TEST_P(GemmVariantsGpu, EpilogueOptionsOnEveryPath) {
   for (const Options& o : options) {
     check_dense(rng, dtype, 130, 96, 72, Layout::RowMajor, Layout::ColMajor, o);
     check_grouped_m(rng, dtype, {3, 0, 140}, 72, 64, Layout::ColMajor, o);
-    check_grouped_k(rng, dtype, {33, 0, 64}, 40, 72, Layout::ColMajor, Layout::RowMajor, o);
+    // Ping-pong kernels exist for the forward layout only (hopper_pingpong_tiles).
+    if (o.schedule != gemm::HopperSchedule::Pingpong)
+      check_grouped_k(rng, dtype, {33, 0, 64}, 40, 72, Layout::ColMajor, Layout::RowMajor, o);
   }
 }
 
