@@ -269,14 +269,15 @@ __global__ void __launch_bounds__(kThreads)
 // consecutive positions of one batch row; consecutive threads own consecutive packs.
 
 // Positions per packed thread: forward, and backward (which recomputes the kW-1 positions
-// after its run, so it takes longer runs).
-constexpr int kForwardRun = 8;
+// after its run). Runs of 16 keep the W-1 halo loads that start a window to a fifth of the
+// loads and give each thread 16 independent loads to issue ahead.
+constexpr int kForwardRun = 16;
 constexpr int kRun = 16;
 
 // The pack widths of the packed kernels, so that a thread's window and weights (and, in the
 // backward, its dpre window and weight-gradient sums) stay in registers with room for loads
 // in flight: forward 16 bytes up to W = 4, 8 beyond; backward 4 bytes up to W = 4, 2 beyond
-// (at least one element).
+// (at least one element): 8-byte packs at W = 4 spill (measured slower on the H200).
 template <class T, int kW>
 constexpr int forward_pack() {
   return (kW <= 4 ? 16 : 8) / static_cast<int>(sizeof(T));

@@ -1,5 +1,19 @@
 // Depthwise forward (groups == C, 1-D or 2-D, any kernel size, any channel multiplier): a
-// memory-bound kernel. Three kernels, the first that applies:
+// memory-bound kernel. Four kernels, the first that applies:
+//  * column: channels-last operands with one filter per channel, C a multiple of a 16-byte
+//    pack, aligned rows, a 3x3 filter with the same stride (1 or 2) on both axes and no
+//    dilation (the common depthwise shape). A thread owns an 8-byte pack of V channels of
+//    one output column and a run of kColumnRun output rows; its whole filter (9 x V FP32,
+//    loaded from global memory as packs when dense) and bias stay in registers. It walks
+//    down the input rows its run covers, loading each row's 3 packs once (kAhead - 1 rows
+//    ahead of their arithmetic), converting each element once, and adding it into every
+//    output row it reaches (3 partial sums live at stride 1); an output row is stored as
+//    soon as its last kernel row is in. Per output
+//    pack: 3 (1 + 2 / kColumnRun) loads, 9 V FMA. The warps of a block are neighbouring
+//    output columns of the same rows, so the columns they share come from L1 and DRAM sees
+//    each input about once (2 read + 2 written bytes per output element for 16-bit types).
+//    Rows and columns outside the input load zeros, tested once per row and once per
+//    column, never per element.
 //  * rows: channels-last operands with one filter per channel, C a multiple of a 16-byte
 //    pack, aligned rows, no column dilation, and a kernel width of 1-5 or 7 with column
 //    stride 1 or of 3, 5 or 7 with column stride 2 (the common depthwise shapes; other widths
@@ -256,6 +270,151 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// The column kernel (see the top): a K x K filter (K = 3), the same stride S (1 or 2) on both
+// axes, no dilation. Launch: blockDim kColumnThreads, grid (strip groups, channel slices),
+// no shared memory.
+constexpr int kColumnRun = 8;  // output rows per thread
+constexpr int kAhead = 3;      // input rows a thread has in flight
+// Blocks of 128: at the 96 registers the row prefetch takes (stride 1), five fit an SM (20
+// warps); blocks of 256 would fit two (16 warps). The bound asks for four, so that ptxas
+// never caps the registers below what the stride-2 kernel needs.
+constexpr int kColumnThreads = 128;
+
+struct ColumnLaunch {
+  int slice_packs = 0;  // packs of channels per block (the last slice may have fewer)
+  int strips_per_block = 0;
+  int runs = 0;         // runs of kColumnRun output rows per output column
+  int64_t strips = 0;   // batch * runs * out columns (< 2^31, checked at launch)
+  bool dense_weight = false;  // weight [K, 3, 3] contiguous, aligned to a pack
+  bool aligned_bias = false;  // bias aligned to a pack
+};
+
+template <class T, int V, int K, int S>
+__global__ void __launch_bounds__(kColumnThreads, 4)
+    depthwise_column_kernel(Forward p, ColumnLaunch c, const T* __restrict__ input,
+                            const T* __restrict__ weight, const T* __restrict__ bias,
+                            const T* __restrict__ residual, T* __restrict__ out) {
+  using Pack = rudnn::cuda::Pack<T, V>;
+  constexpr int kTaps = K * K;
+  constexpr int kInRows = (kColumnRun - 1) * S + K;  // input rows one run covers
+  const ConvShape& s = p.s;
+  const int64_t packs = s.out_channels / V;
+  const int lane_pack = static_cast<int>(threadIdx.x % c.slice_packs);
+  const int local_strip = static_cast<int>(threadIdx.x / c.slice_packs);
+  const int64_t pack = int64_t{blockIdx.y} * c.slice_packs + lane_pack;
+  if (local_strip >= c.strips_per_block || pack >= packs) return;
+  const int64_t c0 = pack * V;
+  // The whole filter of this pack lives in registers: each input element is converted once
+  // and feeds every tap of the K output rows it reaches. It is loaded straight from global
+  // memory (no shared-memory staging and barrier before the first input load): a dense
+  // [K, 3, 3] filter gives the pack's 9 V weights as 9 consecutive packs, all in flight at
+  // once. (A block that walked several strips to load the filter once would keep it live
+  // across a loop: ptxas then spills ~200 bytes.)
+  float w[kTaps][V], b[V];
+  if (c.dense_weight) {
+    const Pack* wp = reinterpret_cast<const Pack*>(weight + c0 * kTaps);
+#pragma unroll
+    for (int q = 0; q < kTaps; ++q) {
+      const Pack v = wp[q];
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int e = q * V + i;  // element e of the run: channel e / kTaps, tap e % kTaps
+        w[e % kTaps][e / kTaps] = rudnn::cuda::pack_element<T, V>(v, i);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int t = 0; t < kTaps; ++t)
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        w[t][j] = to_float(weight[(c0 + j) * p.weight_st.n + t / K * p.weight_st.sp[1] +
+                                  t % K * p.weight_st.sp[2]]);
+  }
+  if (bias == nullptr) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) b[j] = 0.0f;
+  } else if (c.aligned_bias) {
+    rudnn::cuda::load_pack<T, V>(bias + c0, b);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) b[j] = to_float(bias[c0 + j]);
+  }
+  const int in_rows = static_cast<int>(s.in[1]), in_cols = static_cast<int>(s.in[2]);
+  const int64_t strip = int64_t{blockIdx.x} * c.strips_per_block + local_strip;
+  if (strip >= c.strips) return;
+  // Output columns fastest: the warps of a block take neighbouring columns, so the input
+  // columns they share come from L1. 32-bit: the launch checked that strips fit.
+  const uint32_t strip32 = static_cast<uint32_t>(strip);
+  const uint32_t out_cols = static_cast<uint32_t>(s.out[2]);
+  const int ox = static_cast<int>(strip32 % out_cols);
+  const uint32_t rest = strip32 / out_cols;
+  const int oy0 = static_cast<int>(rest % static_cast<uint32_t>(c.runs)) * kColumnRun;
+  const int64_t n = rest / static_cast<uint32_t>(c.runs);
+  const int iy0 = oy0 * S - static_cast<int>(s.pad[1]);
+  const int ix0 = ox * S - static_cast<int>(s.pad[2]);
+  bool col_ok[K];
+#pragma unroll
+  for (int kx = 0; kx < K; ++kx) col_ok[kx] = ix0 + kx >= 0 && ix0 + kx < in_cols;
+  const T* plane = input + n * p.input_st.n + c0;
+  const int64_t row_st = p.input_st.sp[1], col_st = p.input_st.sp[2];
+  // Zero from bits (see filled_pack): element stores would keep the packs in local memory.
+  const Pack zero = __builtin_bit_cast(Pack, rudnn::cuda::Pack<uint32_t, sizeof(Pack) / 4>{});
+  float acc[kColumnRun][V];
+#pragma unroll
+  for (int o = 0; o < kColumnRun; ++o)
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[o][j] = b[j];
+  // Rows are loaded kAhead - 1 rows before their arithmetic, so that each thread keeps
+  // kAhead rows of loads in flight (the compiler alone issues about one).
+  Pack rows[kInRows][K];
+  auto load_row = [&](int r) {
+    const int iy = iy0 + r;
+    const bool row_ok = iy >= 0 && iy < in_rows;
+    const T* row = plane + iy * row_st;
+#pragma unroll
+    for (int kx = 0; kx < K; ++kx) {
+      rows[r][kx] = row_ok && col_ok[kx]
+                        ? *reinterpret_cast<const Pack*>(row + (ix0 + kx) * col_st)
+                        : zero;
+    }
+  };
+#pragma unroll
+  for (int r = 0; r + 1 < kAhead && r < kInRows; ++r) load_row(r);
+#pragma unroll
+  for (int r = 0; r < kInRows; ++r) {
+    if (r + kAhead - 1 < kInRows) load_row(r + kAhead - 1);
+    const Pack (&raw)[K] = rows[r];
+    // Input row r meets output row o through kernel row ky = r - o * S.
+#pragma unroll
+    for (int ky = 0; ky < K; ++ky) {
+      if ((r - ky) % S != 0) continue;
+      const int o = (r - ky) / S;
+      if (o < 0 || o >= kColumnRun) continue;
+#pragma unroll
+      for (int kx = 0; kx < K; ++kx)
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          acc[o][j] += rudnn::cuda::pack_element<T, V>(raw[kx], j) * w[ky * K + kx][j];
+    }
+    // Output row o is complete once its last kernel row (K - 1) has been added.
+    if ((r - (K - 1)) % S == 0 && r >= K - 1) {
+      const int o = (r - (K - 1)) / S;
+      const int oy = oy0 + o;
+      if (o < kColumnRun && oy < s.out[1]) {
+        if (residual != nullptr) {
+          float res[V];
+          rudnn::cuda::load_pack<T, V>(residual + at(p.residual_st, n, c0, 0, oy, ox), res);
+#pragma unroll
+          for (int j = 0; j < V; ++j) acc[o][j] += res[j];
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[o][j] = activate(p.activation, acc[o][j]);
+        rudnn::cuda::store_pack<T, V>(out + at(p.out_st, n, c0, 0, oy, ox), acc[o]);
+      }
+    }
+  }
+}
+
 // Whether a channels-last operand's pixels start on pack boundaries: channel stride 1 and
 // every other stride a multiple of the pack, from an aligned base.
 bool packed_rows(const Strides& st, const void* data, int v, size_t bytes) {
@@ -263,6 +422,52 @@ bool packed_rows(const Strides& st, const void* data, int v, size_t bytes) {
          reinterpret_cast<uintptr_t>(data) % bytes == 0;
 }
 
+
+// The column kernel for this problem, when it applies (see the top); false otherwise. Its
+// packs are 8 bytes (V16 / 2 elements, V16 the 16-byte pack the caller checked): with 16-byte
+// packs the 9 x 8 FP32 filter leaves no registers to keep input rows in flight.
+template <class T, int V16>
+bool launch_column(const Forward& p, cudaStream_t stream) {
+  constexpr int V = V16 / 2;
+  const ConvShape& s = p.s;
+  if (s.kernel[1] != 3 || s.kernel[2] != 3 || s.dilation[1] != 1 || s.dilation[2] != 1 ||
+      s.stride[1] != s.stride[2] || (s.stride[1] != 1 && s.stride[1] != 2)) {
+    return false;
+  }
+  const int64_t packs = s.out_channels / V;
+  ColumnLaunch c;
+  c.slice_packs = static_cast<int>(std::min<int64_t>(packs, 32));
+  c.strips_per_block = kColumnThreads / c.slice_packs;
+  const int64_t runs = (s.out[1] + kColumnRun - 1) / kColumnRun;
+  c.strips = s.batch * runs * s.out[2];
+  // The kernel's row and column arithmetic is 32-bit.
+  constexpr int64_t kLimit = int64_t{1} << 30;
+  if (c.strips >= kLimit || s.in[1] >= kLimit || s.in[2] >= kLimit ||
+      s.out[1] * s.stride[1] >= kLimit || s.out[2] * s.stride[2] >= kLimit ||
+      s.pad[1] >= kLimit || s.pad[2] >= kLimit) {
+    return false;
+  }
+  c.runs = static_cast<int>(runs);
+  constexpr size_t kPackBytes = V * sizeof(T);
+  c.dense_weight = p.weight_st.n == 9 && p.weight_st.sp[1] == 3 && p.weight_st.sp[2] == 1 &&
+                   reinterpret_cast<uintptr_t>(p.weight) % kPackBytes == 0;
+  c.aligned_bias = reinterpret_cast<uintptr_t>(p.bias) % kPackBytes == 0;
+  const int64_t slices = (packs + c.slice_packs - 1) / c.slice_packs;
+  const int64_t blocks = (c.strips + c.strips_per_block - 1) / c.strips_per_block;
+  if (slices >= 65536 || blocks >= kLimit) return false;
+  auto launch = [&](auto kernel) {
+    kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(slices)), kColumnThreads,
+             0, stream>>>(p, c, static_cast<const T*>(p.input), static_cast<const T*>(p.weight),
+                       static_cast<const T*>(p.bias), static_cast<const T*>(p.residual),
+                       static_cast<T*>(p.out));
+  };
+  if (s.stride[1] == 1) {
+    launch(depthwise_column_kernel<T, V, 3, 1>);
+  } else {
+    launch(depthwise_column_kernel<T, V, 3, 2>);
+  }
+  return true;
+}
 
 // The rows kernel for this problem, when it applies (see the top); false otherwise.
 template <class T, int V>
@@ -344,6 +549,7 @@ void depthwise_forward(const Forward& p, const Stream& stream) {
                         packed_rows(p.input_st, p.input, V, 16) &&
                         packed_rows(p.out_st, p.out, V, 16) &&
                         (p.residual == nullptr || packed_rows(p.residual_st, p.residual, V, 16));
+    if (packed && launch_column<T, V>(p, ctx.stream)) return;
     if (packed && launch_rows<T, V>(p, ctx.device, ctx.stream)) return;
     if (packed && shared <= 48 * 1024) {
       const int64_t total = p.s.batch * p.s.out_space() * (C / V);

@@ -247,6 +247,95 @@ TEST(ConvGpu, DepthwiseRowsKernelMatchesReference) {
   }
 }
 
+// The column kernel (channels-last, C a multiple of 16 bytes, 3x3 with the same stride 1 or 2
+// on both axes, no dilation; 8-byte packs): output heights that are not a multiple of its run
+// of 8 rows (and shorter than one run), odd widths, channel slices (C > 32 packs, a partial
+// last slice, C = 24 in 16-bit types: 6 packs, so that a block's threads do not divide
+// evenly), padding 0, 1, 2 and
+// asymmetric, inputs smaller than the filter; next to it the 3x3 shapes it declines
+// (mixed strides, dilation, C not a multiple of 8) through the other kernels.
+TEST(ConvGpu, DepthwiseColumnKernelMatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  ConvOptions<2> asym = opts<2>({1, 1}, {0, 2}, {1, 1}, 32);
+  asym.padding_end = {2, 0};
+  ConvOptions<2> asym2 = opts<2>({2, 2}, {2, 0}, {1, 1}, 16);
+  asym2.padding_end = {0, 1};
+  const std::vector<Case<2>> c2 = {
+      make<2>({2, 256, 13, 11}, {256, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 256)),
+      make<2>({1, 520, 9, 10}, {520, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 520)),
+      make<2>({3, 24, 17, 5}, {24, 1, 3, 3}, opts<2>({1, 1}, {0, 0}, {1, 1}, 24)),
+      make<2>({1, 16, 5, 6}, {16, 1, 3, 3}, opts<2>({1, 1}, {2, 2}, {1, 1}, 16)),
+      make<2>({1, 32, 2, 2}, {32, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 32)),
+      make<2>({1, 32, 10, 9}, {32, 1, 3, 3}, asym),
+      make<2>({2, 48, 19, 15}, {48, 1, 3, 3}, opts<2>({2, 2}, {1, 1}, {1, 1}, 48)),
+      make<2>({1, 64, 34, 33}, {64, 1, 3, 3}, opts<2>({2, 2}, {0, 0}, {1, 1}, 64)),
+      make<2>({1, 16, 12, 11}, {16, 1, 3, 3}, asym2),
+      make<2>({1, 16, 9, 10}, {16, 1, 3, 3}, opts<2>({1, 2}, {1, 1}, {1, 1}, 16)),  // rows
+      make<2>({1, 16, 9, 10}, {16, 1, 3, 3}, opts<2>({2, 1}, {1, 1}, {1, 1}, 16)),  // rows
+      make<2>({1, 16, 9, 10}, {16, 1, 3, 3}, opts<2>({1, 1}, {2, 2}, {2, 2}, 16)),  // packed
+      make<2>({1, 20, 9, 10}, {20, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 20)),  // 16-bit: scalar
+  };
+  for (DType dt : kDtypes) {
+    for (const auto& c : c2) {
+      for (Layout l : {Layout::ChannelsLastView, Layout::Nhwc}) check_case<2>(rng, dt, c, l);
+      check_case<2>(rng, dt, c, Layout::Nhwc, ConvStrategy::Auto, ConvActivation::Silu, true);
+    }
+  }
+}
+
+// The column kernel's filter and bias loads: a dense aligned [K, 3, 3] filter is read as
+// packs; a strided filter view, a dense one at an unaligned offset and an unaligned bias are
+// read element by element. Each against the reference on the same values.
+TEST(ConvGpu, DepthwiseColumnKernelFilterViews) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const ConvOptions<2> o = opts<2>({1, 1}, {1, 1}, {1, 1}, 32);
+  for (DType dt : kDtypes) {
+    const Tensor x = random_tensor(rng, {2, 32, 10, 9}, dt);
+    const Tensor wide = random_tensor(rng, {33, 1, 3, 4}, dt);  // a view [1:, :, :, :3]
+    const Tensor dense = random_tensor(rng, {33, 1, 3, 3}, dt);  // a view [1:]: 9 elements in
+    const Tensor b = random_tensor(rng, {33}, dt);              // a view [1:]: 1 element in
+    const Tensor d_x = conv::channels_last_view(x, kGpu);
+    const Tensor d_wide = wide.to(kGpu), d_dense = dense.to(kGpu), d_b = b.to(kGpu);
+    struct Variant {
+      const char* name;
+      Tensor host_w, gpu_w;
+    };
+    const Variant variants[] = {
+        {"strided filter view", wide.slice(0, 1, 33).slice(3, 0, 3),
+         d_wide.slice(0, 1, 33).slice(3, 0, 3)},
+        {"dense filter at an unaligned offset", dense.slice(0, 1, 33), d_dense.slice(0, 1, 33)},
+        {"dense aligned filter", dense.slice(0, 0, 32), d_dense.slice(0, 0, 32)},
+    };
+    for (const Variant& v : variants) {
+      SCOPED_TRACE(std::string(v.name) + " " + dtype_name(dt) + ", bias at offset 1");
+      const Tensor expected =
+          conv_forward<2>(x, v.host_w.contiguous(), b.slice(0, 1, 33).contiguous(), o);
+      const Tensor y = conv_forward<2>(d_x, v.gpu_w, d_b.slice(0, 1, 33), o);
+      EXPECT_TRUE(all_close(y.to_host().contiguous(), expected));
+    }
+  }
+}
+
+// Large values: the FP32 accumulation of the column kernel holds where 16-bit sums would not.
+TEST(ConvGpu, DepthwiseColumnKernelLargeValues) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const Case<2> c = make<2>({1, 64, 11, 12}, {64, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 64));
+  for (DType dt : {DType::f16, DType::bf16}) {
+    SCOPED_TRACE(std::string("large values ") + dtype_name(dt));
+    std::vector<double> big = to_doubles(random_tensor(rng, c.input, DType::f32));
+    for (double& v : big) v = v * 300.0 + 1000.0;
+    const Tensor x = host_tensor(big, c.input, dt);
+    const Tensor w = random_tensor(rng, c.weight, dt);
+    const Tensor expected = conv_forward<2>(x, w, {}, c.o);
+    const Tensor got =
+        conv_forward_nhwc<2>(conv::to_nhwc(x).to(kGpu), conv::to_nhwc(w).to(kGpu), {}, c.o);
+    EXPECT_TRUE(all_close(conv::from_nhwc(got.to_host()), expected));
+  }
+}
+
 // Enough output rows that a block of the rows kernel walks several groups of them (its grid
 // holds a few waves of blocks: 132 SMs x 2 x 4 of 8-row groups at C = 256 bf16).
 TEST(ConvGpu, DepthwiseRowsKernelWalksSeveralGroups) {
@@ -340,6 +429,37 @@ TEST(ConvGpu, ImplicitGemmForwardMatchesReference) {
   }
 }
 
+// Every convolution kernel once on small shapes, for compute-sanitizer (well under 30 s):
+// Direct forward, data and weight gradients (each check_case), the depthwise scalar, packed,
+// rows and column kernels, the ImplicitGemm forward in 1-D, 2-D and 3-D.
+TEST(ConvGpu, MemcheckEveryKernel) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const DType dt = DType::bf16;
+  check_case<2>(rng, dt, make<2>({1, 4, 7, 6}, {6, 2, 3, 3}, opts<2>({1, 2}, {1, 0}, {1, 1}, 2)),
+                Layout::Nchw);
+  check_case<3>(rng, DType::f32,
+                make<3>({1, 3, 4, 5, 4}, {4, 3, 3, 3, 3}, opts<3>({1, 1, 1}, {1, 1, 1}, {1, 1, 1})),
+                Layout::Nhwc);
+  const std::vector<Case<2>> depthwise = {
+      make<2>({1, 12, 6, 7}, {12, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 12)),    // scalar
+      make<2>({1, 16, 8, 12}, {16, 1, 3, 6}, opts<2>({1, 1}, {1, 2}, {1, 1}, 16)),  // packed
+      make<2>({1, 16, 9, 11}, {16, 1, 5, 5}, opts<2>({1, 2}, {2, 2}, {1, 1}, 16)),  // rows
+      make<2>({1, 40, 11, 9}, {40, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 40)),  // column
+      make<2>({1, 16, 10, 9}, {16, 1, 3, 3}, opts<2>({2, 2}, {0, 0}, {1, 1}, 16)),  // column s2
+  };
+  for (const auto& c : depthwise) {
+    check_case<2>(rng, dt, c, Layout::Nhwc, ConvStrategy::Auto, ConvActivation::Silu, true);
+  }
+  check_gemm_forward<2>(rng, dt, make<2>({1, 16, 7, 6}, {24, 16, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1})),
+                        ConvActivation::Relu, true);
+  check_gemm_forward<1>(rng, dt, make<1>({1, 16, 9}, {8, 16, 3}, opts<1>({1}, {1}, {1})),
+                        ConvActivation::None, false);
+  check_gemm_forward<3>(rng, dt, make<3>({1, 8, 3, 4, 5}, {8, 8, 3, 3, 3},
+                                         opts<3>({1, 1, 1}, {1, 1, 1}, {1, 1, 1})),
+                        ConvActivation::None, false);
+}
+
 // ---- Causal conv1d -------------------------------------------------------------------------
 
 void check_causal(Rng& rng, DType dt, int64_t B, int64_t L, int64_t C, int64_t W, bool with_bias,
@@ -430,10 +550,10 @@ TEST(CausalConv1dGpu, Varlen) {
 }
 
 // The packed kernels (W <= 8, C a multiple of the pack: forward 8 bf16/f16 or 4 f32 up to
-// W = 4, half that beyond; backward 2 or 1 elements): several runs per batch row with a
-// short last one, the state and the zero padding starting the window, C of several pack
-// slices and of one pack, and the scalar forward next to them for C that does not split
-// (36 in 16-bit types).
+// W = 4, half that beyond; backward 2 or 1 elements):
+// several runs (16 positions) per batch row with a short last one, exactly one run, the state
+// and the zero padding starting the window, C of several pack slices and of one pack, and
+// the scalar forward next to them for C that does not split (36 and 70 in 16-bit types).
 TEST(CausalConv1dGpu, PackedKernelsMatchReference) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
@@ -445,6 +565,7 @@ TEST(CausalConv1dGpu, PackedKernelsMatchReference) {
         check_causal(rng, dt, 1, 37, 288, W, bias, state, silu);
         check_causal(rng, dt, 2, 16, 8, W, bias, state, silu);
         check_causal(rng, dt, 2, 21, 36, W, bias, state, silu);
+        check_causal(rng, dt, 1, 33, 70, W, bias, state, silu);
       }
 }
 
@@ -468,6 +589,19 @@ TEST(CausalConv1dGpu, PackedBackwardManyRows) {
   RUDNN_SEEDED_RNG(rng);
   check_causal(rng, DType::bf16, 1, 300000, 64, 4, true, true, true);
   check_causal(rng, DType::f32, 2, 70000, 64, 3, true, false, false);
+}
+
+// Every causal conv1d kernel once on small shapes, for compute-sanitizer (well under 30 s):
+// packed forward and backward (W 4 and 6, full and short runs, state), their varlen paths,
+// and the scalar forward, backward, state update and initial-state gradient (C = 5, W = 10).
+TEST(CausalConv1dGpu, MemcheckEveryKernel) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  check_causal(rng, DType::bf16, 2, 37, 16, 4, true, true, true);
+  check_causal(rng, DType::f16, 1, 20, 8, 6, false, true, false);
+  check_causal(rng, DType::bf16, 1, 40, 16, 4, true, true, true, {0, 5, 5, 21, 40});
+  check_causal(rng, DType::f32, 2, 13, 5, 10, true, true, true);
+  check_causal(rng, DType::bf16, 1, 12, 5, 3, true, false, true, {0, 4, 12});
 }
 
 }  // namespace
