@@ -208,8 +208,14 @@ void run_variants(Bench& b) {
     void (*set)(KernelTuning&);
   };
   const Variant variants[] = {
-      {"min blocks 3", [](KernelTuning& t) { t.decode_min_blocks = 3; }},
-      {"burst loads", [](KernelTuning& t) { t.decode_pipelined = false; }},
+      {"2 stages", [](KernelTuning& t) { t.decode_stages = 2; }},
+      {"4 stages", [](KernelTuning& t) { t.decode_stages = 4; }},
+      {"CUDA-core decode", [](KernelTuning& t) { t.decode_tensor_cores = false; }},
+      {"CUDA-core min blocks 3",
+       [](KernelTuning& t) {
+         t.decode_tensor_cores = false;
+         t.decode_min_blocks = 3;
+       }},
       {"4 blocks/SM", [](KernelTuning& t) { t.decode_blocks_per_sm = 4; }},
       {"8 blocks/SM", [](KernelTuning& t) { t.decode_blocks_per_sm = 8; }},
       {"32 blocks/SM", [](KernelTuning& t) { t.decode_blocks_per_sm = 32; }},

@@ -34,12 +34,14 @@
 //   other, Hq not a multiple of Hkv, D or Dv outside 1..1024, P outside 1..256, dtype /
 //   device / stream mismatch, a non-finite or non-positive scale, overlapping outputs,
 //   workspace budgets and workspace reuse with other shapes or another stream.
-// Kernels (GPU), both on CUDA cores with an FP32 online softmax, page rows gathered through
-// the table:
+// Kernels (GPU), with an FP32 online softmax, page rows gathered through the table:
 // - decode: schedules with one query per sequence (and the block form with L = 1), D = Dv in
 //   {64, 128, 256} (256: F16/BF16), Hq / Hkv in {1, 2, 4, 8}, 16-byte aligned rows. One block
-//   per (sequence, KV head, split) with all Hq / Hkv query heads of the KV head, 16-byte
-//   loads, every load of a warp's key tile in flight before its first use.
+//   per (sequence, KV head, split) with all Hq / Hkv query heads of the KV head. F16 / BF16:
+//   tensor cores (mma.sync, FP32 accumulation; the softmax probabilities enter p·v rounded to
+//   the input type), each warp streaming its 16-key tiles through a cp.async pipeline of
+//   shared memory (about 100 KiB per block). F32: CUDA cores, 16-byte loads, every load of a
+//   warp's key tile in flight before its first use.
 // - general: everything else (prefill chunks, mixed batches, MLA, any D, Dv, group): blocks
 //   of up to 4 (query, head) rows of one sequence's run of queries and one KV head.
 // Internal split (the calls without a workspace): when the unsplit grid has fewer blocks
@@ -47,8 +49,8 @@
 // cut into the fewest partitions that reach that count, at most 32 and at least 256 keys
 // each (a multiple of 128 keys), with FP32 partial records in a stream-ordered scratch
 // allocation of queries · Hq · splits · (Dv + 2 rounded up to 4) floats and a merge pass.
-// Tensor-core paths (D in {64, 128, 256} prefill, MLA R = 512 as a GEMM) are not
-// implemented yet: no argument selects them, and the CUDA-core kernels run every shape.
+// Tensor-core paths for prefill (D in {64, 128, 256}) and MLA (R = 512 as a GEMM) are not
+// implemented yet: the general CUDA-core kernel runs those shapes.
 // Backward (spec 000 §11) is not implemented yet.
 #pragma once
 

@@ -32,6 +32,96 @@ constexpr int kDecodeSteps = 8;
 // Table entries a block stages in shared memory (a longer range reads the table per key).
 constexpr int kDecodePageCache = 1024;
 
+// What block blockIdx.x of a decode grid covers: (work item, KV head, split), the split
+// fastest; its query (one per item), its sequence, and its keys [base, end).
+struct DecodeBlock {
+  int64_t split, query, seq, base, end;
+  int hk;
+};
+__device__ __forceinline__ DecodeBlock decode_block(const PagedForward& p) {
+  const Schedule& sched = p.sched;
+  int64_t index = blockIdx.x;
+  const int64_t split = index % p.splits;
+  index /= p.splits;
+  const int hk = static_cast<int>(index % p.heads_kv);
+  const Item item = item_of(sched, index / p.heads_kv);
+  const int64_t len = sequence_keys(sched, item.seq);
+  const int64_t visible = visible_keys(sched, item.first, len, p.causal);
+  const int64_t hi = visible < len ? visible : len;
+  const int64_t base = p.splits > 1 ? split * p.split_keys : 0;
+  const int64_t end = p.splits > 1 && base + p.split_keys < hi ? base + p.split_keys : hi;
+  return {split, item.first, item.seq, base, end, hk};
+}
+
+// The table entries of a block's keys [base, end) staged in page_s (capacity entries) by
+// the block's threads, so that no key load waits on a table load of its own; a longer range
+// is not staged (the caller reads the table per key). The caller synchronises the block.
+struct StagedPages {
+  int first_block;
+  bool staged;
+};
+__device__ __forceinline__ StagedPages stage_pages(const Schedule& sched, const PageTable& table,
+                                                   int64_t base, int64_t end, int* page_s,
+                                                   int capacity) {
+  const int first_block = end > base ? key_slot(sched, base).block : 0;
+  const int blocks = end > base ? key_slot(sched, end - 1).block - first_block + 1 : 0;
+  const bool staged = blocks <= capacity;
+  if (staged) {
+    for (int i = threadIdx.x; i < blocks; i += blockDim.x)
+      page_s[i] = static_cast<int>(page_in(sched, table, first_block + i));
+  }
+  return {first_block, staged};
+}
+
+// The end of a decode block: warp w finishes rows w, w + 4, ... of the G query heads, the
+// kWarps warps' states (merge_s: [kWarps][G][D + 2] floats, D unnormalised features, the max,
+// the sum) merged in warp order, into the output row or (split history) the FP32 record of
+// this split. Shared by the CUDA-core and the tensor-core decode kernels.
+template <class T, int D, int G>
+__device__ __forceinline__ void finish_decode_rows(const PagedForward& p, int64_t g, int hk,
+                                                   int64_t split, const float* merge_flat,
+                                                   int warp, int lane) {
+  const auto merge_s = reinterpret_cast<const float(*)[G][D + 2]>(merge_flat);
+  const Schedule& sched = p.sched;
+  for (int r = warp; r < G; r += kWarps) {
+    float top = kNegInf;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) top = rudnn::cuda::MaxOp{}(top, merge_s[w][r][D]);
+    float f[kWarps], sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float mw = merge_s[w][r][D];
+      f[w] = mw == top ? 1.0f : (mw == kNegInf ? 0.0f : __expf(mw - top));
+      sum = fmaf(f[w], merge_s[w][r][D + 1], sum);
+    }
+    const int64_t h = static_cast<int64_t>(hk) * G + r;
+    if (p.partials) {
+      float* const rec = p.partials + ((g * p.heads_q + h) * p.splits + split) * p.record;
+      for (int d = lane; d < D; d += 32) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) acc = fmaf(f[w], merge_s[w][r][d], acc);
+        rec[d] = acc;
+      }
+      if (lane == 0) {
+        rec[D] = top;
+        rec[D + 1] = sum;
+      }
+      continue;
+    }
+    const RowEnd fin = finish_row(top, sum, false, kNegInf);
+    T* const orow = static_cast<T*>(p.out.data) +
+                    query_offset(sched, g, p.out.batch_stride, p.out.seq_stride) +
+                    h * p.out.head_stride;
+    for (int d = lane; d < D; d += 32) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) acc = fmaf(f[w], merge_s[w][r][d], acc);
+      orow[d] = rudnn::cuda::from_float<T>(acc * fin.factor);
+    }
+  }
+}
+
 // kMinBlocks: the __launch_bounds__ residency asked for (KernelTuning::decode_min_blocks);
 // kPipelined: KernelTuning::decode_pipelined.
 template <class T, int D, int G, int kMinBlocks, bool kPipelined>
@@ -50,17 +140,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) paged_decode_kernel(cons
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int sub = lane % L, grp = lane / L;
 
-  int64_t index = blockIdx.x;
-  const int64_t split = index % p.splits;
-  index /= p.splits;
-  const int hk = static_cast<int>(index % p.heads_kv);
-  const Item item = item_of(sched, index / p.heads_kv);
-  const int64_t g = item.first;
-  const int64_t len = sequence_keys(sched, item.seq);
-  const int64_t visible = visible_keys(sched, g, len, p.causal);
-  const int64_t hi = visible < len ? visible : len;
-  const int64_t base = p.splits > 1 ? split * p.split_keys : 0;
-  const int64_t end = p.splits > 1 && base + p.split_keys < hi ? base + p.split_keys : hi;
+  const DecodeBlock blk = decode_block(p);
+  const int64_t split = blk.split, g = blk.query, base = blk.base, end = blk.end;
+  const int hk = blk.hk;
 
   float qf[G][V];
   const T* const q_row = static_cast<const T*>(p.q.data) +
@@ -82,14 +164,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) paged_decode_kernel(cons
 
   // The physical pages of the block's keys, staged in shared memory when they fit, so that
   // no key load waits on a table load of its own.
-  const PageTable table = page_table(sched, item.seq);
-  const int first_block = end > base ? key_slot(sched, base).block : 0;
-  const int blocks = end > base ? key_slot(sched, end - 1).block - first_block + 1 : 0;
-  const bool staged = blocks <= kDecodePageCache;
-  if (staged) {
-    for (int i = threadIdx.x; i < blocks; i += kThreads)
-      page_s[i] = static_cast<int>(page_in(sched, table, first_block + i));
-  }
+  const PageTable table = page_table(sched, blk.seq);
+  const StagedPages pages = stage_pages(sched, table, base, end, page_s, kDecodePageCache);
+  const int first_block = pages.first_block;
+  const bool staged = pages.staged;
   __syncthreads();
 
   // One key row's 16-byte slice for each step of the tile at j0 (zeros past the end).
@@ -192,44 +270,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) paged_decode_kernel(cons
   }
   __syncthreads();
 
-  // Warp w finishes rows w, w + 4, ...: the warps' states merged in warp order.
-  for (int r = warp; r < G; r += kWarps) {
-    float top = kNegInf;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) top = rudnn::cuda::MaxOp{}(top, merge_s[w][r][D]);
-    float f[kWarps], sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float mw = merge_s[w][r][D];
-      f[w] = mw == top ? 1.0f : (mw == kNegInf ? 0.0f : __expf(mw - top));
-      sum = fmaf(f[w], merge_s[w][r][D + 1], sum);
-    }
-    const int64_t h = static_cast<int64_t>(hk) * G + r;
-    if (p.partials) {
-      float* const rec = p.partials + ((g * p.heads_q + h) * p.splits + split) * p.record;
-      for (int d = lane; d < D; d += 32) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) acc = fmaf(f[w], merge_s[w][r][d], acc);
-        rec[d] = acc;
-      }
-      if (lane == 0) {
-        rec[D] = top;
-        rec[D + 1] = sum;
-      }
-      continue;
-    }
-    const RowEnd fin = finish_row(top, sum, false, kNegInf);
-    T* const orow = static_cast<T*>(p.out.data) +
-                    query_offset(sched, g, p.out.batch_stride, p.out.seq_stride) +
-                    h * p.out.head_stride;
-    for (int d = lane; d < D; d += 32) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) acc = fmaf(f[w], merge_s[w][r][d], acc);
-      orow[d] = rudnn::cuda::from_float<T>(acc * fin.factor);
-    }
-  }
+  finish_decode_rows<T, D, G>(p, g, hk, split, &merge_s[0][0][0], warp, lane);
 }
 
 }  // namespace rudnn::paged::cuda

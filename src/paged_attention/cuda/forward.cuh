@@ -47,6 +47,9 @@ struct ForwardArgs {
   int q_stride = 0;        // floats per q row in shared memory
   int qp_offset = 0;       // MLA: where the positional part of a q row starts
   bool vec_k = false, vec_kp = false, vec_v = false, vec_out = false;
+  // Tensor-core decode kernel (decode_tc.cuh): where its staged table entries start in shared
+  // memory (bytes), and how many fit.
+  int pipeline_bytes = 0, page_cache = 0;
 };
 
 inline size_t forward_shared_bytes(int rows, int q_stride, int chunks) {

@@ -6,6 +6,7 @@
 #include "attention/cuda/loads.cuh"
 #include "cuda/launch.cuh"
 #include "paged_attention/cuda/decode.cuh"
+#include "paged_attention/cuda/decode_tc.cuh"
 #include "paged_attention/cuda/forward.cuh"
 #include "paged_attention/cuda/tuning.h"
 
@@ -36,11 +37,40 @@ void launch_decode_as(const ForwardArgs& a, const rudnn::cuda::LaunchContext& ct
   }
 }
 
+template <class T, int D, int G, int kStages>
+void launch_decode_tc(ForwardArgs a, const rudnn::cuda::LaunchContext& ctx, unsigned grid) {
+  // A block's table entries: its keys' pages, plus one where its range starts mid-page.
+  const int64_t keys = a.p.splits > 1 ? a.p.split_keys : a.p.max_keys;
+  const int64_t entries = keys / a.p.sched.page_size + 2;
+  a.page_cache = static_cast<int>(entries < kDecodePageCache ? entries : kDecodePageCache);
+  a.pipeline_bytes = static_cast<int>(decode_tc_pipeline_bytes(D, G, kStages, sizeof(T)));
+  const size_t shared = static_cast<size_t>(a.pipeline_bytes) + a.page_cache * sizeof(int);
+  // Above the 48 KiB default; set per launch, as the setting belongs to the current device.
+  detail::check_cuda(
+      cudaFuncSetAttribute(paged_decode_tc_kernel<T, D, G, kStages>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
+      "paged_decode_tc_kernel: cudaFuncSetAttribute");
+  paged_decode_tc_kernel<T, D, G, kStages><<<grid, kThreads, shared, ctx.stream>>>(a);
+  detail::check_launch("paged_decode_tc_kernel");
+}
+
 template <class T, int D, int G>
 void launch_decode(const ForwardArgs& a, const rudnn::cuda::LaunchContext& ctx) {
   const int64_t blocks = a.p.sched.items * a.p.heads_kv * a.p.splits;
   if (blocks == 0) return;
   const unsigned grid = static_cast<unsigned>(blocks);
+  if constexpr (sizeof(T) == 2) {
+    if (kernel_tuning().decode_tensor_cores) {
+      // Stages per warp: about 100 KiB of pipelines per block (two blocks per multiprocessor).
+      if constexpr (D == 64) return launch_decode_tc<T, D, G, 4>(a, ctx, grid);
+      if constexpr (D == 256) return launch_decode_tc<T, D, G, 2>(a, ctx, grid);
+      if constexpr (D == 128) {
+        if (kernel_tuning().decode_stages >= 4) return launch_decode_tc<T, D, G, 4>(a, ctx, grid);
+        if (kernel_tuning().decode_stages <= 2) return launch_decode_tc<T, D, G, 2>(a, ctx, grid);
+        return launch_decode_tc<T, D, G, 3>(a, ctx, grid);
+      }
+    }
+  }
   if (kernel_tuning().decode_pipelined) {
     launch_decode_as<T, D, G, true>(a, ctx, grid);
   } else {

@@ -17,6 +17,13 @@ struct KernelTuning {
   // The decode kernel loads the next tile's keys while it uses a tile's values (true), or
   // every load of a tile at its start (false).
   bool decode_pipelined = true;
+  // F16 / BF16 decode schedules run the tensor-core decode kernel (decode_tc.cuh); false: the
+  // CUDA-core one (F32 always does).
+  bool decode_tensor_cores = true;
+  // Tiles of 16 keys each warp of the tensor-core decode kernel keeps staged for D = 128: 2
+  // (three blocks fit a multiprocessor, one tile in flight per warp), 3 (two blocks, two
+  // tiles) or 4 (one block, three tiles).
+  int decode_stages = 3;
   // The internal split: blocks wanted per multiprocessor by the decode and general kernels.
   int decode_blocks_per_sm = 16;
   int general_blocks_per_sm = 2;

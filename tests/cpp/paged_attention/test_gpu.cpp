@@ -102,13 +102,19 @@ TEST(PagedGpu, DecodeKernelMatchesTheReference) {
     ~Restore() { paged::cuda::kernel_tuning() = saved; }
   } restore;
   // Every launch variant of the decode kernel, and the general kernel on decode shapes.
-  const char* names[] = {"decode pipelined, min blocks 1", "decode pipelined, min blocks 3",
-                         "decode burst, min blocks 1", "general kernel"};
-  for (int variant = 0; variant < 4; ++variant) {
+  // (F32 runs the CUDA-core decode kernel in the tensor-core variants.)
+  const char* names[] = {"tensor-core decode, 3 stages", "tensor-core decode, 4 stages",
+                         "tensor-core decode, 2 stages",
+                         "CUDA-core decode pipelined, min blocks 1",
+                         "CUDA-core decode pipelined, min blocks 3",
+                         "CUDA-core decode burst, min blocks 1", "general kernel"};
+  for (int variant = 0; variant < 7; ++variant) {
     paged::cuda::kernel_tuning() = restore.saved;
-    paged::cuda::kernel_tuning().decode_min_blocks = variant == 1 ? 3 : 1;
-    paged::cuda::kernel_tuning().decode_pipelined = variant != 2;
-    paged::cuda::kernel_tuning().decode_kernel = variant != 3;
+    paged::cuda::kernel_tuning().decode_tensor_cores = variant <= 2;
+    paged::cuda::kernel_tuning().decode_stages = variant == 1 ? 4 : (variant == 2 ? 2 : 3);
+    paged::cuda::kernel_tuning().decode_min_blocks = variant == 4 ? 3 : 1;
+    paged::cuda::kernel_tuning().decode_pipelined = variant != 5;
+    paged::cuda::kernel_tuning().decode_kernel = variant != 6;
     SCOPED_TRACE(names[variant]);
 #endif
     for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
@@ -131,6 +137,33 @@ TEST(PagedGpu, DecodeKernelMatchesTheReference) {
 #if RUDNN_PAGED_TUNING
   }
 #endif
+}
+
+// The tensor-core decode kernel (F16 / BF16 decode schedules) over random schedules: page
+// sizes 1 .. 256 (powers of two and not), odd lengths (tiles cut short), Hq / Hkv of 1, 4 and
+// 8, causal and full, unsplit, the internal split and workspaces of 2 and 5 splits.
+TEST(PagedGpu, TensorCoreDecodeMatchesTheReferenceOverRandomSchedules) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    for (int64_t page_size : {1, 3, 16, 37, 64, 256}) {
+      for (int64_t d : {64, 128, 256}) {
+        for (int64_t group : {1, 4, 8}) {
+          ScheduleOptions o;
+          o.sequences = 4;
+          o.max_len = 2 * rng.integer(1, 900) + 1;
+          o.decode_share = 1.0;
+          o.shuffle_queries = group == 4;
+          o.shared_prefix = page_size == 16;
+          const Schedule s = random_schedule(rng, page_size, o);
+          const Heads h{2 * group, 2, d, d};
+          const bool causal = rng.integer(0, 1) == 1;
+          check_attention(rng, s, h, dtype, causal);
+          check_attention(rng, s, h, dtype, causal, group == 8 ? 5 : 2);
+        }
+      }
+    }
+  }
 }
 
 // Decode batches with long histories take the internal split (few blocks, many keys).

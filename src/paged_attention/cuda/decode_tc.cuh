@@ -1,0 +1,240 @@
+// The tensor-core paged decode kernel (F16 / BF16): the decode kernel's work split (one block
+// per (sequence, KV head, split), all G = Hq / Hkv query heads of the KV head in the block, so
+// that K and V are read once), with the key rows moved by cp.async and the products done by
+// mma.sync m16n8k16.
+//
+// Why: the CUDA-core decode kernel (decode.cuh) is latency-bound; its loads go through
+// registers, so a warp can keep only a few of them in flight and spends its issue slots on
+// per-key shuffles. Here each warp runs its own cp.async pipeline of kStages tiles of 16 keys
+// (K and V rows gathered through the page table, 16 bytes per copy, zeros past the end), so
+// (kStages - 1) tiles per warp are in flight while it computes on one, with no block barrier
+// in the key loop. Per tile, the G heads (padded to the 16 rows of an mma) give
+// S = Q · K^T (Q fragments held in registers for the whole loop, K read by ldmatrix), the
+// online softmax runs on the S fragments (each row on the four lanes of a quad), and the
+// probabilities, rounded to the input type, are the A fragments of O += P · V (V read by
+// ldmatrix.trans). The four warps take turns over the tiles (tile t to warp t mod 4) and their
+// states are merged in warp order at the end (finish_decode_rows, shared with decode.cuh);
+// with a split history the block writes the FP32 partial records that paged_merge_kernel
+// (forward.cuh) finishes.
+//
+// Precision: FP32 products and accumulation; the probabilities enter p·v rounded to the input
+// type (as in FlashAttention's tensor-core kernels).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/tensor_core/mma_sync.cuh"
+#include "paged_attention/cuda/decode.cuh"
+
+namespace rudnn::paged::cuda {
+
+// Keys per warp tile: one k-step of p·v.
+constexpr int kTcKeys = 16;
+
+// Elements per staged key row: 8 more than D, so that the eight rows an ldmatrix reads fall
+// in distinct bank groups.
+constexpr int tc_row(int dim) { return dim + 8; }
+
+// Shared memory of the tensor-core decode kernel: the warps' pipelines (reused for the warps'
+// states at the end), then `page_cache` table entries.
+inline size_t decode_tc_pipeline_bytes(int dim, int group, int stages, int esize) {
+  const size_t pipeline =
+      static_cast<size_t>(kWarps) * stages * 2 * kTcKeys * tc_row(dim) * esize;
+  const size_t states = static_cast<size_t>(kWarps) * group * (dim + 2) * sizeof(float);
+  const size_t bytes = pipeline > states ? pipeline : states;
+  return (bytes + 15) / 16 * 16;
+}
+
+// Two floats rounded to T and packed low half first (an mma operand register).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// a.pipeline_bytes: decode_tc_pipeline_bytes; a.page_cache: table entries staged after it.
+template <class T, int D, int G, int kStages>
+__global__ void __launch_bounds__(kThreads) paged_decode_tc_kernel(const ForwardArgs a) {
+  using rudnn::cuda::tc::cp_async_16;
+  using rudnn::cuda::tc::ldmatrix;
+  using rudnn::cuda::tc::mma_16816;
+  constexpr int kRow = tc_row(D);
+  constexpr int kTile = kTcKeys * kRow;  // elements of one staged K (or V) tile
+  constexpr int kChunks = D / 8;         // 16-byte pieces of a row
+  constexpr int kRowsPerPass = 32 / kChunks;
+  constexpr int kPasses = kTcKeys / kRowsPerPass;
+  constexpr int kSteps = D / 16;         // k-steps of q·k, n-tile pairs of p·v
+  static_assert(sizeof(T) == 2 && D % 16 == 0 && kChunks <= 32 && G <= 8 && kStages >= 2,
+                "tensor-core decode shape");
+  extern __shared__ float4 shared4[];
+  T* const stages = reinterpret_cast<T*>(shared4);
+  int* const page_s = reinterpret_cast<int*>(reinterpret_cast<char*>(shared4) + a.pipeline_bytes);
+
+  const PagedForward& p = a.p;
+  const Schedule& sched = p.sched;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int qg = lane / 4, qt = lane % 4;  // the mma group (row) and thread in the group
+  const DecodeBlock blk = decode_block(p);
+  const int64_t base = blk.base, end = blk.end;
+
+  // Q rows 0 .. G - 1 as A fragments (rows G .. 15 are zeros): a[0] and a[2] of each k-step.
+  uint32_t qa[kSteps][2];
+  {
+    const T* const q_row = static_cast<const T*>(p.q.data) +
+                           query_offset(sched, blk.query, p.q.batch_stride, p.q.seq_stride) +
+                           static_cast<int64_t>(blk.hk * G + qg) * p.q.head_stride;
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      qa[kk][0] = qg < G ? *reinterpret_cast<const uint32_t*>(q_row + 16 * kk + 2 * qt) : 0u;
+      qa[kk][1] = qg < G ? *reinterpret_cast<const uint32_t*>(q_row + 16 * kk + 2 * qt + 8) : 0u;
+    }
+  }
+
+  const PageTable table = page_table(sched, blk.seq);
+  const StagedPages pages = stage_pages(sched, table, base, end, page_s, a.page_cache);
+  __syncthreads();
+
+  // This warp's tiles: t = warp, warp + 4, ... of the block's 16-key tiles.
+  const int64_t tiles = end > base ? (end - base + kTcKeys - 1) / kTcKeys : 0;
+  const int count = tiles > warp ? static_cast<int>((tiles - warp + kWarps - 1) / kWarps) : 0;
+  T* const mine = stages + static_cast<size_t>(warp) * kStages * 2 * kTile;
+  const T* const k_data = static_cast<const T*>(p.k.data);
+  const T* const v_data = static_cast<const T*>(p.v.data);
+  const int64_t k_head = static_cast<int64_t>(blk.hk) * p.k.head_stride;
+  const int64_t v_head = static_cast<int64_t>(blk.hk) * p.v.head_stride;
+  const int chunk = lane % kChunks;
+
+  // Tile i of this warp into its slot; one commit group per call (empty past the end).
+  auto load = [&](int i) {
+    if (i < count) {
+      const int64_t j0 = base + (static_cast<int64_t>(i) * kWarps + warp) * kTcKeys;
+      T* const ks = mine + (i % kStages) * 2 * kTile;
+      T* const vs = ks + kTile;
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const int r = pass * kRowsPerPass + lane / kChunks;
+        const int64_t j = j0 + r;
+        const T* ksrc = k_data;
+        const T* vsrc = v_data;
+        uint32_t bytes = 0;
+        if (j < end) {
+          const KeySlot at = key_slot(sched, j);
+          const int64_t page = pages.staged ? page_s[at.block - pages.first_block]
+                                            : page_in(sched, table, at.block);
+          ksrc = k_data + page * p.k.page_stride + at.row * p.k.row_stride + k_head + chunk * 8;
+          vsrc = v_data + page * p.v.page_stride + at.row * p.v.row_stride + v_head + chunk * 8;
+          bytes = 16;
+        }
+        cp_async_16(ks + r * kRow + chunk * 8, ksrc, bytes);
+        cp_async_16(vs + r * kRow + chunk * 8, vsrc, bytes);
+      }
+    }
+    rudnn::cuda::tc::cp_async_commit();
+  };
+
+  float m = kNegInf, l = 0.0f;  // row qg's running max and this lane's share of its sum
+  float o[2 * kSteps][4];
+#pragma unroll
+  for (int n = 0; n < 2 * kSteps; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) load(s);
+  for (int i = 0; i < count; ++i) {
+    // Tile i landed for every lane, and every lane is done with tile i - 1, whose slot the
+    // load of tile i + kStages - 1 reuses.
+    rudnn::cuda::tc::cp_async_wait<kStages - 2>();
+    __syncwarp();
+    load(i + kStages - 1);
+    const T* const ks = mine + (i % kStages) * 2 * kTile;
+    const T* const vs = ks + kTile;
+
+    // S = Q · K^T: keys 0-7 in s[0], 8-15 in s[1]. ldmatrix .x4: matrix lane / 8 is keys
+    // (lane / 16) · 8 .. + 7 by features (lane / 8 % 2) · 8 .. + 7 of the k-step.
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    const T* const k_lane = ks + ((lane / 16) * 8 + lane % 8) * kRow + (lane / 8 % 2) * 8;
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      uint32_t b[4];
+      ldmatrix<4, false>(b, k_lane + 16 * kk);
+      const uint32_t af[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
+      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+      mma_16816<T>(s[0], af, b0);
+      mma_16816<T>(s[1], af, b1);
+    }
+
+    // The online softmax of row qg over the tile: this lane holds keys 2·qt, 2·qt + 1 (s[0])
+    // and 8 + 2·qt, 9 + 2·qt (s[1]); key 0 of the tile is in range, so the row max is finite.
+    const int64_t j0 = base + (static_cast<int64_t>(i) * kWarps + warp) * kTcKeys;
+    float x[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = (e / 2) * 8 + 2 * qt + e % 2;
+      x[e] = j0 + key < end ? s[e / 2][e % 2] * p.scale : kNegInf;
+    }
+    float top = rudnn::cuda::MaxOp{}(rudnn::cuda::MaxOp{}(x[0], x[1]),
+                                     rudnn::cuda::MaxOp{}(x[2], x[3]));
+    top = rudnn::cuda::MaxOp{}(top, __shfl_xor_sync(rudnn::cuda::kFullMask, top, 1));
+    top = rudnn::cuda::MaxOp{}(top, __shfl_xor_sync(rudnn::cuda::kFullMask, top, 2));
+    const float m_new = rudnn::cuda::MaxOp{}(m, top);
+    const float alpha = m == m_new ? 1.0f : __expf(m - m_new);
+    float pr[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) pr[e] = x[e] == kNegInf ? 0.0f : __expf(x[e] - m_new);
+    l = l * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
+    m = m_new;
+#pragma unroll
+    for (int n = 0; n < 2 * kSteps; ++n) {
+      o[n][0] *= alpha;
+      o[n][1] *= alpha;
+    }
+
+    // O += P · V. ldmatrix .x4.trans: matrix lane / 8 is keys (lane / 8 % 2) · 8 .. + 7 by
+    // features (lane / 16) · 8 .. + 7 of the n-tile pair.
+    const uint32_t pa[4] = {pack2<T>(pr[0], pr[1]), 0u, pack2<T>(pr[2], pr[3]), 0u};
+    const T* const v_lane = vs + ((lane / 8 % 2) * 8 + lane % 8) * kRow + (lane / 16) * 8;
+#pragma unroll
+    for (int c = 0; c < kSteps; ++c) {
+      uint32_t b[4];
+      ldmatrix<4, true>(b, v_lane + 16 * c);
+      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+      mma_16816<T>(o[2 * c], pa, b0);
+      mma_16816<T>(o[2 * c + 1], pa, b1);
+    }
+  }
+  rudnn::cuda::tc::cp_async_wait<0>();
+
+  // The row sums over the quad; then the warps' states, in the pipelines' shared memory once
+  // every warp is done with its stages.
+  l += __shfl_xor_sync(rudnn::cuda::kFullMask, l, 1);
+  l += __shfl_xor_sync(rudnn::cuda::kFullMask, l, 2);
+  __syncthreads();
+  float* const merge_s = reinterpret_cast<float*>(shared4);
+  if (qg < G) {
+    float* const row = merge_s + (warp * G + qg) * (D + 2);
+#pragma unroll
+    for (int n = 0; n < 2 * kSteps; ++n) {
+      row[n * 8 + 2 * qt] = o[n][0];
+      row[n * 8 + 2 * qt + 1] = o[n][1];
+    }
+    if (qt == 0) {
+      row[D] = m;
+      row[D + 1] = l;
+    }
+  }
+  __syncthreads();
+  finish_decode_rows<T, D, G>(p, blk.query, blk.hk, blk.split, merge_s, warp, lane);
+}
+
+}  // namespace rudnn::paged::cuda
