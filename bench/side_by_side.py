@@ -555,6 +555,13 @@ def pool_interp_cases():
              have and (lambda: rudnn.interpolate(x, scale_factor=2, mode="bilinear")),
              lambda: F.interpolate(x, scale_factor=2, mode="bilinear"), "F.interpolate", check)
 
+    def check():
+        ref = F.interpolate(x.double(), scale_factor=0.5, mode="bilinear", antialias=True)
+        return rel_err(rudnn.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True), ref), tol_of(f32)
+    run_case("interpolate bilinear antialias 1/2", shape, f32, int(by * 1.25),
+             have and (lambda: rudnn.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True)),
+             lambda: F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True), "F.interpolate", check)
+
 
 def grid_sample_ctc_cases():
     """grid_sample bilinear (zeros, align_corners=False) at ANCHORS.md's f32 [32,64,128,128]:
