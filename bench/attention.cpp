@@ -2,6 +2,8 @@
 // built:
 //   forward B4 H16 L4096 D128, causal and not: Flash (tensor cores), Composed, FlashScalar;
 //   forward + backward, causal: Flash and FlashScalar;
+//   the Hopper forward (Flash on sm_90): B4 H16 L4096 D128 causal and not, B2 H16 L8192 D64
+//   causal, B4 H8 L4096 D256 causal ("attention hopper ...");
 //   decode B64 Hq32 Hkv8 S4096 D128 (one query per sequence): SplitKv.
 // The harness's bytes column counts what a case must move at least (prefill: q, k, v and
 // out once, and for the backward dout, dq, dk, dv too; decode: K and V), so its GB/s is a
@@ -115,6 +117,48 @@ void bench_prefill(Bench& b) {
   }
 }
 
+// The Hopper forward's cases (Flash with plain options on sm_90: wgmma + TMA), at fixed
+// shapes: B4 H16 L4096 D128 causal and not, B2 H16 L8192 D64 causal, B4 H8 L4096 D256
+// causal. The row names the kernel the plan reports ([wgmma] or [mma.sync] elsewhere).
+void bench_hopper(Bench& b) {
+  struct HopperCase {
+    int64_t B, H, L, D;
+    bool causal;
+  };
+  const HopperCase cases[] = {{4, 16, 4096, 128, true},
+                              {4, 16, 4096, 128, false},
+                              {2, 16, 8192, 64, true},
+                              {4, 8, 4096, 256, true}};
+  const DType bf = DType::bf16;
+  for (const HopperCase& c : cases) {
+    const Shape shape{c.B, c.H, c.L, c.D};
+    const AttentionOptions o = AttentionOptions{}.set_causal(c.causal);
+    const AttentionPlan plan =
+        plan_attention(shape, shape, shape, bf, o, AttentionStrategy::Flash, b.dev);
+    const std::string op = std::string("attention hopper fwd ") + (c.causal ? "causal " : "") +
+                           "D" + std::to_string(c.D) + (plan.flash_wgmma ? " [wgmma]" : " [mma.sync]");
+    if (!b.wanted(op)) continue;
+    const double bytes_one = double(c.B) * c.H * c.L * c.D * 2;
+    const int sets = b.sets_for(size_t(bytes_one * 4));
+    const std::vector<Tensor> q = b.normals(sets, shape, bf, 11), k = b.normals(sets, shape, bf, 12),
+                              v = b.normals(sets, shape, bf, 13);
+    const std::vector<Tensor> out = b.empties(sets, shape, bf);
+    std::vector<Tensor> lse;
+    for (int s = 0; s < sets; ++s) lse.push_back(b.empty({c.B, c.H, c.L}, DType::f32));
+    b.sync();
+    const double flops = 4.0 * c.B * c.H * c.L * c.L * c.D / (c.causal ? 2 : 1);
+    run_case(
+        b, op, shape, bytes_one * 4, flops, sets,
+        [&](int s) {
+          attention_into(out[s], lse[s], q[s], k[s], v[s], o, AttentionStrategy::Flash, b.stream);
+        },
+        [&] {
+          b.sync();
+          return check_tail(q[0], k[0], v[0], out[0], o, 1);
+        });
+  }
+}
+
 void bench_decode(Bench& b) {
   const int64_t B = b.size("attn-decode-batch"), Hq = b.size("attn-decode-heads"),
                 Hkv = b.size("attn-decode-kv-heads"), S = b.size("attn-decode-len"), D = 128;
@@ -155,6 +199,7 @@ bench::Family make_family() {
   f.run = [](Bench& b) {
     g_flops.clear();
     bench_prefill(b);
+    bench_hopper(b);
     bench_decode(b);
     if (g_flops.empty()) return;
     std::printf("\n%-36s %-20s %10s %10s\n", "attention op", "B x H x L x D", "ms", "TFLOP/s");

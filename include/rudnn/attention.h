@@ -92,7 +92,14 @@ enum class AttentionLayout {
 //                bias arrays are read per element (slower than the plain path). Backward
 //                for D = Dv in {64, 96, 128}, every option but a bias gradient. A request
 //                it cannot run (f32, another head size, a bias gradient, a device before
-//                sm_80) is Unsupported, naming why.
+//                sm_80) is Unsupported, naming why. On sm_90 (a build with sm_90a code),
+//                the forward with plain options (scale and causal only: no mask, bias,
+//                sinks, window, softcap, ALiBi; padded batches) and D = Dv in {64, 128,
+//                256} runs a FlashAttention-3 style kernel instead (wgmma fed by TMA, a
+//                producer warpgroup and two consumer warpgroups of 64 query rows; same
+//                precision; AttentionPlan::flash_wgmma says so). Its inputs are read by
+//                TMA, which needs 16-byte aligned bases and strides: other views are
+//                copied densely first.
 //   FlashScalar  one fused CUDA-core kernel with an online softmax: no scores in memory,
 //                F32/F16/BF16, D and Dv up to 1024, every option, varlen.
 //   Composed     matrix products on tensor cores (the internal GEMM; F32 on CUDA cores in
@@ -236,6 +243,9 @@ struct AttentionPlan {
   size_t max_intermediate_bytes = 0;
   // Whether max_score_bytes changed the choice (a smaller block, or another kernel).
   bool capped = false;
+  // Flash only: whether the Hopper kernel (wgmma + TMA, sm_90a) runs rather than the
+  // mma.sync one (see AttentionStrategy::Flash).
+  bool flash_wgmma = false;
 };
 
 // How attention (or attention_backward) will run on `device` for these shapes (as the

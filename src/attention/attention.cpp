@@ -355,6 +355,8 @@ attn::PlanInput plan_input(const char* op, const Dims& d, DType dtype, const Att
   in.strategy = strategy;
   in.device = device;
   in.backward = backward;
+  in.plain_rules = !o.mask.defined() && !o.bias.defined() && !o.sinks.defined() && !o.window &&
+                   !o.softcap && !o.alibi_slopes.defined();
   return in;
 }
 
@@ -454,13 +456,23 @@ void* scratch_for(OpCall& call, const AttentionPlan& plan) {
 
 // An input view; for Composed, whose products need rows that do not overlap (a leading
 // dimension of at least the head size), a dense copy of one whose rows do (a broadcast view
-// with a zero sequence stride, say).
+// with a zero sequence stride, say); for the Hopper Flash, whose TMA maps need 16-byte
+// aligned bases and strides, a dense copy of one that has other strides.
 common::BshdIn gemm_rows_in(OpCall& call, const char* name, const Tensor& t, common::Axes4 axes,
                             const AttentionPlan& plan) {
   common::BshdIn view = common::bshd_in(call, name, t, axes);
-  if (plan.kernel == AttentionKernel::Composed && view.shape.seq > 1 &&
-      view.seq_stride < view.shape.dim) {
-    view = common::bshd_in(call, name, call.keep(t.contiguous(call.stream)), axes);
+  const bool composed_copy = plan.kernel == AttentionKernel::Composed && view.shape.seq > 1 &&
+                             view.seq_stride < view.shape.dim;
+  const bool tma_copy =
+      plan.kernel == AttentionKernel::Flash && plan.flash_wgmma &&
+      !attn::flash_hopper_view_ok(view.data, view.shape.batch, view.shape.seq, view.shape.heads,
+                                  view.batch_stride, view.seq_stride, view.head_stride);
+  if (composed_copy || tma_copy) {
+    // A contiguous tensor at a misaligned offset stays misaligned under contiguous(): TMA
+    // gets a fresh allocation.
+    const Tensor dense = tma_copy && t.is_contiguous() ? t.to(t.device(), call.stream)
+                                                       : t.contiguous(call.stream);
+    view = common::bshd_in(call, name, call.keep(dense), axes);
   }
   return view;
 }

@@ -25,6 +25,7 @@ struct DeviceFacts {
   int compute_major = 0;
   int multiprocessors = 0;
   bool flash_built = false;  // the Flash kernels hold sm_80+ code for the device
+  bool hopper_built = false;  // the Hopper forward holds sm_90a code the device runs
 };
 
 DeviceFacts device_facts(const PlanInput& in) {
@@ -32,7 +33,8 @@ DeviceFacts device_facts(const PlanInput& in) {
 #if RUDNN_WITH_CUDA
   const auto& info = rudnn::cuda::device_info(in.device);
   return {info.compute_major, info.multiprocessors,
-          info.compute_major >= 8 && attn::cuda::flash_kernels_built(in.device)};
+          info.compute_major >= 8 && attn::cuda::flash_kernels_built(in.device),
+          info.compute_major == 9 && attn::cuda::flash_hopper_built(in.device)};
 #else
   fail(ErrorCode::Unsupported, cat(in.op, ": ruDNN was built without CUDA"));
 #endif
@@ -92,6 +94,15 @@ AttentionPlan flash_plan() {
   plan.kernel = AttentionKernel::Flash;
   plan.passes = 1;
   plan.dispatches = 1;
+  return plan;
+}
+
+// The forward's Flash: the Hopper kernel where it takes the call (sm_90 with its sm_90a
+// code, plain options, padded batches, its head sizes), else the mma.sync one.
+AttentionPlan flash_forward_plan(const PlanInput& in, const DeviceFacts& facts) {
+  AttentionPlan plan = flash_plan();
+  plan.flash_wgmma = !in.device.is_cpu() && facts.hopper_built && in.plain_rules &&
+                     !in.varlen && flash_hopper_takes_heads(in.dim_qk, in.dim_v);
   return plan;
 }
 
@@ -208,7 +219,7 @@ AttentionPlan forward_plan(const PlanInput& in, const DeviceFacts& facts) {
     case AttentionStrategy::Flash: {
       const std::string why = flash_refusal(in, facts);
       if (!why.empty()) fail(ErrorCode::Unsupported, cat(in.op, ": strategy Flash: ", why));
-      return flash_plan();
+      return flash_forward_plan(in, facts);
     }
     case AttentionStrategy::FlashScalar:
       require_scalar_heads(in, "FlashScalar");
@@ -250,7 +261,8 @@ AttentionPlan forward_plan(const PlanInput& in, const DeviceFacts& facts) {
   // blocks too small to feed them; the rest runs FlashScalar, or Composed for head sizes
   // beyond it.
   if (decode && scalar_takes_heads(in)) return split_kv_plan(in, facts);
-  if (!in.device.is_cpu() && flash_refusal(in, facts).empty()) return flash_plan();
+  if (!in.device.is_cpu() && flash_refusal(in, facts).empty())
+    return flash_forward_plan(in, facts);
   const bool composed_possible = !in.varlen;
   const bool composed_preferred =
       composed_possible && (!scalar_takes_heads(in) || (is_16bit(in.dtype) && in.len_k >= 64));
@@ -321,6 +333,22 @@ bool flash_takes_heads(int64_t dim_qk, int64_t dim_v) {
   if (dim_qk == 192 && dim_v == 128) return true;
   return dim_qk == dim_v &&
          (dim_qk == 64 || dim_qk == 96 || dim_qk == 128 || dim_qk == 192 || dim_qk == 256);
+}
+
+bool flash_hopper_takes_heads(int64_t dim_qk, int64_t dim_v) {
+  return dim_qk == dim_v && (dim_qk == 64 || dim_qk == 128 || dim_qk == 256);
+}
+
+bool flash_hopper_view_ok(const void* data, int64_t batch, int64_t seq, int64_t heads,
+                          int64_t batch_stride, int64_t seq_stride, int64_t head_stride) {
+  if (reinterpret_cast<uintptr_t>(data) % 16 != 0) return false;
+  const int64_t ext[3] = {batch, seq, heads}, str[3] = {batch_stride, seq_stride, head_stride};
+  for (int i = 0; i < 3; ++i) {
+    // 16-bit elements: 8 of them make 16 bytes; TMA strides stay below 2^40 bytes.
+    if (ext[i] > 1 && (str[i] <= 0 || str[i] % 8 != 0 || str[i] >= (int64_t{1} << 39)))
+      return false;
+  }
+  return true;
 }
 
 bool flash_backward_takes_heads(int64_t dim_qk, int64_t dim_v) {

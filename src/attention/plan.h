@@ -27,6 +27,9 @@ struct PlanInput {
   AttentionStrategy strategy = AttentionStrategy::Auto;
   Device device = Device::cpu();
   bool backward = false;
+  // No per-element or per-head option beyond scale and causal (mask, bias, sinks, window,
+  // softcap, ALiBi): what the Hopper forward takes.
+  bool plain_rules = false;
 };
 
 // Throws rudnn::Error (op-named) when the strategy cannot run the shape or the cap cannot
@@ -36,6 +39,13 @@ AttentionPlan make_plan(const PlanInput& in);
 // Whether the tensor-core kernel (Flash) has an instance for these head sizes: D = Dv in
 // {64, 96, 128, 192, 256}, or (D, Dv) = (192, 128).
 bool flash_takes_heads(int64_t dim_qk, int64_t dim_v);
+// Whether the Hopper forward (Flash on sm_90a) has an instance: D = Dv in {64, 128, 256}.
+bool flash_hopper_takes_heads(int64_t dim_qk, int64_t dim_v);
+// Whether a [batch, seq, heads, dim] view of 16-bit elements can be read by the Hopper
+// forward's TMA maps: base and the strides of axes longer than 1 multiples of 16 bytes and
+// nonzero (else the entry point passes a dense copy).
+bool flash_hopper_view_ok(const void* data, int64_t batch, int64_t seq, int64_t heads,
+                          int64_t batch_stride, int64_t seq_stride, int64_t head_stride);
 // Whether Flash's backward has an instance: D = Dv in {64, 96, 128}.
 bool flash_backward_takes_heads(int64_t dim_qk, int64_t dim_v);
 

@@ -21,6 +21,21 @@ void flash_forward_dispatch(const AttentionForward& p, const Stream& stream) {
   if (d == 256 && dv == 256) return flash_forward<T, 256, 256>(p, stream);
 }
 
+// The Hopper instance (the plan chose it only for D = Dv in {64, 128, 256}).
+template <class T>
+void flash_hopper_dispatch(const AttentionForward& p, const Stream& stream) {
+  switch (p.sizes.dim_qk) {
+    case 64:
+      return flash_hopper_forward<T, 64>(p, stream);
+    case 128:
+      return flash_hopper_forward<T, 128>(p, stream);
+    case 256:
+      return flash_hopper_forward<T, 256>(p, stream);
+    default:
+      return;
+  }
+}
+
 template <class T>
 void flash_backward_dispatch(const AttentionBackward& p, const Stream& stream) {
   switch (p.sizes.dim_qk) {
@@ -48,7 +63,13 @@ void attention_forward(const AttentionForward& p, const Stream& stream) {
           p.dtype, [&](auto tag) { scalar_forward<typename decltype(tag)::type>(p, stream); });
       return;
     case AttentionKernel::Flash:
-      if (p.dtype == DType::f16) {
+      if (p.plan.flash_wgmma) {
+        if (p.dtype == DType::f16) {
+          flash_hopper_dispatch<__half>(p, stream);
+        } else if (p.dtype == DType::bf16) {
+          flash_hopper_dispatch<__nv_bfloat16>(p, stream);
+        }
+      } else if (p.dtype == DType::f16) {
         flash_forward_dispatch<__half>(p, stream);
       } else if (p.dtype == DType::bf16) {
         flash_forward_dispatch<__nv_bfloat16>(p, stream);

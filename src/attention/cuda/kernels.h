@@ -17,6 +17,12 @@ void scalar_forward(const AttentionForward& p, const Stream& stream);
 template <class T, int D, int DV>
 void flash_forward(const AttentionForward& p, const Stream& stream);
 
+// Flash on sm_90a (the plan's flash_wgmma): the wgmma + TMA forward for D = Dv in {64, 128,
+// 256} with plain options (scale, causal), padded batches; both 16-bit dtypes instantiated
+// in flash_hopper_d<D>.cu.
+template <class T, int D>
+void flash_hopper_forward(const AttentionForward& p, const Stream& stream);
+
 // Flash's backward for D = Dv in {64, 96, 128} (attn::flash_backward_takes_heads), both 16-bit
 // dtypes instantiated in flash_backward_d<D>.cu.
 template <class T, int D, int DV>

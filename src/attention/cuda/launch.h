@@ -13,6 +13,9 @@ void attention_forward(const AttentionForward& p, const Stream& stream);
 // built and is what the device runs): below that they compile to nothing, so the plan asks
 // the code, not only the device (flash_forward_d64.cu).
 bool flash_kernels_built(Device device);
+// Whether the Hopper forward (flash_hopper.cuh) holds sm_90a code that `device` runs
+// (flash_hopper_d128.cu).
+bool flash_hopper_built(Device device);
 void attention_backward(const AttentionBackward& p, const Stream& stream);
 
 }  // namespace rudnn::attn::cuda
