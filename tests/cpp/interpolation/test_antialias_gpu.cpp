@@ -6,6 +6,7 @@
 // run (deterministic = false gathers too). Skipped without a GPU.
 #include <string>
 
+#include "antialias_options.h"
 #include "support/test_support.h"
 
 namespace rudnn::test {
@@ -13,27 +14,6 @@ namespace {
 
 using Mode = InterpolateMode;
 const Device kGpu = Device::cuda(0);
-
-InterpolateOptions aa_size(Mode mode, std::vector<int64_t> size,
-                           std::optional<bool> align_corners = std::nullopt) {
-  InterpolateOptions o;
-  o.mode = mode;
-  o.size = std::move(size);
-  o.align_corners = align_corners;
-  o.antialias = true;
-  return o;
-}
-
-InterpolateOptions aa_scale(Mode mode, std::vector<double> scale, bool recompute = false,
-                            std::optional<bool> align_corners = std::nullopt) {
-  InterpolateOptions o;
-  o.mode = mode;
-  o.scale_factor = std::move(scale);
-  o.recompute_scale_factor = recompute;
-  o.align_corners = align_corners;
-  o.antialias = true;
-  return o;
-}
 
 std::string describe(DType dt, const Shape& in, const InterpolateOptions& o) {
   std::string s = std::string(o.mode == Mode::bicubic ? "bicubic" : "bilinear") + " antialias " +
