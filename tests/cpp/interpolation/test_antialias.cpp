@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "antialias_options.h"
+#include "options.h"
 #include "support/test_support.h"
 
 namespace rudnn::test {

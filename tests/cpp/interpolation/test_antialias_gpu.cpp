@@ -6,7 +6,7 @@
 // run (deterministic = false gathers too). Skipped without a GPU.
 #include <string>
 
-#include "antialias_options.h"
+#include "options.h"
 #include "support/test_support.h"
 
 namespace rudnn::test {

@@ -7,6 +7,7 @@
 // Skipped without a GPU.
 #include <string>
 
+#include "options.h"
 #include "support/test_support.h"
 
 namespace rudnn::test {
@@ -50,25 +51,6 @@ std::string describe(DType dt, const Shape& in, const InterpolateOptions& o) {
                   (o.align_corners ? (*o.align_corners ? "true" : "false") : "unset") +
                   " deterministic " + (o.deterministic ? "true" : "false");
   return s;
-}
-
-InterpolateOptions by_size(Mode mode, std::vector<int64_t> size,
-                           std::optional<bool> align_corners = std::nullopt) {
-  InterpolateOptions o;
-  o.mode = mode;
-  o.size = std::move(size);
-  o.align_corners = align_corners;
-  return o;
-}
-
-InterpolateOptions by_scale(Mode mode, std::vector<double> scale, bool recompute = false,
-                            std::optional<bool> align_corners = std::nullopt) {
-  InterpolateOptions o;
-  o.mode = mode;
-  o.scale_factor = std::move(scale);
-  o.recompute_scale_factor = recompute;
-  o.align_corners = align_corners;
-  return o;
 }
 
 bool is_nearest(Mode m) { return m == Mode::nearest || m == Mode::nearest_exact; }

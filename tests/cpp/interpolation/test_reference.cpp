@@ -5,31 +5,13 @@
 #include <cmath>
 #include <vector>
 
+#include "options.h"
 #include "support/test_support.h"
 
 namespace rudnn::test {
 namespace {
 
 using Mode = InterpolateMode;
-
-InterpolateOptions by_size(Mode mode, std::vector<int64_t> size,
-                           std::optional<bool> align_corners = std::nullopt) {
-  InterpolateOptions o;
-  o.mode = mode;
-  o.size = std::move(size);
-  o.align_corners = align_corners;
-  return o;
-}
-
-InterpolateOptions by_scale(Mode mode, std::vector<double> scale, bool recompute = false,
-                            std::optional<bool> align_corners = std::nullopt) {
-  InterpolateOptions o;
-  o.mode = mode;
-  o.scale_factor = std::move(scale);
-  o.recompute_scale_factor = recompute;
-  o.align_corners = align_corners;
-  return o;
-}
 
 Tensor row(const std::vector<double>& v) {
   return host_tensor(v, {1, 1, static_cast<int64_t>(v.size())}, DType::f64);
