@@ -11,20 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "support/poison.h"
 #include "support/test_support.h"
 
 namespace rudnn::test {
 namespace {
 
 constexpr Device kGpu = Device::cuda(0);
-
-class PoisonEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { set_poison_allocations(true); }
-  void TearDown() override { set_poison_allocations(false); }
-};
-[[maybe_unused]] const auto* const kPoison =
-    ::testing::AddGlobalTestEnvironment(new PoisonEnvironment);
 
 Tensor on(const Tensor& t, Device device) { return t.defined() ? t.to(device) : Tensor(); }
 

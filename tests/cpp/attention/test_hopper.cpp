@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/poison.h"
 #include "support/test_support.h"
 
 #if RUDNN_TEST_CUDA
@@ -21,14 +22,6 @@ namespace rudnn::test {
 namespace {
 
 constexpr Device kGpu = Device::cuda(0);
-
-class PoisonEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { set_poison_allocations(true); }
-  void TearDown() override { set_poison_allocations(false); }
-};
-[[maybe_unused]] const auto* const kPoison =
-    ::testing::AddGlobalTestEnvironment(new PoisonEnvironment);
 
 // Whether device 0 is an sm_90 part (the build under test holds sm_90a code: the lead's
 // builds do, RUDNN_CUDA_ARCHS=90a).

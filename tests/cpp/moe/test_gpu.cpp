@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "support/poison.h"
 #include "support/test_support.h"
 
 namespace rudnn::test {
@@ -22,14 +23,6 @@ using moe::RoutingOptions;
 
 constexpr Device kGpu = Device::cuda(0);
 const DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
-
-class PoisonEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { set_poison_allocations(true); }
-  void TearDown() override { set_poison_allocations(false); }
-};
-[[maybe_unused]] const auto* const kPoison =
-    ::testing::AddGlobalTestEnvironment(new PoisonEnvironment);
 
 Tensor on_gpu(const Tensor& t) { return t.defined() ? t.to(kGpu) : Tensor(); }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "paged_util.h"
+#include "support/poison.h"
 #include "support/test_support.h"
 
 #if RUDNN_PAGED_TUNING
@@ -23,14 +24,6 @@ using paged_util::Schedule;
 using paged_util::ScheduleOptions;
 
 constexpr Device kGpu = Device::cuda(0);
-
-class PoisonEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { set_poison_allocations(true); }
-  void TearDown() override { set_poison_allocations(false); }
-};
-[[maybe_unused]] const auto* const kPoison =
-    ::testing::AddGlobalTestEnvironment(new PoisonEnvironment);
 
 struct Heads {
   int64_t hq, hkv, d, dv;
