@@ -48,10 +48,14 @@
 // over chunks of chunk_size steps, the same results as gated_delta_rule up to rounding (see
 // its declaration below).
 //
+// Slot ids on the device (gated_delta_slots*) cannot raise an error without a host
+// synchronisation: a sequence whose id is outside the pool or named by another sequence too
+// leaves the pool untouched and gets NaN outputs (never an out-of-bounds access, never two
+// sequences racing on one state). Device cu_seqlens are clamped into [0, T] and made
+// non-decreasing, so bad offsets cannot address outside the inputs either.
+//
 // NOT IMPLEMENTED YET (later work of issue 14): the backward of the chunked form, GPU
-// Dk > 256, a varlen gated_delta_steps, and a device-side check of slot ids and cu_seqlens (on
-// the GPU, ids out of range or repeated and bad offsets are the caller's error and not
-// detected).
+// Dk > 256 and a varlen gated_delta_steps.
 //
 // Errors (rudnn::Error, message "op: argument ...; expected ..."): a chunk_size that is not
 // positive or whose workspace exceeds the shared-memory limit (chunk_gated_delta_rule), an

@@ -34,8 +34,9 @@ deterministic kernel over float32 checkpoints on the GPU). The torch custom ops
 :func:`gated_delta_rule` with ``chunk_size=`` runs the chunked prefill (C++
 ``chunk_gated_delta_rule``: the WY / UT-transform form on tensor cores, equal to the recurrence
 up to rounding); its gradient is the recurrence's backward (the same function's gradient: a
-chunked backward kernel is not implemented). Not implemented yet: a device-side check of slot
-ids and cu_seqlens. ``out=`` reaches the C++ ``_into`` forms. Under ``torch.compile``
+chunked backward kernel is not implemented). Slot ids on the GPU cannot raise without a host
+synchronisation: a sequence whose id is outside the pool or shared with another sequence leaves
+the pool untouched and gets NaN outputs; device cu_seqlens are clamped into [0, T]. ``out=`` reaches the C++ ``_into`` forms. Under ``torch.compile``
 :func:`gated_delta` and :func:`gated_delta_rule` called without ``out=``/``stream=`` call their
 custom ops, which the compiler traces.
 

@@ -431,6 +431,7 @@ Tensor gated_delta_slots_impl(OpCall& call, Outputs& outs, const Tensor& q, cons
     p.state_dtype = pool.dtype();
     p.slots = common::dense_in(call, slots);
     p.slot_dtype = slots.dtype();
+    p.pool_slots = pool_slots;
     if (cu.defined()) p.cu_seqlens = static_cast<const int32_t*>(cu.data());
     run_gpu(call, p);
     return y;

@@ -29,6 +29,7 @@ struct Recurrence {
   void* every_step = nullptr;   // [B,T,Hv,Dv,Dk] in state_dtype, or null
   const void* slots = nullptr;  // [B] on the device: sequence b's state is slot slots[b]
   DType slot_dtype = DType::i64;
+  int64_t pool_slots = 0;  // with slots: the pool's slot count (ids outside it are unusable)
   // [batch + 1] I32 on the device, or null: the inputs are one packed entry (b = 0) and
   // sequence b is its steps [cu_seqlens[b], cu_seqlens[b+1]), clamped into [0, steps].
   const int32_t* cu_seqlens = nullptr;

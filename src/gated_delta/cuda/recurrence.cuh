@@ -63,6 +63,22 @@ __device__ __forceinline__ int column(int lane, int j) {
   return kQuads ? 128 * (j / 4) + 4 * lane + j % 4 : lane + 32 * j;
 }
 
+__device__ __forceinline__ int64_t slot_at(const Recurrence& p, int64_t b) {
+  return p.slot_dtype == DType::i32 ? int64_t(static_cast<const int32_t*>(p.slots)[b])
+                                    : static_cast<const int64_t*>(p.slots)[b];
+}
+
+// Whether slot id `id` (sequence b's) may be used: inside the pool and named by no other
+// sequence. Ids on the device cannot raise an error without a host synchronisation, so an
+// unusable id makes its sequence a no-op on the pool (no out-of-bounds access, no two
+// sequences racing on one state) with NaN outputs. One warp scans the ids: B / 32 loads.
+__device__ __forceinline__ bool slot_usable(const Recurrence& p, int64_t id) {
+  if (id < 0 || id >= p.pool_slots) return false;
+  unsigned named = 0;
+  for (int64_t i = threadIdx.x % 32; i < p.batch; i += 32) named += slot_at(p, i) == id;
+  return __reduce_add_sync(0xffffffffu, named) == 1;
+}
+
 // grid (B * Hv, ceil(Dv / kRowsPerBlock)), block 32 * kWarpsPerBlock. The rows past Dv of
 // the last warp compute on zeros (kept branch-free so that each step's loads are issued
 // together, ahead of the row loop) and store nothing.
@@ -75,17 +91,26 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) recurrence_kernel(const R
   if (row0 >= p.value_dim) return;
   const int64_t Dk = p.key_dim, Dv = p.value_dim;
   const int64_t kh = unsigned(h) / unsigned(p.value_heads / p.key_heads);
-  int64_t seq_state = b;
-  if (p.slots != nullptr) {
-    seq_state = p.slot_dtype == DType::i32 ? int64_t(static_cast<const int32_t*>(p.slots)[b])
-                                           : static_cast<const int64_t*>(p.slots)[b];
-  }
   // Sequence b's batch entry and steps: with cu_seqlens, steps [first, last) of entry 0.
   int64_t entry = b, first = 0, last = p.steps;
   if (p.cu_seqlens != nullptr) {
     entry = 0;
     first = min(max(int64_t(p.cu_seqlens[b]), int64_t(0)), p.steps);
     last = min(max(int64_t(p.cu_seqlens[b + 1]), first), p.steps);
+  }
+  const bool row_lane = lane < kRowsPerWarp && row0 + lane < Dv;
+  int64_t seq_state = b;
+  if (p.slots != nullptr) {
+    seq_state = slot_at(p, b);
+    if (!slot_usable(p, seq_state)) {
+      if (row_lane) {
+        const T nan = from_float<T>(__int_as_float(0x7fc00000));
+        T* y = static_cast<T*>(p.y);
+        for (int64_t t = first; t < last; ++t)
+          y[entry * p.v_b + t * p.v_t + h * p.v_h + row0 + lane] = nan;
+      }
+      return;
+    }
   }
   const int64_t state_base = (seq_state * p.value_heads + h) * Dv * Dk;
   auto state_index = [&](int64_t row, int64_t col) {
@@ -126,8 +151,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) recurrence_kernel(const R
   const T* k = static_cast<const T*>(p.k);
   const T* v = static_cast<const T*>(p.v);
   T* y = static_cast<T*>(p.y);
-  // Lane r < kRowsPerWarp loads and stores row row0 + r's v and y.
-  const bool row_lane = lane < kRowsPerWarp && row0 + lane < Dv;
+  // Lane r < kRowsPerWarp (row_lane) loads and stores row row0 + r's v and y.
   for (int64_t t = first; t < last; ++t) {
     const int64_t qk_off = entry * p.qk_b + t * p.qk_t + kh * p.qk_h;
     const int64_t v_off = entry * p.v_b + t * p.v_t + h * p.v_h;

@@ -3,6 +3,7 @@
 // The GPU recurrence against the reference, its own one-step calls, the steps and the pool
 // forms (skipped without a GPU).
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "gated_delta/reference.h"
@@ -268,6 +269,47 @@ TEST(GatedDeltaGpu, SlotsEqualGatedDeltaOnEachState) {
   for (int64_t untouched : {1, 2, 4}) {
     EXPECT_TRUE(bit_equal(pool_after.slice(0, untouched, untouched + 1).contiguous(),
                           pool_host.slice(0, untouched, untouched + 1).contiguous()));
+  }
+}
+
+// Device ids cannot throw without a synchronisation: an id outside the pool or shared by two
+// sequences makes those sequences no-ops on the pool with NaN outputs; the others run as usual.
+TEST(GatedDeltaGpu, UnusableDeviceSlotIdsLeaveThePoolAndGiveNaN) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const int64_t B = 5, T = 3, Hk = 1, Hv = 2, Dk = 128, Dv = 20, S = 4;
+  for (DType slot_dtype : {DType::i32, DType::i64}) {
+    SCOPED_TRACE(dtype_name(slot_dtype));
+    const Bthd dev = to_gpu(random_bthd(rng, B, T, Hk, Hv, Dk, Dv, DType::bf16, DType::f32));
+    const Tensor pool_host = random_tensor(rng, {S, Hv, Dv, Dk}, DType::f32, 0.0f, 0.1f);
+    const Tensor pool = pool_host.to(kGpu);
+    // -1 and 4 are outside the pool; 2 is named twice; 0 is the only usable id.
+    const std::vector<double> ids{2, -1, 0, 4, 2};
+    // Zeros, not poison: the NaNs must come from the op.
+    const Tensor y = host_tensor(std::vector<double>(size_t(B * T * Hv * Dv), 0.0),
+                                 {B, T, Hv, Dv}, DType::bf16)
+                         .to(kGpu);
+    gated_delta_slots_into(y, dev.q, dev.k, dev.v, dev.g, dev.beta, pool,
+                           host_tensor(ids, {B}, slot_dtype).to(kGpu));
+    const Tensor pool_after = pool.to_host();
+    const Tensor y_host = y.to_host();
+    for (int64_t b = 0; b < B; ++b) {
+      SCOPED_TRACE("sequence " + std::to_string(b));
+      auto seq = [&](const Tensor& x) { return x.slice(0, b, b + 1).contiguous(); };
+      if (b != 2) {
+        for (double x : to_doubles(seq(y_host))) ASSERT_TRUE(std::isnan(x));
+        continue;
+      }
+      const GatedDeltaResult alone =
+          gated_delta(seq(dev.q), seq(dev.k), seq(dev.v), seq(dev.g), seq(dev.beta),
+                      pool_host.slice(0, 0, 1).contiguous().to(kGpu));
+      EXPECT_TRUE(bit_equal(seq(y_host), alone.y.to_host()));
+      EXPECT_TRUE(bit_equal(pool_after.slice(0, 0, 1).contiguous(), alone.state.to_host()));
+    }
+    for (int64_t untouched : {1, 2, 3}) {
+      EXPECT_TRUE(bit_equal(pool_after.slice(0, untouched, untouched + 1).contiguous(),
+                            pool_host.slice(0, untouched, untouched + 1).contiguous()));
+    }
   }
 }
 
