@@ -488,7 +488,23 @@ def attention_cases():
         return rel_err(rudnn.attention(q, k, v, is_causal=True), ref), tol_of(bf)
     run_case("attention fwd causal", f"[{B},{H},{L},{D}]", bf, 0, have and (lambda: rudnn.attention(q, k, v, is_causal=True)),
              lambda: cudnn_sdpa(q, k, v, is_causal=True), "torch SDPA cuDNN", check)
-    del q, k, v
+
+    # Training step: forward, then dq, dk, dv through autograd (ours: rudnn.torch_autograd's Function).
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    dout = torch.randn_like(q)
+
+    def fwd_bwd(attend):
+        return lambda: torch.autograd.grad(attend(qg, kg, vg, is_causal=True), (qg, kg, vg), dout)
+
+    def check():
+        ref = torch.autograd.grad(
+            F.scaled_dot_product_attention(*(t.float() for t in (qg, kg, vg)), is_causal=True),
+            (qg, kg, vg), dout.float())
+        got = fwd_bwd(rudnn.torch_autograd.attention)()
+        return worst(*((rel_err(g, r), tol_of(bf)) for g, r in zip(got, ref)))
+    run_case("attention fwd+bwd causal", f"[{B},{H},{L},{D}]", bf, 0, have and fwd_bwd(rudnn.torch_autograd.attention),
+             fwd_bwd(cudnn_sdpa), "torch SDPA cuDNN", check)
+    del q, k, v, qg, kg, vg, dout
 
     B, Hq, Hkv, S, D, bs = 64, 32, 8, 4096, 128, 16
     q = torch.randn(B, Hq, 1, D, dtype=bf, device=DEV)
