@@ -14,8 +14,8 @@
 // [65536, 2I], X [65536, H] row-major; D [E, 2I, H] bf16), balanced and skewed, against one
 // cublasGemmEx per expert. The wgmma path runs with clusters of one and of two blocks
 // (Tuning::hopper_cluster: B multicast to the pair) and, for the forward layout, with the
-// ping-pong schedule at each of its tiles (Tuning::hopper_schedule), so that the defaults can
-// be chosen on evidence.
+// ping-pong schedule at each of its tiles (Tuning::hopper_schedule), alone and in pairs, so
+// that the defaults can be chosen on evidence.
 // The check compares ruDNN's D with cuBLAS's (first and last rows, relative L2).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -84,6 +84,7 @@ struct HopperCase {
   gemm::HopperSchedule schedule;
   int block_m, block_n;
   int splits = 0;
+  bool direct_store = false;
   void tune(gemm::Path& p, gemm::Tuning& t) const {
     p = path;
     t.hopper_cluster = cluster;
@@ -91,12 +92,14 @@ struct HopperCase {
     t.hopper_block_m = block_m;
     t.hopper_block_n = block_n;
     t.hopper_splits = splits;
+    t.hopper_direct_store = direct_store;
   }
 };
 using gemm::HopperSchedule;
 // "gemm hopper cluster1/2": the cooperative schedule with its tile picked by the entry (the
 // rows of earlier rounds); "gemm hopper auto": the entry's whole choice (first after cuBLAS,
-// the rows compared most come next: later rows run on a hotter GPU); the ping-pong rows
+// the rows compared most come next: later rows run on a hotter GPU; "direct store": D stored
+// from registers instead of the TMA-store epilogue, for the comparison); the ping-pong rows
 // force each tile built, and split K (the split-K rows allocate their workspace per call, as
 // a caller without one does).
 constexpr HopperCase kDenseCases[] = {
@@ -111,14 +114,23 @@ constexpr HopperCase kDenseCases[] = {
      2},
     {"gemm hopper cluster1", gemm::Path::Hopper, 1, HopperSchedule::Cooperative, 0, 0},
     {"gemm hopper cluster2", gemm::Path::Hopper, 2, HopperSchedule::Cooperative, 0, 0},
+    {"gemm hopper cluster1 direct store", gemm::Path::Hopper, 1, HopperSchedule::Cooperative, 0, 0,
+     0, true},
     {"gemm hopper coop 128x128", gemm::Path::Hopper, 1, HopperSchedule::Cooperative, 0, 128},
     {"gemm hopper pingpong 64x192", gemm::Path::Hopper, 0, HopperSchedule::Pingpong, 64, 192},
+    {"gemm hopper pingpong 128x128 cluster2", gemm::Path::Hopper, 2, HopperSchedule::Pingpong,
+     128, 128},
+    {"gemm hopper pingpong 64x256 cluster2", gemm::Path::Hopper, 2, HopperSchedule::Pingpong, 64,
+     256},
+    {"gemm hopper pingpong 64x192 cluster2", gemm::Path::Hopper, 2, HopperSchedule::Pingpong, 64,
+     192},
     {"gemm mma_sync", gemm::Path::MmaSync, 0, HopperSchedule::Auto, 0, 0},
 };
 constexpr HopperCase kGroupedCases[] = {
     {"grouped hopper cluster1 ", gemm::Path::Hopper, 1, HopperSchedule::Cooperative, 0, 0},
     {"grouped hopper cluster2 ", gemm::Path::Hopper, 2, HopperSchedule::Cooperative, 0, 0},
     {"grouped hopper pingpong ", gemm::Path::Hopper, 0, HopperSchedule::Pingpong, 0, 0},
+    {"grouped hopper pingpong cluster2 ", gemm::Path::Hopper, 2, HopperSchedule::Pingpong, 0, 0},
     {"grouped mma_sync ", gemm::Path::MmaSync, 0, HopperSchedule::Auto, 0, 0},
 };
 

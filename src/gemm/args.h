@@ -31,6 +31,10 @@ struct GemmArgs {
   bool out_f32;      // D, C, bias are f32 (else the operands' dtype)
   bool pair_stores;  // every group's D rows allow one store per (even col, col + 1) pair
   int cluster_m;     // Hopper kernel: blocks per cluster along M sharing B by multicast (1, 2)
+  // Cooperative Hopper kernel: D staged through shared memory and written by TMA stores that
+  // run on while the next tile's mainloop starts (dense, D in T, 16-byte aligned rows, N a
+  // multiple of 8); else stored from registers.
+  bool tma_store;
   // Split K (ping-pong Hopper kernel, dense only): each tile's k-blocks in `splits` ranges,
   // computed by different blocks and summed in split order through `partials` (FP32, one
   // tile per output tile) and `semaphores` (one per output tile: call_id << 32 | the splits

@@ -113,11 +113,8 @@ void check_common(const char* op, const GroupedGemmParams& p, bool dense) {
         "; split K applies to the dense GEMM only (expected 0 or 1)");
   check(splits <= 1 || (schedule != HopperSchedule::Cooperative && cl != 2),
         ErrorCode::InvalidArgument, op, ": tuning.hopper_splits = ", splits,
-        " with the cooperative schedule or clusters; split K runs on the ping-pong schedule");
-  check(cl != 2 || (schedule != HopperSchedule::Pingpong && bm == 0), ErrorCode::InvalidArgument,
-        op,
-        ": tuning.hopper_cluster = 2 with the ping-pong schedule; expected 0 or 1 (clusters "
-        "are a cooperative-schedule option)");
+        " with the cooperative schedule or clusters; split K runs on the ping-pong schedule "
+        "with single blocks");
   if (!dense) {
     check(p.groups >= 1 && p.groups <= kMaxGroups, ErrorCode::InvalidArgument, op,
           ": groups = ", p.groups, "; expected 1 .. ", kMaxGroups);
@@ -394,6 +391,7 @@ HopperPlan plan_hopper(const char* op, const GroupedGemmParams& p, bool dense, D
     // At most one split per k-block, and (tile, split) units numbered in 32 bits.
     const int64_t most = std::min<int64_t>(k_blocks, INT32_MAX / std::max<int64_t>(plan.tiles, 1));
     plan.splits = static_cast<int>(std::max<int64_t>(std::min(splits, most), 1));
+    plan.cluster = t.hopper_cluster == 2 ? 2 : 1;
     if (plan.splits > 1) {
       plan.workspace_bytes =
           static_cast<size_t>((plan.tiles * 8 + 15) / 16 * 16) +
@@ -508,6 +506,12 @@ void run(const char* op, const GroupedGemmParams& p, bool dense, const Stream& s
         launch_pingpong<__half>(plan.tile, a_k_major, b_k_major, args, site);
       return;  // the workspace is freed in stream order, after the kernel
     }
+    // The TMA-store epilogue needs one 2-D map over D: dense, rows 16-byte aligned, D in the
+    // operands' dtype (its staging holds 16-bit values), and N a multiple of 8: a TMA store
+    // clips a box at the tensor's width in 16-byte units only (on the H200 it wrote D's
+    // padding columns up to the next multiple of 8; rows are clipped exactly).
+    args.tma_store = dense && !args.out_f32 && aligned(p.d, 16) && p.ldd % 8 == 0 &&
+                     p.n % 8 == 0 && !p.tuning.hopper_direct_store;
     if (bf16)
       launch_hopper<__nv_bfloat16>(plan.block_n, a_k_major, b_k_major, args, site);
     else

@@ -73,7 +73,7 @@ struct Epilogue {
 
 // The Hopper kernel's schedule of its two consumer warpgroups.
 //   Cooperative  both share one 128 x BN tile (64 rows each) and run its epilogue together,
-//                the tensor cores idle meanwhile; the only schedule with clusters of two.
+//                the tensor cores idle meanwhile.
 //   Pingpong     each owns a BM x BN tile (hopper_pingpong_tiles) and their mainloops take
 //                turns, so that one's epilogue runs under the other's MMAs.
 enum class HopperSchedule { Auto, Cooperative, Pingpong };
@@ -85,7 +85,7 @@ struct Tuning {
   int hopper_block_n = 0;
   // Hopper: 1 = one block per 128 x BN tile; 2 = clusters of two blocks along M, each loading
   // half of the pair's common B tile and multicasting it to both (B crosses L2 once per pair).
-  // Cooperative schedule only.
+  // Either schedule; not with split K.
   int hopper_cluster = 0;
   HopperSchedule hopper_schedule = HopperSchedule::Auto;
   // Pingpong: 64 or 128 rows per tile (implies the ping-pong schedule under Auto).
@@ -95,6 +95,10 @@ struct Tuning {
   // fixed order (deterministic). Memory: a stream-ordered workspace of tiles x (BM x BN x 4 +
   // 8) bytes for the call (gemm_workspace_bytes), freed on the stream after the kernel.
   int hopper_splits = 0;
+  // Cooperative schedule: store D from registers even where the TMA-store epilogue applies
+  // (dense, D in the operands' dtype, 16-byte aligned rows, N a multiple of 8), for
+  // comparisons.
+  bool hopper_direct_store = false;
 };
 
 // D[M, N] = epilogue(A[M, K] . B[K, N]). M, N, K >= 0 and < 2^31; K = 0 gives the epilogue of
@@ -105,7 +109,7 @@ struct Tuning {
 // InvalidArgument (negative or too large sizes, leading dimensions below the contiguous
 // extent, null or misaligned pointers for a non-empty product, TF32 with 16-bit operands, a
 // forced path or tile these arguments cannot take, inconsistent tuning (tile rows or split K
-// with the cooperative schedule, clusters with ping-pong), a misaligned or too small
+// with the cooperative schedule, clusters with split K), a misaligned or too small
 // workspace, a default or CPU stream); OutOfMemory when a split-K call allocates its
 // workspace and cannot.
 struct GemmParams {

@@ -11,8 +11,11 @@
 //              and issues 4 wgmma m64nBNk16 per k-block, keeps one k-block in flight
 //              (wgmma_wait<1>) and frees the stage before it on its `empty` barrier.
 //   epilogue   the consumers apply OutputTile (alpha, scales, bias, beta * C, activation) to
-//              their FP32 accumulators in registers and store D directly; meanwhile the
-//              producer is already filling the ring with the next tile's k-blocks.
+//              their FP32 accumulators in registers; meanwhile the producer is already filling
+//              the ring with the next tile's k-blocks. Then, where args.tma_store (dense, D in
+//              T, aligned), each consumer writes its 64 rows to a shared staging slab by slab
+//              and TMA stores them (store_tile_tma): the last slab's global writes run under
+//              the next tile's mainloop. Otherwise D is stored from registers.
 //
 // Addressing. TMA zero-fills what lies outside a tensor, so tiles past M, N or K need no
 // masking on load: A's map covers all rows (grouped M: every group's; a tile that runs into
@@ -51,9 +54,13 @@ struct HopperTraits {
   static constexpr int kBTileBytes = kBlockN * kBlockK * 2;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
   static constexpr int kMaxGroups = 1024;
-  // Alignment slack (the tiles start on 1024 bytes), the scheduler's table, up to 2 x 8
-  // barriers; as many stages as fit beside them in the 227 KB a block may opt into, at most 6.
-  static constexpr int kFixedBytes = 1024 + kMaxGroups * 4 + 16 * 8;
+  // The TMA-store epilogue's staging: per consumer, 64 rows x 64 columns of D (one 128-byte
+  // swizzle span a row), stored one column slab at a time.
+  static constexpr int kEpilogueBytes = kConsumers * 64 * 64 * 2;
+  // Alignment slack (the tiles start on 1024 bytes), the staging, the scheduler's table, up to
+  // 2 x 8 barriers; as many stages as fit beside them in the 227 KB a block may opt into, at
+  // most 6 (the staging costs no stage at any width: 4, 5, 6 stages at BN 256, 192, 128).
+  static constexpr int kFixedBytes = 1024 + kEpilogueBytes + kMaxGroups * 4 + 16 * 8;
   static constexpr int kStagesFit = (227 * 1024 - kFixedBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit > 6 ? 6 : kStagesFit;
   static constexpr int kSharedBytes = kFixedBytes + kStages * kStageBytes;
@@ -61,6 +68,7 @@ struct HopperTraits {
   static constexpr uint32_t kConsumerRegisters = 232;
   static constexpr int kBandM = 8;
   static constexpr uint32_t kConsumerBarrier = 1;  // named barrier of the 256 consumer threads
+  static constexpr uint32_t kEpilogueBarrier = 2;  // ids 2, 3: consumer c's 128 threads
   static_assert(kBlockN % 64 == 0 && kBlockN <= 256);
   static_assert(kStages >= 3, "too few pipeline stages fit");
 };
@@ -93,10 +101,103 @@ __device__ __forceinline__ void zero_k_tail(uint8_t* tile, int k_valid, int tid,
   }
 }
 
+// The TMA-store epilogue of one consumer's 64 x BN block of a tile: the values (the wgmma
+// m64nBN fragment, epilogue already applied) go to D as bf16/f16 through `staging` (64 x 64,
+// 128-byte swizzled, 1024-byte aligned) one 64-column slab at a time: wait until the previous
+// slab's store has read the staging, write this slab (the swizzle puts a warp's 8 rows of 16
+// bytes in distinct banks), fence it for the async proxy, and one thread issues the store of
+// the box at (row0, col0 + 64 slab). The last store is left running: the next tile's
+// mainloop starts under it. TMA clips what lies past D's m x n. `barrier`: a named barrier
+// of the 128 threads.
+template <class T, int kBlockN>
+__device__ __forceinline__ void store_tile_tma(const float (&v)[kBlockN / 2], uint8_t* staging,
+                                               const CUtensorMap* map_d, int row0, int col0,
+                                               int tid, uint32_t barrier) {
+  const int warp = tid / 32, lane = tid % 32;
+#pragma unroll
+  for (int slab = 0; slab < kBlockN / 64; ++slab) {
+    if (tid == 0) tc::tma_store_wait_read<0>();
+    tc::named_barrier_sync(barrier, 128);
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      const int j = slab * 8 + jj;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t r = static_cast<uint32_t>(warp * 16 + lane / 4 + 8 * h);
+        const uint32_t c = static_cast<uint32_t>(jj * 8 + 2 * (lane % 4));
+        *reinterpret_cast<unsigned*>(staging + tc::swizzle_offset(r * 128 + c * 2, 128)) =
+            cuda::pack_pair<T>(v[4 * j + 2 * h], v[4 * j + 2 * h + 1]);
+      }
+    }
+    tc::fence_proxy_async_shared();
+    tc::named_barrier_sync(barrier, 128);
+    if (tid == 0) {
+      tc::tma_store(map_d, staging, col0 + 64 * slab, row0);
+      tc::tma_store_commit();
+    }
+  }
+}
+
+// The producer's loads of k-blocks [kb_begin, kb_end) of one output tile (rows m0.., columns
+// n0.., B's group b_group, K starting at k0_base) into the ring, shared by the cooperative and
+// the ping-pong kernels (the Traits name the same members). Each k-block waits for its stage
+// to be free, announces the whole stage's bytes on its `full` barrier and loads this block's A
+// tile; B is loaded whole, or, in clusters of two along M, as this block's half multicast to
+// both blocks (so the `full` barrier of each block counts both halves). One thread calls it.
+template <class Traits>
+__device__ __forceinline__ void produce_k_blocks(tc::RingPosition<Traits::kStages>& ring,
+                                                 const CUtensorMap* map_a,
+                                                 const CUtensorMap* map_b, uint64_t* full,
+                                                 uint64_t* empty, uint8_t* a_tiles,
+                                                 uint8_t* b_tiles, int m0, int n0, int b_group,
+                                                 int k0_base, int kb_begin, int kb_end,
+                                                 int cluster, uint32_t rank) {
+  constexpr int BM = Traits::kBlockM, BN = Traits::kBlockN, BK = Traits::kBlockK;
+  for (int kb = kb_begin; kb < kb_end; ++kb) {
+    const int k0 = k0_base + kb * BK;
+    uint64_t* bar = &full[ring.stage];
+    uint8_t* as = a_tiles + ring.stage * Traits::kATileBytes;
+    uint8_t* bs = b_tiles + ring.stage * Traits::kBTileBytes;
+    tc::mbarrier_wait(&empty[ring.stage], ring.phase ^ 1u);
+    tc::mbarrier_arrive_expect_bytes(bar, Traits::kStageBytes);
+    if constexpr (Traits::kMajorA == tc::Major::K) {
+      tc::tma_load(as, map_a, bar, k0, m0);
+    } else {
+#pragma unroll
+      for (int j = 0; j < BM / 64; ++j) tc::tma_load(as + j * 8192, map_a, bar, m0 + 64 * j, k0);
+    }
+    if (cluster == 1) {
+      if constexpr (Traits::kMajorB == tc::Major::K) {
+        tc::tma_load(bs, map_b, bar, k0, n0, b_group);
+      } else {
+#pragma unroll
+        for (int j = 0; j < BN / 64; ++j)
+          tc::tma_load(bs + j * 8192, map_b, bar, n0 + 64 * j, k0, b_group);
+      }
+    } else if constexpr (Traits::kMajorB == tc::Major::K) {
+      // Rows [rank * BN / 2, (rank + 1) * BN / 2) of B (the map's box is BN / 2 rows).
+      constexpr int kHalf = BN / 2;
+      tc::tma_load_multicast(bs + rank * kHalf * 128, map_b, bar, uint16_t{0b11}, k0,
+                             n0 + static_cast<int>(rank) * kHalf, b_group);
+    } else {
+      // Slabs [rank * BN / 128, (rank + 1) * BN / 128) of the BN / 64.
+      static_assert(Traits::kMajorB == tc::Major::K || BN % 128 == 0);
+#pragma unroll
+      for (int i = 0; i < BN / 128; ++i) {
+        const int j = static_cast<int>(rank) * (BN / 128) + i;
+        tc::tma_load_multicast(bs + j * 8192, map_b, bar, uint16_t{0b11}, n0 + 64 * j, k0,
+                               b_group);
+      }
+    }
+    ring.advance();
+  }
+}
+
 template <class T, class Traits, class Activation>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
-                       const __grid_constant__ CUtensorMap map_b, const GemmArgs args,
+                       const __grid_constant__ CUtensorMap map_b,
+                       const __grid_constant__ CUtensorMap map_d, const GemmArgs args,
                        const Activation act) {
 #if RUDNN_TC_SM90A
   constexpr int BM = Traits::kBlockM, BN = Traits::kBlockN, BK = Traits::kBlockK;
@@ -109,7 +210,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                                                ~uintptr_t{1023});
   uint8_t* a_tiles = shared;                            // S x kATileBytes
   uint8_t* b_tiles = shared + S * Traits::kATileBytes;  // S x kBTileBytes
-  uint64_t* full = reinterpret_cast<uint64_t*>(shared + S * Traits::kStageBytes);
+  uint8_t* staging = shared + S * Traits::kStageBytes;  // kEpilogueBytes
+  uint64_t* full =
+      reinterpret_cast<uint64_t*>(shared + S * Traits::kStageBytes + Traits::kEpilogueBytes);
   uint64_t* empty = full + S;
   int* scheduler_table = reinterpret_cast<int*>(empty + S);
 
@@ -130,6 +233,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     tc::fence_barrier_init();
     tc::tma_prefetch_map(&map_a);
     tc::tma_prefetch_map(&map_b);
+    if (args.tma_store) tc::tma_prefetch_map(&map_d);
   }
   const int n_tiles = static_cast<int>(ceil_div(args.n, BN));
   tc::PersistentTileScheduler<Traits::kMaxGroups> scheduler;
@@ -168,47 +272,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         const int m0 = static_cast<int>(view.row0) + m_tile * BM;
         const int n0 = n_tile * BN;
         const int b_group = (args.offsets != nullptr && !args.grouped_k) ? g : 0;
-        const int k_blocks = static_cast<int>(ceil_div(view.k, BK));
-        for (int kb = 0; kb < k_blocks; ++kb) {
-          const int k0 = static_cast<int>(view.k0) + kb * BK;
-          uint64_t* bar = &full[ring.stage];
-          uint8_t* as = a_tiles + ring.stage * Traits::kATileBytes;
-          uint8_t* bs = b_tiles + ring.stage * Traits::kBTileBytes;
-          tc::mbarrier_wait(&empty[ring.stage], ring.phase ^ 1u);
-          // The whole stage lands here: this block's A, both halves of B.
-          tc::mbarrier_arrive_expect_bytes(bar, Traits::kStageBytes);
-          if constexpr (Traits::kMajorA == tc::Major::K) {
-            tc::tma_load(as, &map_a, bar, k0, m0);
-          } else {
-#pragma unroll
-            for (int j = 0; j < BM / 64; ++j)
-              tc::tma_load(as + j * 8192, &map_a, bar, m0 + 64 * j, k0);
-          }
-          if (cluster == 1) {
-            if constexpr (Traits::kMajorB == tc::Major::K) {
-              tc::tma_load(bs, &map_b, bar, k0, n0, b_group);
-            } else {
-#pragma unroll
-              for (int j = 0; j < BN / 64; ++j)
-                tc::tma_load(bs + j * 8192, &map_b, bar, n0 + 64 * j, k0, b_group);
-            }
-          } else if constexpr (Traits::kMajorB == tc::Major::K) {
-            // Rows [rank * BN / 2, (rank + 1) * BN / 2) of B (the map's box is BN / 2 rows).
-            constexpr int kHalf = BN / 2;
-            tc::tma_load_multicast(bs + rank * kHalf * 128, &map_b, bar, uint16_t{0b11}, k0,
-                                   n0 + static_cast<int>(rank) * kHalf, b_group);
-          } else {
-            // Slabs [rank * BN / 128, (rank + 1) * BN / 128) of the BN / 64.
-            static_assert(Traits::kMajorB == tc::Major::K || BN % 128 == 0);
-#pragma unroll
-            for (int i = 0; i < BN / 128; ++i) {
-              const int j = static_cast<int>(rank) * (BN / 128) + i;
-              tc::tma_load_multicast(bs + j * 8192, &map_b, bar, uint16_t{0b11}, n0 + 64 * j, k0,
-                                     b_group);
-            }
-          }
-          ring.advance();
-        }
+        produce_k_blocks<Traits>(ring, &map_a, &map_b, full, empty, a_tiles, b_tiles, m0, n0,
+                                 b_group, static_cast<int>(view.k0), 0,
+                                 static_cast<int>(ceil_div(view.k, BK)), cluster, rank);
       }
     }
   } else {
@@ -237,7 +303,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // barriers, and stage 0's descriptors (this consumer's 64 rows of A, all of B); a stage's
     // descriptors are these moved by whole tiles, one add in the k-loop.
     const uint32_t smem = (tc::shared_address(shared_raw) + 1023u) & ~1023u;
-    const uint32_t full_addr = smem + S * Traits::kStageBytes;
+    const uint32_t full_addr = smem + S * Traits::kStageBytes + Traits::kEpilogueBytes;
     const uint64_t desc_a0 = tc::make_descriptor(smem + a_tile.start(consumer * 64, 0),
                                                  a_tile.lbo(), a_tile.sbo(), 128);
     const uint64_t desc_b0 = tc::make_descriptor(smem + S * Traits::kATileBytes, b_tile.lbo(),
@@ -295,10 +361,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // 8j + 2 (lane % 4) + {0, 1} of this warp's 16 rows.
       const int64_t row = int64_t{m_tile} * BM + consumer * 64 + warp * 16 + lane / 4;
       const int64_t col = int64_t{n_tile} * BN + 2 * (lane % 4);
-      out.template store_wgmma_fragment<BN>(
-          acc, [&](int p) { return PairAt{row + 8 * (p & 1), col + 8 * (p >> 1)}; }, row, col,
-          lane);
+      auto at = [&](int p) { return PairAt{row + 8 * (p & 1), col + 8 * (p >> 1)}; };
+      if (args.tma_store) {
+        out.template apply_fragment<T>(acc, at);
+        store_tile_tma<T, BN>(acc, staging + consumer * (64 * 64 * 2), &map_d,
+                              m_tile * BM + consumer * 64, n_tile * BN, consumer_tid % 128,
+                              Traits::kEpilogueBarrier + consumer);
+      } else {
+        out.template store_wgmma_fragment<BN>(acc, at, row, col, lane);
+      }
     }
+    // D's last stores are written before the block exits.
+    if (args.tma_store && consumer_tid % 128 == 0) tc::tma_store_wait<0>();
   }
   __syncwarp();
   // No block leaves while a peer may still arrive on its barriers or multicast into it.

@@ -58,42 +58,65 @@ inline cuda::tc::TensorMapSpec hopper_a_map(const GemmArgs& args, CUtensorMapDat
   return a;
 }
 
+// The 2-D map of a dense D (row-major m x n, T) for the TMA-store epilogue: boxes of 64
+// columns (128 bytes, swizzled as the staging) x 64 rows, one consumer's slab.
+inline cuda::tc::TensorMapSpec hopper_d_map(const GemmArgs& args, CUtensorMapDataType type) {
+  cuda::tc::TensorMapSpec d;
+  d.type = type;
+  d.rank = 2;
+  d.base = args.d;
+  d.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  d.dims[0] = static_cast<uint64_t>(args.n);
+  d.dims[1] = static_cast<uint64_t>(args.m);
+  d.strides[0] = static_cast<uint64_t>(args.ldd) * 2;
+  d.box[0] = 64;
+  d.box[1] = 64;
+  return d;
+}
+
 template <class T>
 CUtensorMapDataType hopper_map_type() {
   return std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                    : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
 }
 
-template <class T, int kBlockN, bool kAKMajor, bool kBKMajor>
-void run_hopper(const GemmArgs& args_in, const LaunchSite& site) {
-  using Traits = HopperTraits<T, kBlockN, kAKMajor, kBKMajor>;
-  auto kernel = hopper_gemm_kernel<T, Traits, RuntimeActivation>;
-  static cuda::PerDevice<signed char> configured;  // the shared-memory opt-in, once per device
-  configured.get(site.device, [&]() -> signed char {
-    detail::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            Traits::kSharedBytes),
-                       "cudaFuncSetAttribute(hopper_gemm_kernel)");
-    return 1;
-  });
-
-  // Pairs of blocks need both in one GPC: how many such clusters are resident at once (0: the
-  // device cannot co-schedule them; then no clusters).
+// The launch configuration of a persistent Hopper GEMM kernel (cooperative or ping-pong):
+// one block per SM, after the one-time shared-memory opt-in; with args.cluster_m = 2,
+// clusters of two blocks along M (both in one GPC). When the device cannot co-schedule such
+// pairs at this kernel's size (cudaOccupancyMaxActiveClusters answers 0) it asks for single
+// blocks instead (args.cluster_m = 1, which the kernel and B's map follow). `configured` and
+// `pairs` cache the per-device answers of one kernel instantiation.
+template <class Kernel>
+struct PersistentLaunch {
+  Kernel kernel;
   cudaLaunchAttribute cluster_attribute{};
-  cluster_attribute.id = cudaLaunchAttributeClusterDimension;
-  cluster_attribute.val.clusterDim.x = 2;
-  cluster_attribute.val.clusterDim.y = 1;
-  cluster_attribute.val.clusterDim.z = 1;
   cudaLaunchConfig_t config{};
-  config.blockDim = dim3(Traits::kThreads);
-  config.dynamicSmemBytes = Traits::kSharedBytes;
-  config.stream = site.stream;
-  config.attrs = &cluster_attribute;
-  config.numAttrs = 1;
-  GemmArgs args = args_in;
-  if (args.cluster_m != 2) args.cluster_m = 1;
-  if (args.cluster_m > 1) {
-    static cuda::PerDevice<int> pairs;  // resident clusters of two, plus one (0: unknown)
-    const int resident = pairs.get(site.device, [&] {
+  int resident_pairs = 0;  // clusters of two resident at once (args.cluster_m = 2)
+
+  PersistentLaunch(Kernel k, int threads, int shared_bytes, GemmArgs& args,
+                   cuda::PerDevice<signed char>& configured, cuda::PerDevice<int>& pairs,
+                   const char* name, const LaunchSite& site)
+      : kernel(k) {
+    configured.get(site.device, [&]() -> signed char {
+      detail::check_cuda(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes),
+          detail::cat("cudaFuncSetAttribute(", name, ")").c_str());
+      return 1;
+    });
+    cluster_attribute.id = cudaLaunchAttributeClusterDimension;
+    cluster_attribute.val.clusterDim.x = 2;
+    cluster_attribute.val.clusterDim.y = 1;
+    cluster_attribute.val.clusterDim.z = 1;
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = site.stream;
+    config.attrs = &cluster_attribute;
+    config.numAttrs = 1;
+    if (args.cluster_m != 2) {
+      args.cluster_m = 1;
+      return;
+    }
+    resident_pairs = pairs.get(site.device, [&] {
       cudaLaunchConfig_t query = config;
       query.gridDim = dim3(2);
       int clusters = 0;
@@ -101,60 +124,73 @@ void run_hopper(const GemmArgs& args_in, const LaunchSite& site) {
         (void)cudaGetLastError();
         clusters = 0;
       }
-      return clusters + 1;
+      return clusters + 1;  // PerDevice keeps 0 for "not asked yet"
     }) - 1;
-    if (resident < 1) args.cluster_m = 1;
-    config.gridDim = dim3(static_cast<unsigned>(
-        persistent_grid(args, Traits::kBlockM * 2, Traits::kBlockN, 1,
-                        LaunchSite{site.stream, site.device, resident > 0 ? resident : 1}) *
-        2));
+    if (resident_pairs < 1) args.cluster_m = 1;
   }
 
+  // `splits` units per tile of block_m x block_n (split K), at most one block per SM (split
+  // K's hand-over between splits needs every block resident; so does a cluster's peer).
+  template <class... Maps>
+  void launch(const GemmArgs& args, int block_m, int block_n, int splits, const char* name,
+              const LaunchSite& site, const Maps&... maps) {
+    const RuntimeActivation act{args.activation};
+    if (args.cluster_m == 2) {
+      const int64_t units =
+          int64_t{persistent_grid(args, block_m * 2, block_n, 1,
+                                  LaunchSite{site.stream, site.device, resident_pairs})} *
+          splits;
+      config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(units, resident_pairs) * 2));
+      detail::check_cuda(cudaLaunchKernelEx(&config, kernel, maps..., args, act), name);
+      return;
+    }
+    const int grid = static_cast<int>(std::min<int64_t>(
+        int64_t{persistent_grid(args, block_m, block_n, 1, site)} * splits, site.multiprocessors));
+    kernel<<<grid, config.blockDim, config.dynamicSmemBytes, site.stream>>>(maps..., args, act);
+    detail::check_launch(name);
+  }
+};
+
+template <class T, int kBlockN, bool kAKMajor, bool kBKMajor>
+void run_hopper(const GemmArgs& args_in, const LaunchSite& site) {
+  using Traits = HopperTraits<T, kBlockN, kAKMajor, kBKMajor>;
+  static cuda::PerDevice<signed char> configured;
+  static cuda::PerDevice<int> pairs;
+  GemmArgs args = args_in;
+  PersistentLaunch launch(hopper_gemm_kernel<T, Traits, RuntimeActivation>, Traits::kThreads,
+                          Traits::kSharedBytes, args, configured, pairs, "hopper_gemm_kernel",
+                          site);
   const CUtensorMapDataType type = hopper_map_type<T>();
   const CUtensorMap map_a =
       cuda::tc::encode_tensor_map(hopper_a_map(args, type, kAKMajor, Traits::kBlockM));
   const CUtensorMap map_b = cuda::tc::encode_tensor_map(
       hopper_b_map(args, type, kBKMajor, Traits::kBlockN, args.cluster_m));
-  const RuntimeActivation act{args.activation};
-
-  if (args.cluster_m > 1) {
-    detail::check_cuda(cudaLaunchKernelEx(&config, kernel, map_a, map_b, args, act),
-                       "hopper_gemm_kernel (clusters of 2)");
-    return;
-  }
-  const int grid = persistent_grid(args, Traits::kBlockM, Traits::kBlockN, 1, site);
-  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, site.stream>>>(map_a, map_b, args, act);
-  detail::check_launch("hopper_gemm_kernel");
+  // Without the TMA-store epilogue the kernel never reads map_d: A's map stands in.
+  const CUtensorMap map_d =
+      args.tma_store ? cuda::tc::encode_tensor_map(hopper_d_map(args, type)) : map_a;
+  launch.launch(args, Traits::kBlockM, Traits::kBlockN, 1, "hopper_gemm_kernel", site, map_a,
+                map_b, map_d);
 }
 
-// The ping-pong kernel (hopper_pingpong.cuh): one block per SM, no clusters.
+// The ping-pong kernel (hopper_pingpong.cuh): one block per SM, optionally in pairs along M
+// (not with split K: gemm.cpp refuses the combination).
 template <class T, int kBlockM, int kBlockN, bool kAKMajor, bool kBKMajor>
 void run_hopper_pingpong(const GemmArgs& args_in, const LaunchSite& site) {
   using Traits = PingpongTraits<T, kBlockM, kBlockN, kAKMajor, kBKMajor>;
-  auto kernel = hopper_pingpong_kernel<T, Traits, RuntimeActivation>;
-  static cuda::PerDevice<signed char> configured;  // the shared-memory opt-in, once per device
-  configured.get(site.device, [&]() -> signed char {
-    detail::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            Traits::kSharedBytes),
-                       "cudaFuncSetAttribute(hopper_pingpong_kernel)");
-    return 1;
-  });
+  static cuda::PerDevice<signed char> configured;
+  static cuda::PerDevice<int> pairs;
   GemmArgs args = args_in;
-  args.cluster_m = 1;
+  if (args.splits > 1) args.cluster_m = 1;
+  PersistentLaunch launch(hopper_pingpong_kernel<T, Traits, RuntimeActivation>, Traits::kThreads,
+                          Traits::kSharedBytes, args, configured, pairs, "hopper_pingpong_kernel",
+                          site);
   const CUtensorMapDataType type = hopper_map_type<T>();
   const CUtensorMap map_a =
       cuda::tc::encode_tensor_map(hopper_a_map(args, type, kAKMajor, Traits::kBlockM));
-  const CUtensorMap map_b =
-      cuda::tc::encode_tensor_map(hopper_b_map(args, type, kBKMajor, Traits::kBlockN, 1));
-  const RuntimeActivation act{args.activation};
-  // Split K: (tile, split) units, still at most one block per SM (the hand-over between splits
-  // needs every block resident).
-  const int splits = args.splits > 1 ? args.splits : 1;
-  const int grid = static_cast<int>(std::min<int64_t>(
-      int64_t{persistent_grid(args, Traits::kBlockM, Traits::kBlockN, 1, site)} * splits,
-      site.multiprocessors));
-  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, site.stream>>>(map_a, map_b, args, act);
-  detail::check_launch("hopper_pingpong_kernel");
+  const CUtensorMap map_b = cuda::tc::encode_tensor_map(
+      hopper_b_map(args, type, kBKMajor, Traits::kBlockN, args.cluster_m));
+  launch.launch(args, Traits::kBlockM, Traits::kBlockN, args.splits > 1 ? args.splits : 1,
+                "hopper_pingpong_kernel", site, map_a, map_b);
 }
 
 }  // namespace rudnn::gemm::kernels

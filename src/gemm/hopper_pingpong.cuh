@@ -8,8 +8,8 @@
 //              persistent scheduler, in its order) alternate between the two consumers:
 //              local tile i belongs to consumer i % 2.
 //   producer   one thread loads every tile's k-blocks in tile order into one ring of stages
-//              (the same ring as the cooperative kernel); a stage is read by one consumer
-//              only, so its `empty` barrier counts that consumer's 4 warps.
+//              (produce_k_blocks, the cooperative kernel's producer); a stage is read by one
+//              consumer only, so its `empty` barrier counts that consumer's 4 warps.
 //   order      two named barriers pass a token: consumer c waits on kOrderBarrier + c (bar.sync,
 //              256 threads) before issuing its tile's MMAs, and once it has issued the last of
 //              them it lets the other go (bar.arrive on the other's id). So the mainloops run
@@ -23,8 +23,12 @@
 //              same for every tile of a dense problem; per group otherwise). The token is only
 //              passed when the block has a next tile, so no barrier is left half-arrived.
 //   registers  setmaxnreg: producer 40, consumers 232 (as the cooperative kernel).
-//   clusters   none: each consumer's A tile is its own, and pairs did not pay on this GPU
-//              (gemm.cpp, kClusterMinRows).
+//   clusters   optional pairs along M (args.cluster_m = 2): the two blocks of a cluster take
+//              vertically adjacent tiles of the same columns, unit for unit, and each producer
+//              loads its own A and half of B, multicast into both blocks (produce_k_blocks,
+//              shared with the cooperative kernel), so B crosses L2 -> SM once per pair. A
+//              stage's `empty` barrier then counts the reading consumer's warps of both blocks.
+//              Not with split K (the host refuses the pair).
 //
 // Grouped K zeroes the group's k-tail as the cooperative kernel does, with the 128 threads of
 // the consumer that reads the stage (named barrier kTailBarrier + c).
@@ -132,10 +136,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   uint64_t* empty = full + S;
   int* scheduler_table = reinterpret_cast<int*>(full + 2 * Traits::kMaxStages);
 
+  // Clusters of `cluster` (1 or 2) blocks along M, as in the cooperative kernel: the blocks of
+  // a cluster walk the same units with the same consumer alternation, block `rank` taking the
+  // rank-th BM-row half of a 2 BM x BN super tile; B is multicast, each block loading half.
+  const int cluster = args.cluster_m;
+  const uint32_t rank = cluster > 1 ? tc::cluster_ctarank() : 0u;
+
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       tc::mbarrier_init(&full[s], 1);
-      tc::mbarrier_init(&empty[s], 4u);  // the warps of the one consumer reading the stage
+      // The warps of the one consumer reading the stage, in every block of the cluster.
+      tc::mbarrier_init(&empty[s], 4u * static_cast<uint32_t>(cluster));
     }
     tc::fence_barrier_init();
     tc::tma_prefetch_map(&map_a);
@@ -147,21 +158,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       args.groups,
       [&](int g) {
         const GroupView v = group_view(args, g);
-        return static_cast<int>(ceil_div(v.m, BM) * n_tiles);
+        return static_cast<int>(ceil_div(v.m, BM * cluster) * n_tiles);
       },
       scheduler_table);  // synchronises the block: the barriers are initialised
+  if (cluster > 1) tc::cluster_sync();  // and the peer's
 
   auto locate = [&](int tile, GroupView& view, int& m_tile, int& n_tile) {
     const int g = scheduler.group_of(tile);
     view = group_view(args, g);
     const int local = tile - scheduler.group_start(g);
+    const int super_rows = static_cast<int>(ceil_div(view.m, BM * cluster));
     const tc::TileCoord at =
-        tc::banded_coord<Traits::kBandM>(g, local, static_cast<int>(ceil_div(view.m, BM)), n_tiles);
-    m_tile = at.m_tile;
+        cluster > 1 ? tc::banded_coord<Traits::kBandM / 2>(g, local, super_rows, n_tiles)
+                    : tc::banded_coord<Traits::kBandM>(g, local, super_rows, n_tiles);
+    m_tile = at.m_tile * cluster + static_cast<int>(rank);
     n_tile = at.n_tile;
     return g;
   };
-  const int first = static_cast<int>(blockIdx.x), stride = static_cast<int>(gridDim.x);
+  const int first = static_cast<int>(blockIdx.x) / cluster;
+  const int stride = static_cast<int>(gridDim.x) / cluster;
   const int splits = args.splits > 1 ? args.splits : 1;
   const int units = scheduler.total_tiles * splits;
   const int warpgroup = threadIdx.x / 128;
@@ -180,31 +195,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         const int n0 = n_tile * BN;
         const int b_group = (args.offsets != nullptr && !args.grouped_k) ? g : 0;
         const int all_blocks = static_cast<int>(ceil_div(view.k, BK));
-        const int kb_begin = u.k_block(all_blocks, u.split, splits);
-        const int kb_end = u.k_block(all_blocks, u.split + 1, splits);
-        for (int kb = kb_begin; kb < kb_end; ++kb) {
-          const int k0 = static_cast<int>(view.k0) + kb * BK;
-          uint64_t* bar = &full[ring.stage];
-          uint8_t* as = a_tiles + ring.stage * Traits::kATileBytes;
-          uint8_t* bs = b_tiles + ring.stage * Traits::kBTileBytes;
-          tc::mbarrier_wait(&empty[ring.stage], ring.phase ^ 1u);
-          tc::mbarrier_arrive_expect_bytes(bar, Traits::kStageBytes);
-          if constexpr (Traits::kMajorA == tc::Major::K) {
-            tc::tma_load(as, &map_a, bar, k0, m0);
-          } else {
-#pragma unroll
-            for (int j = 0; j < BM / 64; ++j)
-              tc::tma_load(as + j * 8192, &map_a, bar, m0 + 64 * j, k0);
-          }
-          if constexpr (Traits::kMajorB == tc::Major::K) {
-            tc::tma_load(bs, &map_b, bar, k0, n0, b_group);
-          } else {
-#pragma unroll
-            for (int j = 0; j < BN / 64; ++j)
-              tc::tma_load(bs + j * 8192, &map_b, bar, n0 + 64 * j, k0, b_group);
-          }
-          ring.advance();
-        }
+        produce_k_blocks<Traits>(ring, &map_a, &map_b, full, empty, a_tiles, b_tiles, m0, n0,
+                                 b_group, static_cast<int>(view.k0),
+                                 u.k_block(all_blocks, u.split, splits),
+                                 u.k_block(all_blocks, u.split + 1, splits), cluster, rank);
       }
     }
   } else {
@@ -214,6 +208,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int consumer_tid = threadIdx.x - 128 * warpgroup;
     const int warp = (threadIdx.x / 32) % 4;
     const int lane = threadIdx.x % 32;
+    // A stage is free again once the warps reading it, in every block of the cluster, are done
+    // (the peer's half of B was multicast into it).
+    auto release = [&](int stage) {
+      if (lane != 0) return;
+      if (cluster == 1) {
+        tc::mbarrier_arrive(&empty[stage]);
+      } else {
+        tc::mbarrier_arrive_cluster(&empty[stage], 0);
+        tc::mbarrier_arrive_cluster(&empty[stage], 1);
+      }
+    };
     float acc[F][BN / 2];
     tc::RingPosition<S> ring;
     const uint32_t smem = (tc::shared_address(shared_raw) + 1023u) & ~1023u;
@@ -269,7 +274,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
         for (int f = 0; f < F; ++f) tc::fence_operand(acc[f]);
         tc::wgmma_wait<1>();
-        if (held_stage >= 0 && lane == 0) tc::mbarrier_arrive(&empty[held_stage]);
+        if (held_stage >= 0) release(held_stage);
         held_stage = ring.stage;
         ring.advance();
       }
@@ -280,7 +285,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       tc::wgmma_wait<0>();
 #pragma unroll
       for (int f = 0; f < F; ++f) tc::fence_operand(acc[f]);
-      if (held_stage >= 0 && lane == 0) tc::mbarrier_arrive(&empty[held_stage]);
+      if (held_stage >= 0) release(held_stage);
       if (k_blocks == 0) {
 #pragma unroll
         for (int f = 0; f < F; ++f)
@@ -357,6 +362,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
     }
   }
+  __syncwarp();
+  // No block leaves while a peer may still arrive on its barriers or multicast into it.
+  if (cluster > 1) tc::cluster_sync();
 #elif defined(__CUDA_ARCH__)
   __trap();  // built without sm_90a: the host never launches this (hopper_kernel_usable)
 #endif

@@ -149,8 +149,8 @@ TEST(GemmErrors, ForcedTileOrPath) {
   EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument));
 }
 
-// The ping-pong schedule's tuning: tile rows 64 or 128, only with a schedule that has them, and
-// no clusters (a cooperative-schedule option). Each rule is checked alone, then the valid
+// The ping-pong schedule's tuning: tile rows 64 or 128, only with a schedule that has them;
+// clusters of two with either schedule. Each rule is checked alone, then the valid
 // combinations pass.
 TEST(GemmErrors, PingpongTuning) {
   using gemm::HopperSchedule;
@@ -162,13 +162,8 @@ TEST(GemmErrors, PingpongTuning) {
   p.tuning.hopper_block_m = 64;
   EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"cooperative"}));
   p = valid_dense();
-  p.tuning.hopper_schedule = HopperSchedule::Pingpong;
-  p.tuning.hopper_cluster = 2;
-  EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"hopper_cluster = 2", "ping-pong"}));
-  p = valid_dense();
-  p.tuning.hopper_block_m = 128;  // Auto with tile rows: the ping-pong schedule
-  p.tuning.hopper_cluster = 2;
-  EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"hopper_cluster = 2"}));
+  p.tuning.hopper_cluster = 3;
+  EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"hopper_cluster = 3", "0, 1 or 2"}));
   p = valid_dense();
   p.tuning.hopper_schedule = static_cast<HopperSchedule>(7);
   EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"hopper_schedule = 7"}));
@@ -181,6 +176,12 @@ TEST(GemmErrors, PingpongTuning) {
   p.tuning.hopper_block_m = 64;
   p.tuning.hopper_block_n = 256;
   p.tuning.hopper_cluster = 1;
+  EXPECT_NO_THROW(gemm::check_gemm(p));
+  p.tuning.hopper_cluster = 2;  // ping-pong in pairs
+  EXPECT_NO_THROW(gemm::check_gemm(p));
+  p.tuning.hopper_block_m = 128;  // Auto with tile rows: the ping-pong schedule, in pairs
+  p.tuning.hopper_block_n = 0;
+  p.tuning.hopper_schedule = HopperSchedule::Auto;
   EXPECT_NO_THROW(gemm::check_gemm(p));
   p.tuning.hopper_schedule = HopperSchedule::Cooperative;
   p.tuning.hopper_block_m = 0;
@@ -204,7 +205,7 @@ TEST(GemmErrors, SplitKTuning) {
   p = valid_dense();
   p.tuning.hopper_splits = 2;
   p.tuning.hopper_cluster = 2;
-  EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"hopper_splits = 2"}));
+  EXPECT_TRUE(dense_fails(p, ErrorCode::InvalidArgument, {"hopper_splits = 2", "single blocks"}));
   auto g = valid_grouped();
   g.tuning.hopper_splits = 2;
   EXPECT_TRUE(grouped_fails(g, ErrorCode::InvalidArgument, {"dense GEMM only"}));

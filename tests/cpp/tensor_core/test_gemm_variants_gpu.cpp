@@ -1,8 +1,11 @@
 // GEMM launch variants and epilogue options against a float64 host product (the shape and
 // layout sweeps are in test_gemm_gpu.cpp):
 //   - every ping-pong Hopper kernel built (Tuning::hopper_schedule, one tile per consumer
-//     warpgroup), on odd shapes, K tails, and enough tiles that each block alternates several
-//     between its consumers; the entry's choices and refusals of that schedule;
+//     warpgroup), single and in clusters of two, on odd shapes, K tails, and enough tiles that
+//     each block alternates several between its consumers; the entry's choices and refusals
+//     of that schedule;
+//   - the cooperative kernel's TMA-store epilogue (D staged in shared memory) and the cases
+//     that fall back to register stores;
 //   - every Hopper kernel built (dtype x layouts x tile width) with and without clusters of two
 //     (Tuning::hopper_cluster: B multicast to a pair of blocks), on shapes with an odd number
 //     of M tiles (a pair's second block past M), grouped by M with empty and odd groups, and
@@ -123,6 +126,9 @@ struct Options {
   Activation activation = Activation::None;
   bool f32_out = false;
   gemm::MathMode math = gemm::MathMode::Default;
+  // D's rows 16-byte aligned (ldd a multiple of 8, still padded), which the cooperative
+  // kernel's TMA-store epilogue needs; else ldd = n + 3. direct_store: Tuning's opt-out.
+  bool aligned_ldd = false, direct_store = false;
 };
 
 std::string describe(const Options& o) {
@@ -133,7 +139,8 @@ std::string describe(const Options& o) {
                                << o.alpha << " beta " << o.beta << " bias " << o.bias << " scales "
                                << o.row_scale << o.col_scale << " in-place " << o.in_place
                                << " act " << static_cast<int>(o.activation) << " f32 out "
-                               << o.f32_out)
+                               << o.f32_out << " aligned ldd " << o.aligned_ldd
+                               << " direct store " << o.direct_store)
       .GetString();
 }
 
@@ -217,7 +224,7 @@ void check_dense(Rng& rng, DType dtype, int64_t m, int64_t n, int64_t k, Layout 
   const DType out = o.f32_out ? DType::f32 : dtype;
   const Matrix a = make_matrix(rng, m, k, la, dtype, 8);
   const Matrix b = make_matrix(rng, k, n, lb, dtype, 8);
-  const int64_t ldd = n + 3;
+  const int64_t ldd = o.aligned_ldd ? (n + 7) / 8 * 8 + 8 : n + 3;
   const EpilogueInputs e = epilogue_inputs(rng, o, m, n, ldd, out);
   const Tensor d = output_buffer(o, e, m, ldd, out);
   gemm::GemmParams p;
@@ -237,6 +244,7 @@ void check_dense(Rng& rng, DType dtype, int64_t m, int64_t n, int64_t k, Layout 
   p.tuning.hopper_schedule = o.schedule;
   p.tuning.hopper_block_m = o.block_m;
   p.tuning.hopper_splits = o.splits;
+  p.tuning.hopper_direct_store = o.direct_store;
   const Stream stream = current_stream(kGpu);
   ASSERT_NO_THROW(gemm::gemm(p, stream));
   ASSERT_NO_THROW(stream.synchronize());  // a kernel fault reported with the case's trace
@@ -406,11 +414,62 @@ TEST_P(GemmVariantsGpu, HopperKernelsWithAndWithoutClusters) {
   });
 }
 
+// The cooperative kernel's TMA-store epilogue (D staged through shared memory, 64-column slabs
+// stored by TMA while the next tile's mainloop starts), which dense calls take when D's rows
+// are 16-byte aligned, N is a multiple of 8 and D is in the operands' dtype: every kernel
+// built, single and in pairs, on shapes with M tails and N tails within a tile (TMA clips the
+// boxes; the padding columns must stay NaN), blocks owning several tiles (the staging
+// reused), every epilogue option, in place; and the cases that fall back to register stores
+// with aligned rows (N not a multiple of 8: a TMA store would write the padding up to the
+// next multiple of 8; f32 D; the opt-out).
+TEST_P(GemmVariantsGpu, CooperativeTmaStoreEpilogue) {
+  RUDNN_REQUIRE_CUDA();
+  if (!hopper()) GTEST_SKIP() << "the wgmma path needs a 9.0 device and an sm_90a build";
+  RUDNN_SEEDED_RNG(rng);
+  const DType dtype = GetParam();
+  for_each_hopper_kernel(dtype, [&](Layout la, Layout lb, int bn, int cluster) {
+    Options o;
+    o.path = Path::Hopper;
+    o.schedule = gemm::HopperSchedule::Cooperative;
+    o.block_n = bn;
+    o.cluster = cluster;
+    o.aligned_ldd = true;
+    check_dense(rng, dtype, 300, 336, 200, la, lb, o);
+    check_dense(rng, dtype, 1, 24, 8, la, lb, o);
+    check_dense(rng, dtype, 64, 64, 64, la, lb, o);
+    check_dense(rng, dtype, 2100, 1032, 130, la, lb, o);  // ~17 x 5-9 tiles: several a block
+    check_dense(rng, dtype, 300, 333, 200, la, lb, o);    // N % 8 != 0: register stores
+    check_dense(rng, dtype, 1, 17, 8, la, lb, o);
+    check_dense(rng, dtype, 2100, 1030, 130, la, lb, o);
+    o.alpha = 0.75f;
+    o.row_scale = o.col_scale = o.bias = true;
+    o.activation = Activation::Silu;
+    o.beta = -0.5f;
+    check_dense(rng, dtype, 333, 200, 150, la, lb, o);
+    check_dense(rng, dtype, 333, 203, 150, la, lb, o);
+    o.in_place = true;
+    o.beta = 1.0f;
+    check_dense(rng, dtype, 200, 520, 70, la, lb, o);
+    o = Options{};
+    o.path = Path::Hopper;
+    o.block_n = bn;
+    o.cluster = cluster;
+    o.aligned_ldd = true;
+    o.f32_out = true;
+    check_dense(rng, dtype, 300, 336, 200, la, lb, o);
+    o.f32_out = false;
+    o.direct_store = true;
+    check_dense(rng, dtype, 300, 336, 200, la, lb, o);
+  });
+}
+
 // Every ping-pong tile built (one tile per consumer warpgroup, their mainloops taking turns):
 // shapes that are not multiples of the tile, K tails, a single row, K over many k-blocks, and
 // enough tiles that blocks own several (both consumers, odd counts, the ring skipping the
 // other consumer's k-blocks); grouped by M with empty and one-row groups (tiles of different
-// groups alternate between the consumers).
+// groups alternate between the consumers). Each with single blocks and in clusters of two
+// (B multicast to a pair of vertically adjacent tiles: odd tile-row counts leave the second
+// block of a pair past M or past its group's rows), with the epilogue options on one shape.
 TEST_P(GemmVariantsGpu, PingpongKernelsEveryTile) {
   RUDNN_REQUIRE_CUDA();
   if (!hopper()) GTEST_SKIP() << "the wgmma path needs a 9.0 device and an sm_90a build";
@@ -420,17 +479,26 @@ TEST_P(GemmVariantsGpu, PingpongKernelsEveryTile) {
   ASSERT_NE(tiles, 0);
   for (int i = 0; i < static_cast<int>(std::size(gemm::kHopperPingpongTiles)); ++i) {
     if (!(tiles & (1 << i))) continue;
-    Options o;
-    o.path = Path::Hopper;
-    o.schedule = gemm::HopperSchedule::Pingpong;
-    o.block_m = gemm::kHopperPingpongTiles[i].block_m;
-    o.block_n = gemm::kHopperPingpongTiles[i].block_n;
-    check_dense(rng, dtype, 300, 333, 200, Layout::RowMajor, Layout::ColMajor, o);
-    check_dense(rng, dtype, 1, 17, 8, Layout::RowMajor, Layout::ColMajor, o);
-    check_dense(rng, dtype, 130, 260, 1000, Layout::RowMajor, Layout::ColMajor, o);
-    check_dense(rng, dtype, 4100, 1030, 130, Layout::RowMajor, Layout::ColMajor, o);
-    check_grouped_m(rng, dtype, {0, 129, 1, 0, 300, 256}, 200, 136, Layout::ColMajor, o);
-    check_grouped_m(rng, dtype, std::vector<int32_t>(40, 65), 520, 72, Layout::ColMajor, o);
+    for (int cluster : {1, 2}) {
+      Options o;
+      o.path = Path::Hopper;
+      o.schedule = gemm::HopperSchedule::Pingpong;
+      o.block_m = gemm::kHopperPingpongTiles[i].block_m;
+      o.block_n = gemm::kHopperPingpongTiles[i].block_n;
+      o.cluster = cluster;
+      check_dense(rng, dtype, 300, 333, 200, Layout::RowMajor, Layout::ColMajor, o);
+      check_dense(rng, dtype, 1, 17, 8, Layout::RowMajor, Layout::ColMajor, o);
+      check_dense(rng, dtype, 130, 260, 1000, Layout::RowMajor, Layout::ColMajor, o);
+      check_dense(rng, dtype, 4100, 1030, 130, Layout::RowMajor, Layout::ColMajor, o);
+      check_dense(rng, dtype, 1000, 704, 259, Layout::RowMajor, Layout::ColMajor, o);
+      check_grouped_m(rng, dtype, {0, 129, 1, 0, 300, 256}, 200, 136, Layout::ColMajor, o);
+      check_grouped_m(rng, dtype, std::vector<int32_t>(40, 65), 520, 72, Layout::ColMajor, o);
+      o.alpha = 0.75f;
+      o.row_scale = o.col_scale = o.bias = true;
+      o.activation = Activation::Gelu;
+      o.beta = -0.5f;
+      check_dense(rng, dtype, 333, 200, 150, Layout::RowMajor, Layout::ColMajor, o);
+    }
   }
 }
 
