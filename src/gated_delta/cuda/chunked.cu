@@ -14,7 +14,7 @@ int64_t chunked_shared_bytes(const Chunked& p) {
   // columns a block for the output.
   const chunk::Geometry geo(p);
   int64_t bytes = geo.prep_bytes;
-  for (const int64_t b : {geo.state_bytes(1), geo.out_layout(16).bytes})
+  for (const int64_t b : {geo.state_layout(chunk::kSlab).bytes(1), geo.out_layout(16).bytes})
     bytes = b > bytes ? b : bytes;
   return bytes;
 }

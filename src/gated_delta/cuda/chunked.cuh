@@ -5,13 +5,13 @@
 //     lower (beta K K^T * exp(G_i - G_j)) in FP32 shared memory, T = (I + A)^-1 solved in
 //     place (T^T kept in A's unused upper triangle: one Cp^2 FP32 block holds both), then
 //     W = T (beta exp(G) K), U = T (beta V) and the masked, decayed, scaled Q K^T, written to
-//     the workspace in q's dtype (FP32 for F32 inputs).
+//     the workspace in q's dtype (FP32 for F32 inputs), with the chunk's decay factors.
 //   state (sequential over a sequence's chunks, one block per (sequence, head, 32 value
 //     columns)): the FP32 state slab S lives in registers as the accumulators of the update
 //     product; per chunk it writes S_c (rounded to q's dtype) to the workspace, V' = U - W S_c
-//     over U's place there, and S = exp(G_last) S + K^T (V' exp(G_last - G)). W, K, U and G
-//     of the next chunks are copied by cp.async during this chunk's products (three stages
-//     when the blocks are one an SM anyway, else two; one when two do not fit).
+//     over U's place there, and S = exp(G_last) S + K^T (V' exp(G_last - G)). W, K, U and the
+//     factors of the next chunks are copied by cp.async during this chunk's products (three
+//     stages when the blocks are one an SM anyway, else two; one when two do not fit).
 //   output (parallel, one block per (chunk, head, up to 128 value columns)): O = scale
 //     exp(G) (Q S_c) + (Q K^T) V'.
 // The products are warp tiles of 16 x 8 (mma.sync m16n8k16 for bf16/f16 with FP32
@@ -40,7 +40,9 @@ using rudnn::cuda::to_float;
 constexpr int kPrepThreads = 256;
 constexpr int kStateThreads = 256;
 constexpr int kOutThreads = 256;
-constexpr int kSlab = 32;         // value columns per state block
+// Value columns per state block. (Measured, S9 round B: 16 columns, two blocks an SM for
+// B1 H32, were no faster: 3.51 against 3.43 ms, and slower for B4 H16: 0.91 against 0.75.)
+constexpr int kSlab = 32;
 constexpr int kMaxOutCols = 128;  // value columns per output block (fewer when they do not fit)
 
 __host__ __device__ constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -51,18 +53,27 @@ struct OutLayout {
   int64_t ldo, q, s, a, v, g, o, bytes;
 };
 
+// The state kernel's shared memory for `cols` value columns a block: S_c [Kp][ldv], V' and
+// V' exp(G_last - G) [Cp][ldv], then per operand stage W and K [Cp][ldk], U [Cp][ldv], G [Cp].
+struct StateLayout {
+  int64_t ldv, s, v, vk, single, w, k, u, g, stage;
+  __host__ __device__ int64_t bytes(int stages) const { return single + stages * stage; }
+};
+
 // Sizes, strides and the shared/global layouts, the same on the host and the device. Rows of
 // 16-bit tiles are padded by 16 bytes so that the eight rows of a fragment fall in different
 // banks.
 struct Geometry {
   int64_t C, Cp, Kp, Vp, chunks_per_seq, slots;
-  int64_t pad, ldk, ldx, ldc, lda, lds;
+  int64_t pad, ldk, ldx, ldc, lda;
   int64_t item;
+  // Per (chunk slot, head) the decay factors prepare computes once for the other two kernels
+  // (so that their loops evaluate no exponential): [0, Cp) scale exp(G_i) for the output,
+  // [Cp, 2 Cp) exp(G_last - G_i) (0 past the chunk's rows) and [2 Cp] exp(G_last) for the
+  // state pass, zeros to the end of a 64-byte multiple. Floats.
+  int64_t fstride;
   // byte offsets
   int64_t prep_ks, prep_xs, prep_a, prep_x, prep_t16, prep_g, prep_b, prep_bytes;
-  // The state kernel: S_c [Kp][lds], V' and V' exp(G_last - G) [Cp][lds], then per stage
-  // W and K [Cp][ldk], U [Cp][lds] and G [Cp].
-  int64_t st_s, st_v, st_vk, st_single, st_w, st_k, st_u, st_g, st_stage;
   int64_t ws_w, ws_u, ws_a, ws_g, ws_s, ws_cf, ws_bytes;
 
   __host__ __device__ explicit Geometry(const Chunked& p) {
@@ -78,7 +89,6 @@ struct Geometry {
     ldx = (Kp > Vp ? Kp : Vp) + pad;
     ldc = Cp + pad;
     lda = Cp + 1;
-    lds = kSlab + pad;
     int64_t at = 0;
     auto take = [&](int64_t bytes) {
       const int64_t here = at;
@@ -94,17 +104,6 @@ struct Geometry {
     prep_b = take(Cp * 4);
     prep_bytes = at;
     at = 0;
-    st_s = take(Kp * lds * item);
-    st_v = take(Cp * lds * item);
-    st_vk = take(Cp * lds * item);
-    st_single = at;
-    at = 0;
-    st_w = take(Cp * ldk * item);
-    st_k = take(Cp * ldk * item);
-    st_u = take(Cp * lds * item);
-    st_g = take(Cp * 4);
-    st_stage = at;
-    at = 0;
     auto take_ws = [&](int64_t bytes) {
       const int64_t here = at;
       at = round_up(at + bytes, 256);
@@ -114,14 +113,33 @@ struct Geometry {
     ws_w = take_ws(units * Cp * Kp * item);
     ws_u = take_ws(units * Cp * Vp * item);
     ws_a = take_ws(units * Cp * Cp * item);
-    ws_g = take_ws(units * Cp * 4);
+    fstride = 2 * Cp + 16;
+    ws_g = take_ws(units * fstride * 4);
     ws_s = take_ws(units * Kp * Vp * item);
     ws_cf = take_ws((p.sequences + 1) * 4);
     ws_bytes = at;
   }
 
-  __host__ __device__ int64_t state_bytes(int stages) const {
-    return st_single + stages * st_stage;
+  __host__ __device__ StateLayout state_layout(int64_t cols) const {
+    StateLayout l{};
+    l.ldv = cols + pad;
+    int64_t at = 0;
+    auto take = [&](int64_t bytes) {
+      const int64_t here = at;
+      at = round_up(at + bytes, 16);
+      return here;
+    };
+    l.s = take(Kp * l.ldv * item);
+    l.v = take(Cp * l.ldv * item);
+    l.vk = take(Cp * l.ldv * item);
+    l.single = at;
+    at = 0;
+    l.w = take(Cp * ldk * item);
+    l.k = take(Cp * ldk * item);
+    l.u = take(Cp * l.ldv * item);
+    l.g = take((Cp + 16) * 4);
+    l.stage = at;
+    return l;
   }
 
   __host__ __device__ OutLayout out_layout(int64_t vo) const {
@@ -213,6 +231,17 @@ __device__ __forceinline__ int tile_row(int m0, int e) {
 }
 __device__ __forceinline__ int tile_col(int n0, int e) {
   return n0 + 2 * (threadIdx.x % 4) + e % 2;
+}
+
+// Calls f(jt, e, row, col) for each pair of this lane's accumulator values of kN adjacent
+// 16 x 8 tiles from (m0, n0): acc[jt][e] at (row, col) and acc[jt][e + 1] at (row, col + 1),
+// e = 0, 2. The one place that knows the m16n8 accumulator layout, for every epilogue.
+template <int kN, class F>
+__device__ __forceinline__ void for_pairs(int m0, int n0, F&& f) {
+#pragma unroll
+  for (int jt = 0; jt < kN; ++jt)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) f(jt, e, tile_row(m0, e), tile_col(n0 + 8 * jt, e));
 }
 
 // Calls f(m0, n0) for this warp's share of the 16 x (8 kN) tiles of an M x N product (N a
@@ -337,6 +366,27 @@ __device__ __forceinline__ void store_pair(T* dst, float a, float b) {
     *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);
 }
 
+// Row r of a rows x cols tile in shared memory (`ld` apart, rows 16-byte aligned, cols whole
+// 16-byte pieces) times b * e, (b, e) = f(r): x * b * e rounded to T once. The work is split
+// over threads `first`, `first` + `count`, ... of the block's `count` (from `first`), a 16-byte
+// piece each (8 or 4 elements: fewer shared-memory instructions than one element a lane).
+template <class T, class F>
+__device__ __forceinline__ void scale_rows(T* x, int ld, int rows, int cols, int first, int count,
+                                           F&& f) {
+  constexpr int per = 16 / int(sizeof(T));
+  const int pieces = cols / per;
+  for (int i = int(threadIdx.x) - first; i < rows * pieces; i += count) {
+    const int r = i / pieces;
+    T* at = x + r * ld + (i - r * pieces) * per;
+    uint4 raw = *reinterpret_cast<const uint4*>(at);
+    T* v = reinterpret_cast<T*>(&raw);
+    const float2 be = f(r);
+#pragma unroll
+    for (int j = 0; j < per; ++j) v[j] = from_float<T>(to_float(v[j]) * be.x * be.y);
+    *reinterpret_cast<uint4*>(at) = raw;
+  }
+}
+
 // Where chunk slot `slot` lies: its sequence's range, its first step and its row count
 // (rows <= 0: a varlen slot past the last sequence's chunks, nothing to do).
 struct Place {
@@ -369,7 +419,9 @@ __device__ __forceinline__ Place locate(const Chunked& p, const Geometry& geo,
   return {r, t0, int(min(geo.C, r.last - t0))};
 }
 
-// 16-bit: three blocks an SM (their shared memory allows it); F32: two, and more registers.
+// One block per (chunk slot, head) unit, three an SM for 16-bit (their shared memory allows
+// it; F32: two, and more registers). (A persistent form whose blocks prefetched their next
+// unit's K and Q measured slower: round 50.)
 template <class T>
 __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
     prepare_kernel(const Chunked p, unsigned char* ws) {
@@ -377,186 +429,200 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
   const Geometry geo(p);
   const int64_t H = p.heads, Dk = p.key_dim, Dv = p.value_dim;
   const int Cp = int(geo.Cp), Kp = int(geo.Kp), Vp = int(geo.Vp);
-  const int64_t slot = blockIdx.x / H, h = blockIdx.x % H;
-  const Place pl = locate(p, geo, ws, slot);
-  if (pl.rows <= 0) return;
-  const Range r = pl.range;
-  const int64_t t0 = pl.t0;
-  const int L = pl.rows;
-  const int64_t unit = slot * H + h;
+  const int64_t units = geo.slots * H;
 
-  T* Ks = reinterpret_cast<T*>(smem + geo.prep_ks);
-  T* Xs = reinterpret_cast<T*>(smem + geo.prep_xs);
   float* Af = reinterpret_cast<float*>(smem + geo.prep_a);
   float* Xf = reinterpret_cast<float*>(smem + geo.prep_x);
   T* T16 = reinterpret_cast<T*>(smem + geo.prep_t16);
   float* Gs = reinterpret_cast<float*>(smem + geo.prep_g);
   float* Bs = reinterpret_cast<float*>(smem + geo.prep_b);
   const int ldk = int(geo.ldk), ldx = int(geo.ldx), ldc = int(geo.ldc), lda = int(geo.lda);
+  T* const Ks = reinterpret_cast<T*>(smem + geo.prep_ks);
+  T* const Xs = reinterpret_cast<T*>(smem + geo.prep_xs);
+  // The first (b, h, t) row of unit u's chunk.
+  auto first_row = [&](const Place& pl, int64_t u) {
+    return (pl.range.entry * H + u % H) * p.steps + pl.t0;
+  };
+  // K and Q of unit u (at pl) into Ks and Xs, one cp.async group (empty for an empty varlen
+  // slot).
+  auto issue_kq = [&](const Place& pl, int64_t u) {
+    if (pl.rows > 0) {
+      const int64_t row0 = first_row(pl, u);
+      copy_tile<T>(Ks, ldk, static_cast<const T*>(p.k) + row0 * Dk, Dk, Cp, pl.rows, Kp,
+                   int(Dk), p.async_qk);
+      copy_tile<T>(Xs, ldx, static_cast<const T*>(p.q) + row0 * Dk, Dk, Cp, pl.rows, Kp,
+                   int(Dk), p.async_qk);
+    }
+    rudnn::cuda::tc::cp_async_commit();
+  };
 
-  const int64_t row0 = (r.entry * H + h) * p.steps + t0;  // this chunk's first (b, h, t) row
-  const T* q = static_cast<const T*>(p.q) + row0 * Dk;
-  const T* k = static_cast<const T*>(p.k) + row0 * Dk;
-  const T* v = static_cast<const T*>(p.v) + row0 * Dv;
-  const T* beta = static_cast<const T*>(p.beta) + row0;
-  const float* log_decay = p.log_decay + row0;
+  for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    const Place pl = locate(p, geo, ws, unit / H);
+    const int L = pl.rows;  // <= 0: an empty varlen slot
+    issue_kq(pl, unit);
+    const int64_t row0 = L > 0 ? first_row(pl, unit) : 0;
+    const T* v = static_cast<const T*>(p.v) + row0 * Dv;
+    const T* beta = static_cast<const T*>(p.beta) + row0;
+    const float* log_decay = p.log_decay + row0;
 
-  copy_tile<T>(Ks, ldk, k, Dk, Cp, L, Kp, int(Dk), p.async_qk);
-  copy_tile<T>(Xs, ldx, q, Dk, Cp, L, Kp, int(Dk), p.async_qk);
-  rudnn::cuda::tc::cp_async_commit();
-  for (int i = threadIdx.x; i < Cp; i += blockDim.x) Bs[i] = i < L ? to_float(beta[i]) : 0.0f;
-  if (threadIdx.x < 32) {
-    // G, the running sum of log_decay: each lane sums its run of Cp / 32 (<= 4) steps, a warp
-    // scan adds the runs before it. Padded rows add 0 (no decay of their own).
-    constexpr int kMaxRun = int(kMaxChunk) / 32;
-    const int lane = threadIdx.x, run = (Cp + 31) / 32;
-    float x[kMaxRun];
-    float sum = 0.0f;
+    if (L > 0) {
+      for (int i = threadIdx.x; i < Cp; i += blockDim.x) Bs[i] = i < L ? to_float(beta[i]) : 0.0f;
+      if (threadIdx.x < 32) {
+        // G, the running sum of log_decay: each lane sums its run of Cp / 32 (<= 4) steps, a
+        // warp scan adds the runs before it. Padded rows add 0 (no decay of their own).
+        constexpr int kMaxRun = int(kMaxChunk) / 32;
+        const int lane = threadIdx.x, run = (Cp + 31) / 32;
+        float x[kMaxRun];
+        float sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kMaxRun; ++j) {
-      const int i = lane * run + j;
-      sum += j < run && i < L ? log_decay[i] : 0.0f;
-      x[j] = sum;
+        for (int j = 0; j < kMaxRun; ++j) {
+          const int i = lane * run + j;
+          sum += j < run && i < L ? log_decay[i] : 0.0f;
+          x[j] = sum;
+        }
+        float before = sum;
+#pragma unroll
+        for (int d = 1; d < 32; d *= 2) {
+          const float other = __shfl_up_sync(0xffffffffu, before, d);
+          if (lane >= d) before += other;
+        }
+        before -= sum;  // exclusive
+#pragma unroll
+        for (int j = 0; j < kMaxRun; ++j) {
+          const int i = lane * run + j;
+          if (j < run && i < Cp) Gs[i] = before + x[j];
+        }
+      }
     }
-    float before = sum;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const float other = __shfl_up_sync(0xffffffffu, before, d);
-      if (lane >= d) before += other;
-    }
-    before -= sum;  // exclusive
-#pragma unroll
-    for (int j = 0; j < kMaxRun; ++j) {
-      const int i = lane * run + j;
-      if (j < run && i < Cp) Gs[i] = before + x[j];
-    }
-  }
-  rudnn::cuda::tc::cp_async_wait<0>();
-  __syncthreads();
-
-  // A (strictly lower) into Af; Q K^T (lower, diagonal included) straight to the workspace.
-  // One pass over the tiles: both products share the decay factors exp(G_i - G_j).
-  T* Ag = reinterpret_cast<T*>(ws + geo.ws_a) + unit * geo.Cp * geo.Cp;
-  for_tiles<2>(Cp, Cp, [&](int m0, int n0) {
-    float kk[2][4] = {}, qk[2][4] = {};
-    if (n0 <= m0 + 15) {  // not wholly above the diagonal
-      tile_mma<T>(kk, Op<T, true>{Ks, ldk}, Op<T, true>{Ks, ldk}, m0, n0, Kp);
-      tile_mma<T>(qk, Op<T, true>{Xs, ldx}, Op<T, true>{Ks, ldk}, m0, n0, Kp);
-    }
-#pragma unroll
-    for (int jt = 0; jt < 2; ++jt)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int i = tile_row(m0, e), j = tile_col(n0 + 8 * jt, e);
+    rudnn::cuda::tc::cp_async_wait<0>();
+    __syncthreads();
+    if (L <= 0) continue;  // (uniform over the block; the barrier below is skipped by all)
+    // A (strictly lower) into Af; Q K^T (lower, diagonal included) straight to the workspace.
+    // One pass over the tiles: both products share the decay factors exp(G_i - G_j).
+    T* Ag = reinterpret_cast<T*>(ws + geo.ws_a) + unit * geo.Cp * geo.Cp;
+    for_tiles<2>(Cp, Cp, [&](int m0, int n0) {
+      float kk[2][4] = {}, qk[2][4] = {};
+      if (n0 <= m0 + 15) {  // not wholly above the diagonal
+        tile_mma<T>(kk, Op<T, true>{Ks, ldk}, Op<T, true>{Ks, ldk}, m0, n0, Kp);
+        tile_mma<T>(qk, Op<T, true>{Xs, ldx}, Op<T, true>{Ks, ldk}, m0, n0, Kp);
+      }
+      for_pairs<2>(m0, n0, [&](int jt, int e, int i, int j) {
         const float d0 = j <= i ? expf(Gs[i] - Gs[j]) : 0.0f;
         const float d1 = j + 1 <= i ? expf(Gs[i] - Gs[j + 1]) : 0.0f;
         if (j < i) Af[i * lda + j] = Bs[i] * kk[jt][e] * d0;
         if (j + 1 < i) Af[i * lda + j + 1] = Bs[i] * kk[jt][e + 1] * d1;
         store_pair(Ag + int64_t(i) * Cp + j, j <= i ? p.scale * qk[jt][e] * d0 : 0.0f,
                    j + 1 <= i ? p.scale * qk[jt][e + 1] * d1 : 0.0f);
-      }
-  });
-  __syncthreads();
-
-  // T = (I + A)^-1. T[i][j] (i > j) is stored at Af[j][i]; its diagonal is 1 (implicit).
-  // V into Q's place (Q K^T is done), landing while T is solved.
-  copy_tile<T>(Xs, ldx, v, Dv, Cp, L, Vp, int(Dv), p.async_v);
-  rudnn::cuda::tc::cp_async_commit();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  const int solver_warps = (Cp + 31) / 32;  // <= 4 of the 8
-  // 1) The 16 x 16 diagonal blocks, one thread per column: forward substitution. The other
-  //    warps meanwhile scale K in place to beta exp(G) K (a warp a row, a lane a column).
-  if (warp >= solver_warps) {
-    for (int rr = warp - solver_warps; rr < Cp; rr += warps - solver_warps) {
-      const float b = Bs[rr], e = expf(Gs[rr]);
-      for (int c = lane; c < Kp; c += 32)
-        Ks[rr * ldk + c] = from_float<T>(to_float(Ks[rr * ldk + c]) * b * e);
-    }
-  } else if (threadIdx.x < Cp) {
-    const int base = threadIdx.x / 16 * 16, c = threadIdx.x % 16;
-    float x[16];
-#pragma unroll
-    for (int rr = 0; rr < 16; ++rr) {
-      float s = rr == c ? 1.0f : 0.0f;
-#pragma unroll
-      for (int m = 0; m < rr; ++m) s -= Af[(base + rr) * lda + base + m] * x[m];
-      x[rr] = s;
-    }
-#pragma unroll
-    for (int rr = 0; rr < 16; ++rr)
-      if (rr > c) Af[(base + c) * lda + base + rr] = x[rr];
-  }
-  __syncthreads();
-  // 2) Block row bi from the rows above: T_bi,j = -T_bi,bi sum_{m=j}^{bi-1} A_bi,m T_m,j.
-  //    Thread (rr, cc) of the 16 x 16 grid (kPrepThreads = 256) computes column cc of every
-  //    16-column block bc < bi: the unit-diagonal block bc by its triangle, the blocks below
-  //    it dense (unrolled, no triangle tests); terms summed in ascending m.
-  static_assert(kPrepThreads == 256, "the block-row solve maps one thread per 16 x 16 element");
-  auto t_at = [&](int i, int j) { return i == j ? 1.0f : (i > j ? Af[j * lda + i] : 0.0f); };
-  const int rr = threadIdx.x / 16, cc = threadIdx.x % 16;
-  for (int bi = 1; bi < Cp / 16; ++bi) {
-    const int R0 = bi * 16;
-    const float* arow = Af + (R0 + rr) * lda;  // A[R0 + rr][m], m < R0
-    for (int bc = 0; bc < bi; ++bc) {
-      const int c = 16 * bc + cc;
-      const float* tcol = Af + c * lda;  // T[m][c] at tcol[m], m > c
-      float s = arow[c];
-      for (int m = c + 1; m < 16 * (bc + 1); ++m) s += arow[m] * tcol[m];
-      for (int bm = bc + 1; bm < bi; ++bm) {
-#pragma unroll
-        for (int q = 0; q < 16; ++q) s += arow[16 * bm + q] * tcol[16 * bm + q];
-      }
-      Xf[rr * Cp + c] = s;
-    }
-    __syncthreads();
-    for (int bc = 0; bc < bi; ++bc) {
-      const int c = 16 * bc + cc;
-      float s = Xf[rr * Cp + c];
-      for (int m = 0; m < rr; ++m) s += Af[(R0 + m) * lda + R0 + rr] * Xf[m * Cp + c];
-      Af[c * lda + R0 + rr] = -s;
-    }
-    __syncthreads();
-  }
-
-  // The right-hand sides: beta V in place of Q (beta exp(G) K is in place already); T in q's
-  // dtype.
-  rudnn::cuda::tc::cp_async_wait<0>();
-  __syncthreads();
-  for (int rr = warp; rr < Cp; rr += warps) {
-    const float b = Bs[rr];
-    for (int c = lane; c < Vp; c += 32)
-      Xs[rr * ldx + c] = from_float<T>(to_float(Xs[rr * ldx + c]) * b);
-  }
-  if constexpr (!std::is_same_v<T, float>) {
-    for (int rr = warp; rr < Cp; rr += warps)
-      for (int c = lane; c < Cp; c += 32) T16[rr * ldc + c] = from_float<T>(t_at(rr, c));
-  }
-  __syncthreads();
-
-  T* Wg = reinterpret_cast<T*>(ws + geo.ws_w) + unit * geo.Cp * geo.Kp;
-  T* Ug = reinterpret_cast<T*>(ws + geo.ws_u) + unit * geo.Cp * geo.Vp;
-  float* Gg = reinterpret_cast<float*>(ws + geo.ws_g) + unit * geo.Cp;
-  // W = T (beta exp(G) K), U = T (beta V).
-  auto solve_rhs = [&](const T* rhs, int ld_rhs, int N, T* out) {
-    for_tiles<2>(Cp, N, [&](int m0, int n0) {
-      float acc[2][4] = {};
-      const int K = m0 + 16;  // T is lower triangular
-      if constexpr (std::is_same_v<T, float>) {
-        tile_mma<T>(acc, TriView{Af, lda}, Op<T, false>{rhs, ld_rhs}, m0, n0, K);
-      } else {
-        tile_mma<T>(acc, Op<T, true>{T16, ldc}, Op<T, false>{rhs, ld_rhs}, m0, n0, K);
-      }
-#pragma unroll
-      for (int jt = 0; jt < 2; ++jt)
-#pragma unroll
-        for (int e = 0; e < 4; e += 2)
-          store_pair(out + int64_t(tile_row(m0, e)) * N + tile_col(n0 + 8 * jt, e), acc[jt][e],
-                     acc[jt][e + 1]);
+      });
     });
-  };
-  solve_rhs(Ks, ldk, Kp, Wg);
-  solve_rhs(Xs, ldx, Vp, Ug);
-  for (int i = threadIdx.x; i < Cp; i += blockDim.x) Gg[i] = Gs[i];
+    __syncthreads();
+
+    // T = (I + A)^-1. T[i][j] (i > j) is stored at Af[j][i]; its diagonal is 1 (implicit).
+    // V into Q's place (Q K^T is done), landing while T is solved.
+    copy_tile<T>(Xs, ldx, v, Dv, Cp, L, Vp, int(Dv), p.async_v);
+    rudnn::cuda::tc::cp_async_commit();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    const int solver_warps = (Cp + 31) / 32;  // <= 4 of the 8
+    // 1) The 16 x 16 diagonal blocks, one thread per column: forward substitution. The other
+    //    warps meanwhile scale K in place to beta exp(G) K.
+    if (warp >= solver_warps) {
+      scale_rows(Ks, ldk, Cp, Kp, 32 * solver_warps, 32 * (warps - solver_warps),
+                 [&](int r) { return make_float2(Bs[r], expf(Gs[r])); });
+    } else if (threadIdx.x < Cp) {
+      const int base = threadIdx.x / 16 * 16, c = threadIdx.x % 16;
+      float x[16];
+#pragma unroll
+      for (int rr = 0; rr < 16; ++rr) {
+        float s = rr == c ? 1.0f : 0.0f;
+#pragma unroll
+        for (int m = 0; m < rr; ++m) s -= Af[(base + rr) * lda + base + m] * x[m];
+        x[rr] = s;
+      }
+#pragma unroll
+      for (int rr = 0; rr < 16; ++rr)
+        if (rr > c) Af[(base + c) * lda + base + rr] = x[rr];
+    }
+    __syncthreads();
+    // 2) Block row bi from the rows above: T_bi,j = -T_bi,bi sum_{m=j}^{bi-1} A_bi,m T_m,j.
+    //    Thread (rr, cc) of the 16 x 16 grid (kPrepThreads = 256) computes column cc of every
+    //    16-column block bc < bi; terms summed in ascending m. Every inner loop runs a whole
+    //    16-block, unrolled, with the triangles as predicates (not as variable trip counts), so
+    //    that its shared loads issue together instead of one loop turn at a time.
+    static_assert(kPrepThreads == 256, "the block-row solve maps one thread per 16 x 16 element");
+    auto t_at = [&](int i, int j) { return i == j ? 1.0f : (i > j ? Af[j * lda + i] : 0.0f); };
+    const int rr = threadIdx.x / 16, cc = threadIdx.x % 16;
+    for (int bi = 1; bi < Cp / 16; ++bi) {
+      const int R0 = bi * 16;
+      const float* arow = Af + (R0 + rr) * lda;  // A[R0 + rr][m], m < R0
+      for (int bc = 0; bc < bi; ++bc) {
+        const int c = 16 * bc + cc;
+        const float* tcol = Af + c * lda;  // T[m][c] at tcol[m], m > c
+        float s = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 16; ++q) {  // the unit lower triangle of block (bc, bc)
+          const int m = 16 * bc + q;
+          if (q == cc) s += arow[m];
+          if (q > cc) s += arow[m] * tcol[m];
+        }
+        for (int bm = bc + 1; bm < bi; ++bm) {
+#pragma unroll
+          for (int q = 0; q < 16; ++q) s += arow[16 * bm + q] * tcol[16 * bm + q];
+        }
+        Xf[rr * Cp + c] = s;
+      }
+      __syncthreads();
+      const float* tdiag = Af + R0 * lda + R0 + rr;  // T[R0 + rr][R0 + m] at tdiag[m * lda], m < rr
+      for (int bc = 0; bc < bi; ++bc) {
+        const int c = 16 * bc + cc;
+        float s = Xf[rr * Cp + c];
+#pragma unroll
+        for (int m = 0; m < 16; ++m)
+          if (m < rr) s += tdiag[m * lda] * Xf[m * Cp + c];
+        Af[c * lda + R0 + rr] = -s;
+      }
+      __syncthreads();
+    }
+
+    // The right-hand sides: beta V in place of Q (beta exp(G) K is in place already); T in q's
+    // dtype.
+    rudnn::cuda::tc::cp_async_wait<0>();
+    __syncthreads();
+    scale_rows(Xs, ldx, Cp, Vp, 0, int(blockDim.x),
+               [&](int r) { return make_float2(Bs[r], 1.0f); });
+    if constexpr (!std::is_same_v<T, float>) {
+      for (int rr = warp; rr < Cp; rr += warps)
+        for (int c = lane; c < Cp; c += 32) T16[rr * ldc + c] = from_float<T>(t_at(rr, c));
+    }
+    __syncthreads();
+
+    T* Wg = reinterpret_cast<T*>(ws + geo.ws_w) + unit * geo.Cp * geo.Kp;
+    T* Ug = reinterpret_cast<T*>(ws + geo.ws_u) + unit * geo.Cp * geo.Vp;
+    float* Fg = reinterpret_cast<float*>(ws + geo.ws_g) + unit * geo.fstride;
+    // W = T (beta exp(G) K), U = T (beta V).
+    auto solve_rhs = [&](const T* rhs, int ld_rhs, int N, T* out) {
+      for_tiles<2>(Cp, N, [&](int m0, int n0) {
+        float acc[2][4] = {};
+        const int K = m0 + 16;  // T is lower triangular
+        if constexpr (std::is_same_v<T, float>) {
+          tile_mma<T>(acc, TriView{Af, lda}, Op<T, false>{rhs, ld_rhs}, m0, n0, K);
+        } else {
+          tile_mma<T>(acc, Op<T, true>{T16, ldc}, Op<T, false>{rhs, ld_rhs}, m0, n0, K);
+        }
+        for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
+          store_pair(out + int64_t(i) * N + c, acc[jt][e], acc[jt][e + 1]);
+        });
+      });
+    };
+    solve_rhs(Ks, ldk, Kp, Wg);
+    solve_rhs(Xs, ldx, Vp, Ug);
+    const float g_last = Gs[L - 1];
+    for (int i = threadIdx.x; i < Cp; i += blockDim.x) {
+      Fg[i] = p.scale * expf(Gs[i]);
+      Fg[Cp + i] = i < L ? expf(g_last - Gs[i]) : 0.0f;
+    }
+    if (threadIdx.x < 16) Fg[2 * Cp + threadIdx.x] = threadIdx.x == 0 ? expf(g_last) : 0.0f;
+    __syncthreads();  // shared memory is free for the block's next unit
+  }
 }
 
 // Copies rows x cols from shared memory to global memory in 16-byte pieces (cols whole
@@ -572,7 +638,7 @@ __device__ __forceinline__ void store_tile(T* dst, int64_t ld_dst, const T* src,
   });
 }
 
-// The state pass. One block per (sequence, head, slab of kSlab value columns), slabs of a
+// The state pass. One block per (sequence, head, slab of kCols value columns), slabs of a
 // head adjacent in the grid so that they read W and K while those are in L2. Warp w keeps
 // rows [16 (w + 8 j), +16) of the FP32 state slab in registers (the update product's
 // accumulators). Per chunk: S_c in q's dtype to shared memory and the workspace; V' = U - W
@@ -580,16 +646,17 @@ __device__ __forceinline__ void store_tile(T* dst, int64_t ld_dst, const T* src,
 // exp(G_last - G)). Two barriers a chunk; the next chunk's operands land meanwhile.
 // (Measured, round B: forming the output here too, as round 42 did, was slower than the
 // S_c / V' round trip through memory: 0.90 / 3.50 ms against 0.75 / 3.29 ms.)
-template <class T>
+template <class T, int kCols>
 __global__ void __launch_bounds__(kStateThreads, 2)
     state_kernel(const Chunked p, unsigned char* ws, int stages) {
   extern __shared__ __align__(16) unsigned char smem[];
   const Geometry geo(p);
+  const StateLayout lay = geo.state_layout(kCols);
   const int64_t H = p.heads, Dk = p.key_dim, Dv = p.value_dim;
   const int Cp = int(geo.Cp), Kp = int(geo.Kp);
-  const int64_t slabs = (Dv + kSlab - 1) / kSlab;
+  const int64_t slabs = (Dv + kCols - 1) / kCols;
   const int64_t nh = blockIdx.x / slabs, n = nh / H, h = nh % H;
-  const int64_t v0 = int64_t(blockIdx.x % slabs) * kSlab;
+  const int64_t v0 = int64_t(blockIdx.x % slabs) * kCols;
   const Range r = sequence_range(p, n);
   int64_t slot0 = n * geo.chunks_per_seq, count = (r.last - r.first + geo.C - 1) / geo.C;
   if (p.cu_seqlens != nullptr) {
@@ -598,14 +665,18 @@ __global__ void __launch_bounds__(kStateThreads, 2)
     count = cf[n + 1] - cf[n];
   }
   // The slab's columns inside Vp (the workspace rows' width): a multiple of 16.
-  const int cw = int(min(int64_t(kSlab), geo.Vp - v0));
-  const int ldk = int(geo.ldk), lds = int(geo.lds);
+  const int cw = int(min(int64_t(kCols), geo.Vp - v0));
+  const int ldk = int(geo.ldk), lds = int(lay.ldv);
 
-  T* Ss = reinterpret_cast<T*>(smem + geo.st_s);   // S_c, [Kp][lds]
-  T* Vs = reinterpret_cast<T*>(smem + geo.st_v);   // V', [Cp][lds]
-  T* Vk = reinterpret_cast<T*>(smem + geo.st_vk);  // V' exp(G_last - G), [Cp][lds]
-  const int64_t stage_bytes = geo.st_stage;
-  auto stage = [&](int64_t ci) { return smem + geo.st_single + (ci % stages) * stage_bytes; };
+  T* Ss = reinterpret_cast<T*>(smem + lay.s);   // S_c, [Kp][lds]
+  T* Vs = reinterpret_cast<T*>(smem + lay.v);   // V', [Cp][lds]
+  T* Vk = reinterpret_cast<T*>(smem + lay.vk);  // V' exp(G_last - G), [Cp][lds]
+  const int64_t stage_bytes = lay.stage;
+  // (The modulo by a constant 2 or 3, not a 64-bit division by a runtime value.)
+  auto stage = [&](int64_t ci) {
+    const int64_t at = stages == 3 ? ci % 3 : stages == 2 ? ci % 2 : 0;
+    return smem + lay.single + at * stage_bytes;
+  };
 
   const T* k = static_cast<const T*>(p.k);
   auto rows_of = [&](int64_t ci) { return int(min(geo.C, r.last - (r.first + ci * geo.C))); };
@@ -615,18 +686,18 @@ __global__ void __launch_bounds__(kStateThreads, 2)
     if (ci < count) {
       unsigned char* b = stage(ci);
       const int64_t u = unit_of(ci);
-      copy_tile<T>(reinterpret_cast<T*>(b + geo.st_w), ldk,
+      copy_tile<T>(reinterpret_cast<T*>(b + lay.w), ldk,
                    reinterpret_cast<const T*>(ws + geo.ws_w) + u * geo.Cp * geo.Kp, Kp, Cp, Cp, Kp,
                    Kp, true);
       const int64_t row0 = (r.entry * H + h) * p.steps + r.first + ci * geo.C;
-      copy_tile<T>(reinterpret_cast<T*>(b + geo.st_k), ldk, k + row0 * Dk, Dk, Cp, rows_of(ci), Kp,
+      copy_tile<T>(reinterpret_cast<T*>(b + lay.k), ldk, k + row0 * Dk, Dk, Cp, rows_of(ci), Kp,
                    int(Dk), p.async_qk);
-      copy_tile<T>(reinterpret_cast<T*>(b + geo.st_u), lds,
+      copy_tile<T>(reinterpret_cast<T*>(b + lay.u), lds,
                    reinterpret_cast<const T*>(ws + geo.ws_u) + u * geo.Cp * geo.Vp + v0, geo.Vp, Cp,
-                   Cp, kSlab, cw, true);
-      copy_tile<float>(reinterpret_cast<float*>(b + geo.st_g), Cp,
-                       reinterpret_cast<const float*>(ws + geo.ws_g) + u * geo.Cp, Cp, 1, 1, Cp, Cp,
-                       true);
+                   Cp, kCols, cw, true);
+      copy_tile<float>(reinterpret_cast<float*>(b + lay.g), Cp,
+                       reinterpret_cast<const float*>(ws + geo.ws_g) + u * geo.fstride + geo.Cp,
+                       Cp + 16, 1, 1, Cp + 16, Cp + 16, true);
     }
     rudnn::cuda::tc::cp_async_commit();
   };
@@ -634,17 +705,16 @@ __global__ void __launch_bounds__(kStateThreads, 2)
   constexpr int kWarps = kStateThreads / 32;
   constexpr int kRowTiles = int(kMaxChunkDim) / 16 / kWarps;
   const int warp = threadIdx.x / 32;
-  float S[kRowTiles][kSlab / 8][4];
+  float S[kRowTiles][kCols / 8][4];
   const int64_t state_base = (n * H + h) * Dk * Dv;
 #pragma unroll
   for (int j = 0; j < kRowTiles; ++j)
+    for_pairs<kCols / 8>(16 * (warp + kWarps * j), 0, [&](int jt, int e, int kk, int c) {
 #pragma unroll
-    for (int jt = 0; jt < kSlab / 8; ++jt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int kk = tile_row(16 * (warp + kWarps * j), e), c = tile_col(8 * jt, e);
-        S[j][jt][e] = kk < Dk && v0 + c < Dv ? p.state_in[state_base + kk * Dv + v0 + c] : 0.0f;
-      }
+      for (int x = 0; x < 2; ++x)
+        S[j][jt][e + x] =
+            kk < Dk && v0 + c + x < Dv ? p.state_in[state_base + kk * Dv + v0 + c + x] : 0.0f;
+    });
 
   for (int s = 0; s + 1 < stages; ++s) issue(s);
   for (int64_t ci = 0; ci < count; ++ci) {
@@ -654,12 +724,9 @@ __global__ void __launch_bounds__(kStateThreads, 2)
     for (int j = 0; j < kRowTiles; ++j) {
       const int m0 = 16 * (warp + kWarps * j);
       if (m0 >= Kp) continue;
-#pragma unroll
-      for (int jt = 0; jt < kSlab / 8; ++jt)
-#pragma unroll
-        for (int e = 0; e < 4; e += 2)
-          store_pair(Ss + tile_row(m0, e) * lds + tile_col(8 * jt, e), S[j][jt][e],
-                     S[j][jt][e + 1]);
+      for_pairs<kCols / 8>(m0, 0, [&](int jt, int e, int kk, int c) {
+        store_pair(Ss + kk * lds + c, S[j][jt][e], S[j][jt][e + 1]);
+      });
     }
     if (stages == 1) {
       __syncthreads();  // the previous chunk's reads of the one stage are done
@@ -673,44 +740,41 @@ __global__ void __launch_bounds__(kStateThreads, 2)
     __syncthreads();
     if (stages > 1) issue(ci + stages - 1);  // into the stage chunk ci - 1 used
     const unsigned char* b = stage(ci);
-    const T* W = reinterpret_cast<const T*>(b + geo.st_w);
-    const T* K = reinterpret_cast<const T*>(b + geo.st_k);
-    const T* U = reinterpret_cast<const T*>(b + geo.st_u);
-    const float* G = reinterpret_cast<const float*>(b + geo.st_g);
+    const T* W = reinterpret_cast<const T*>(b + lay.w);
+    const T* K = reinterpret_cast<const T*>(b + lay.k);
+    const T* U = reinterpret_cast<const T*>(b + lay.u);
+    const float* F = reinterpret_cast<const float*>(b + lay.g);  // exp(G_last - G), exp(G_last)
     store_tile(reinterpret_cast<T*>(ws + geo.ws_s) + unit * geo.Kp * geo.Vp + v0, geo.Vp, Ss, lds,
                Kp, cw);
 
     // V' = U - W S_c (zero past the chunk's rows and past V).
-    const float g_last = G[L - 1];
-    for_tiles<2>(Cp, kSlab, [&](int m0, int n0) {
-      float acc[2][4] = {};
+    // 16 x 16 tiles (the A fragment shared by two) where the slab is wide enough.
+    constexpr int kVN = kCols >= 32 ? 2 : 1;
+    for_tiles<kVN>(Cp, kCols, [&](int m0, int n0) {
+      float acc[kVN][4] = {};
       tile_mma<T>(acc, Op<T, true>{W, ldk}, Op<T, false>{Ss, lds}, m0, n0, Kp);
-#pragma unroll
-      for (int jt = 0; jt < 2; ++jt)
-#pragma unroll
-        for (int e = 0; e < 4; e += 2) {
-          const int i = tile_row(m0, e), c = tile_col(n0 + 8 * jt, e);
-          const bool row_in = i < L;
-          const float x0 = row_in && v0 + c < Dv ? to_float(U[i * lds + c]) - acc[jt][e] : 0.0f;
-          const float x1 =
-              row_in && v0 + c + 1 < Dv ? to_float(U[i * lds + c + 1]) - acc[jt][e + 1] : 0.0f;
-          const float d = row_in ? expf(g_last - G[i]) : 0.0f;
-          store_pair(Vs + i * lds + c, x0, x1);
-          store_pair(Vk + i * lds + c, x0 * d, x1 * d);
-        }
+      for_pairs<kVN>(m0, n0, [&](int jt, int e, int i, int c) {
+        const bool row_in = i < L;
+        const float x0 = row_in && v0 + c < Dv ? to_float(U[i * lds + c]) - acc[jt][e] : 0.0f;
+        const float x1 =
+            row_in && v0 + c + 1 < Dv ? to_float(U[i * lds + c + 1]) - acc[jt][e + 1] : 0.0f;
+        const float d = F[i];  // 0 past the chunk's rows
+        store_pair(Vs + i * lds + c, x0, x1);
+        store_pair(Vk + i * lds + c, x0 * d, x1 * d);
+      });
     });
     __syncthreads();
     store_tile(reinterpret_cast<T*>(ws + geo.ws_u) + unit * geo.Cp * geo.Vp + v0, geo.Vp, Vs, lds,
                Cp, cw);
 
     // S = exp(G_last) S + K^T (V' exp(G_last - G)), accumulated in FP32 registers.
-    const float decay = expf(g_last);
+    const float decay = F[Cp];
 #pragma unroll
     for (int j = 0; j < kRowTiles; ++j) {
       const int m0 = 16 * (warp + kWarps * j);
       if (m0 >= Kp) continue;
 #pragma unroll
-      for (int jt = 0; jt < kSlab / 8; ++jt)
+      for (int jt = 0; jt < kCols / 8; ++jt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) S[j][jt][e] *= decay;
       tile_mma<T>(S[j], Op<T, false>{K, ldk}, Op<T, false>{Vk, lds}, m0, 0, Cp);
@@ -720,13 +784,12 @@ __global__ void __launch_bounds__(kStateThreads, 2)
 
 #pragma unroll
   for (int j = 0; j < kRowTiles; ++j)
+    for_pairs<kCols / 8>(16 * (warp + kWarps * j), 0, [&](int jt, int e, int kk, int c) {
 #pragma unroll
-    for (int jt = 0; jt < kSlab / 8; ++jt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int kk = tile_row(16 * (warp + kWarps * j), e), c = tile_col(8 * jt, e);
-        if (kk < Dk && v0 + c < Dv) p.state_out[state_base + kk * Dv + v0 + c] = S[j][jt][e];
-      }
+      for (int x = 0; x < 2; ++x)
+        if (kk < Dk && v0 + c + x < Dv)
+          p.state_out[state_base + kk * Dv + v0 + c + x] = S[j][jt][e + x];
+    });
 }
 
 // The output, per (chunk, head, vo value columns), in parallel once every S_c is known:
@@ -765,8 +828,8 @@ __global__ void __launch_bounds__(kOutThreads)
                Cp, Cp, Cp, true);
   copy_tile<T>(Vs, ldo, reinterpret_cast<const T*>(ws + geo.ws_u) + unit * geo.Cp * geo.Vp + vo0,
                geo.Vp, Cp, Cp, vo, cw, true);
-  copy_tile<float>(G, Cp, reinterpret_cast<const float*>(ws + geo.ws_g) + unit * geo.Cp, Cp, 1, 1,
-                   Cp, Cp, true);
+  copy_tile<float>(G, Cp, reinterpret_cast<const float*>(ws + geo.ws_g) + unit * geo.fstride, Cp, 1,
+                   1, Cp, Cp, true);
   rudnn::cuda::tc::cp_async_commit();
   rudnn::cuda::tc::cp_async_wait<0>();
   __syncthreads();
@@ -776,14 +839,10 @@ __global__ void __launch_bounds__(kOutThreads)
     float qs[2][4] = {}, av[2][4] = {};
     tile_mma<T>(qs, Op<T, true>{Qs, ldk}, Op<T, false>{Ss, ldo}, m0, n0, Kp);
     tile_mma<T>(av, Op<T, true>{As, ldc}, Op<T, false>{Vs, ldo}, m0, n0, m0 + 16);
-#pragma unroll
-    for (int jt = 0; jt < 2; ++jt)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int i = tile_row(m0, e), c = tile_col(n0 + 8 * jt, e);
-        const float f = p.scale * expf(G[i]);
-        store_pair(Os + i * ldo + c, f * qs[jt][e] + av[jt][e], f * qs[jt][e + 1] + av[jt][e + 1]);
-      }
+    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
+      const float f = G[i];  // scale exp(G_i)
+      store_pair(Os + i * ldo + c, f * qs[jt][e] + av[jt][e], f * qs[jt][e + 1] + av[jt][e + 1]);
+    });
   });
   __syncthreads();
   const int cols = int(min(int64_t(vo), Dv - vo0));  // this block's columns inside V
@@ -794,10 +853,11 @@ __global__ void __launch_bounds__(kOutThreads)
   }
 }
 
-// The widest output block (a multiple of 16 value columns, at most kMaxOutCols) whose shared
+// The widest output block (a multiple of 16 value columns, at most `widest`) whose shared
 // memory fits `limit`; 0 when not even 16 columns fit.
-inline int output_columns(const Geometry& geo, int64_t limit) {
-  for (int64_t vo = geo.Vp < kMaxOutCols ? geo.Vp : kMaxOutCols; vo >= 16; vo -= 16)
+inline int output_columns(const Geometry& geo, int64_t limit, int64_t widest) {
+  widest = widest / 16 * 16;
+  for (int64_t vo = geo.Vp < widest ? geo.Vp : widest; vo >= 16; vo -= 16)
     if (geo.out_layout(vo).bytes <= limit) return int(vo);
   return 0;
 }
@@ -816,35 +876,35 @@ void launch(const Chunked& problem, void* workspace, const Stream& stream) {
         <<<1, kTableThreads, 0, ctx.stream>>>(p, reinterpret_cast<int32_t*>(ws + geo.ws_cf));
     detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule chunk table launch");
   }
+  const rudnn::cuda::DeviceInfo& info = rudnn::cuda::device_info(ctx.device);
   const int64_t units = geo.slots * p.heads;
   if (units > 0) {
-    detail::check_cuda(
-        cudaFuncSetAttribute(prepare_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(geo.prep_bytes)),
-        "chunk_gated_delta_rule prepare shared memory");
-    prepare_kernel<T><<<unsigned(units), kPrepThreads, size_t(geo.prep_bytes), ctx.stream>>>(p, ws);
+    auto* kernel = prepare_kernel<T>;
+    detail::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            int(geo.prep_bytes)),
+                       "chunk_gated_delta_rule prepare shared memory");
+    kernel<<<unsigned(units), kPrepThreads, size_t(geo.prep_bytes), ctx.stream>>>(p, ws);
     detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule prepare launch");
   }
-  const int64_t limit = int64_t(rudnn::cuda::device_info(ctx.device).shared_bytes_per_block_optin);
+  const int64_t limit = int64_t(info.shared_bytes_per_block_optin);
+  const int64_t sms = info.multiprocessors;
+  const int64_t heads = p.sequences * p.heads;
+  auto grid_of = [&](int cols) { return heads * ((p.value_dim + cols - 1) / cols); };
+  if (grid_of(kSlab) == 0) return;  // V = 0: nothing to compute or write
   // Three operand stages (two chunks in flight) when the blocks are one an SM anyway (long
-  // sequences, few heads: the load latency is then what the loop waits on); else two, or one
-  // where two do not fit.
-  const int64_t sms = rudnn::cuda::device_info(ctx.device).multiprocessors;
-  const int64_t state_grid = p.sequences * p.heads * ((p.value_dim + kSlab - 1) / kSlab);
-  const int stages = state_grid <= sms && geo.state_bytes(3) <= limit ? 3
-                     : geo.state_bytes(2) <= limit                    ? 2
-                                                                      : 1;
-  const int64_t state_blocks = p.sequences * p.heads * ((p.value_dim + kSlab - 1) / kSlab);
-  if (state_blocks == 0) return;  // V = 0: nothing to compute or write
-  const int64_t state_bytes = geo.state_bytes(stages);
-  auto* state = state_kernel<T>;
-  detail::check_cuda(
-      cudaFuncSetAttribute(state, cudaFuncAttributeMaxDynamicSharedMemorySize, int(state_bytes)),
-      "chunk_gated_delta_rule state shared memory");
-  state<<<unsigned(state_blocks), kStateThreads, size_t(state_bytes), ctx.stream>>>(p, ws, stages);
+  // sequences, few heads); else two, or one where two do not fit.
+  const StateLayout lay = geo.state_layout(kSlab);
+  int stages = grid_of(kSlab) <= sms ? 3 : 2;
+  while (stages > 1 && lay.bytes(stages) > limit) --stages;
+  auto* state = state_kernel<T, kSlab>;
+  detail::check_cuda(cudaFuncSetAttribute(state, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(lay.bytes(stages))),
+                     "chunk_gated_delta_rule state shared memory");
+  state<<<unsigned(grid_of(kSlab)), kStateThreads, size_t(lay.bytes(stages)), ctx.stream>>>(p, ws,
+                                                                                            stages);
   detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule state launch");
   if (units > 0) {
-    const int vo = output_columns(geo, limit);
+    const int vo = output_columns(geo, limit, kMaxOutCols);
     const int64_t bytes = geo.out_layout(vo).bytes;
     detail::check_cuda(
         cudaFuncSetAttribute(output_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -388,6 +388,49 @@ TEST(GatedDeltaChunkedGpu, LongSequenceAndStrongDecay) {
   }
 }
 
+// The state pass keeps two chunks' operands in flight (three stages) when its grid has no
+// more blocks than the device has SMs, else one (two stages): B2 H40 V100 gives 320 blocks of
+// 32 value columns (more than any GPU's SM count), B1 H2 a handful, so each is checked on every
+// device; V = 100 leaves a partial last slab in both.
+TEST(GatedDeltaChunkedGpu, BothStageCounts) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  PoisonScope poison(true);
+  for (const GpuCase c : {GpuCase{2, 40, 150, 128, 100}, GpuCase{1, 2, 150, 128, 100}}) {
+    for (DType dt : {DType::bf16, DType::f32}) {
+      const GatedDeltaInput host = random_input(rng, c.B, c.H, c.T, c.K, c.V, dt);
+      const GatedDeltaOutput want = reference(host);
+      const GatedDeltaInput dev = on(host, kGpu);
+      for (int64_t chunk : {64, 32}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " B" << c.B << " H" << c.H << " T"
+                                          << c.T << " K" << c.K << " V" << c.V << " chunk "
+                                          << chunk);
+        const GatedDeltaOutput got = chunk_gated_delta_rule(dev, chunk);
+        EXPECT_TRUE(all_close(got.output.to_host(), want.output, gpu_tolerance(dt)));
+        EXPECT_TRUE(all_close(got.final_state.to_host(), want.final_state, gpu_tolerance(dt)));
+      }
+    }
+  }
+}
+
+// Many (chunk, head) units for the prepare grid (752; varlen ~2000 with empty slots at the
+// end, which the prepare blocks skip).
+TEST(GatedDeltaChunkedGpu, ManyUnitsPerPrepareBlock) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  PoisonScope poison(true);
+  for (DType dt : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " B1 H8 T3000 K128 V64 chunk 32");
+    const GatedDeltaInput host = random_input(rng, 1, 8, 3000, 128, 64, dt);
+    const GatedDeltaOutput want = reference(host);
+    const GatedDeltaOutput got = chunk_gated_delta_rule(on(host, kGpu), 32);
+    EXPECT_TRUE(all_close(got.output.to_host(), want.output, gpu_tolerance(dt)));
+    EXPECT_TRUE(all_close(got.final_state.to_host(), want.final_state, gpu_tolerance(dt)));
+  }
+  SCOPED_TRACE("varlen bf16 K128 V40 chunk 16, lengths 9000 1 0 7000 17");
+  expect_varlen_equals_separate_calls(kGpu, DType::bf16, 128, 40, {9000, 1, 0, 7000, 17}, 16, rng);
+}
+
 TEST(GatedDeltaChunkedGpu, SegmentsChainedThroughFinalState) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
