@@ -1,19 +1,20 @@
 // Depthwise forward (groups == C, 1-D or 2-D, any kernel size, any channel multiplier): a
-// memory-bound kernel. Four kernels, the first that applies:
-//  * column: channels-last operands with one filter per channel, C a multiple of a 16-byte
-//    pack, aligned rows, a 3x3 filter with the same stride (1 or 2) on both axes and no
-//    dilation (the common depthwise shape). A thread owns an 8-byte pack of V channels of
-//    one output column and a run of kColumnRun output rows; its whole filter (9 x V FP32,
-//    loaded from global memory as packs when dense) and bias stay in registers. It walks
-//    down the input rows its run covers, loading each row's 3 packs once (kAhead - 1 rows
-//    ahead of their arithmetic), converting each element once, and adding it into every
-//    output row it reaches (3 partial sums live at stride 1); an output row is stored as
-//    soon as its last kernel row is in. Per output
-//    pack: 3 (1 + 2 / kColumnRun) loads, 9 V FMA. The warps of a block are neighbouring
-//    output columns of the same rows, so the columns they share come from L1 and DRAM sees
-//    each input about once (2 read + 2 written bytes per output element for 16-bit types).
-//    Rows and columns outside the input load zeros, tested once per row and once per
-//    column, never per element.
+// memory-bound kernel. Five kernels, the first that applies:
+//  * tile: channels-last operands with one filter per channel, C a multiple of a 16-byte
+//    pack, aligned rows, a 3x3 filter at stride 1 without dilation (the common depthwise
+//    shape): input rows staged in shared memory by cp.async (see the kernel).
+//  * column: the same operands with a 3x3 filter at stride 2 on both axes, no dilation (it
+//    also handles stride 1, which the tile kernel takes first). A thread owns an 8-byte pack
+//    of V channels of one output column and a run of kColumnRun output rows; its whole
+//    filter (9 x V FP32, loaded from global memory as packs when dense) and bias stay in
+//    registers. It walks down the input rows its run covers, loading each row's 3 packs once
+//    (kAhead - 1 rows ahead of their arithmetic), converting each element once, and adding
+//    it into every output row it reaches (3 partial sums live at stride 1); an output row is
+//    stored as soon as its last kernel row is in. Per output pack: 3 (1 + 2 / kColumnRun)
+//    loads, 9 V FMA. The warps of a block are neighbouring output columns of the same rows,
+//    so the columns they share come from L1 and DRAM sees each input about once (2 read +
+//    2 written bytes per output element for 16-bit types). Rows and columns outside the
+//    input load zeros, tested once per row and once per column, never per element.
 //  * rows: channels-last operands with one filter per channel, C a multiple of a 16-byte
 //    pack, aligned rows, no column dilation, and a kernel width of 1-5 or 7 with column
 //    stride 1 or of 3, 5 or 7 with column stride 2 (the common depthwise shapes; other widths
@@ -40,6 +41,7 @@
 #include "core/cuda_check.h"
 #include "cuda/device_info.h"
 #include "cuda/launch.cuh"
+#include "cuda/tensor_core/mma_sync.cuh"
 #include "cuda/types.cuh"
 #include "cuda/vec.cuh"
 
@@ -415,6 +417,154 @@ __global__ void __launch_bounds__(kColumnThreads, 4)
   }
 }
 
+// The tile kernel (see the top): 3x3, stride 1, no dilation. A block owns 128 bytes of
+// channels (kTileChunks 16-byte chunks) of up to tile_cols<T>() output columns and a run of
+// output rows; it streams the input rows of the run (2 columns wider) through a ring of
+// kTileStages shared-memory row buffers with cp.async, kTileStages - 1 rows ahead of the
+// arithmetic, so that each SM keeps ~40 KB of loads in flight whatever its warps are doing.
+// A thread owns a pack of V channels of one output column; its 9 x V FP32 filter sits in
+// registers (V = 4: with 8 channels the filter leaves too few registers and ptxas spills) and
+// each input row it reads (3 packs from shared memory) is added into the three output rows it
+// reaches, the oldest of which is then complete and stored. DRAM sees each input byte about
+// once (the rows between runs and the two columns between tiles again, mostly from L2).
+constexpr int kTileChunks = 8;  // 16-byte chunks of channels per block and pixel
+constexpr int kTileStages = 8;  // input rows in the ring
+constexpr int kTileThreads = 256;
+constexpr int kTileV = 4;       // channels per thread
+
+template <class T>
+constexpr int tile_slice() {  // channels per block
+  return kTileChunks * 16 / static_cast<int>(sizeof(T));
+}
+template <class T>
+constexpr int tile_cols() {  // output columns per block, at most
+  return kTileThreads / (tile_slice<T>() / kTileV);
+}
+
+struct TileLaunch {
+  int cols = 0;        // output columns per block (<= tile_cols<T>())
+  int col_tiles = 0;   // per output row
+  int run = 0;         // output rows per block
+  int runs = 0;        // per image
+  int slices = 0;      // of tile_slice<T>() channels
+};
+
+template <class T, int V>
+__global__ void __launch_bounds__(kTileThreads, sizeof(T) == 2 ? 3 : 2)
+    depthwise_tile_kernel(Forward p, TileLaunch t, const T* __restrict__ input,
+                          const T* __restrict__ weight, const T* __restrict__ bias,
+                          const T* __restrict__ residual, T* __restrict__ out) {
+  using Pack = rudnn::cuda::Pack<T, V>;
+  using Chunk = rudnn::cuda::Pack<T, 16 / sizeof(T)>;
+  constexpr int kSlice = tile_slice<T>(), kChunk = 16 / sizeof(T), kLanes = kSlice / V;
+  extern __shared__ __align__(16) unsigned char tile_smem[];
+  T* ring = reinterpret_cast<T*>(tile_smem);  // [stage][column][kSlice]
+  const ConvShape& s = p.s;
+  const int stage_chunks = (t.cols + 2) * kTileChunks;
+  const int64_t C = s.out_channels;
+  // Block -> (slice, image, run, column tile); column tiles fastest after the slice, so that
+  // the blocks that share the columns between tiles run together and those re-reads hit L2.
+  const int slice = static_cast<int>(blockIdx.x % static_cast<unsigned>(t.slices));
+  unsigned rest = blockIdx.x / static_cast<unsigned>(t.slices);
+  const int col_tile = static_cast<int>(rest % static_cast<unsigned>(t.col_tiles));
+  rest /= static_cast<unsigned>(t.col_tiles);
+  const int run = static_cast<int>(rest % static_cast<unsigned>(t.runs));
+  const int64_t n = rest / static_cast<unsigned>(t.runs);
+  const int ox0 = col_tile * t.cols, oy0 = run * t.run;
+  const int out_rows = static_cast<int>(s.out[1]), out_cols = static_cast<int>(s.out[2]);
+  const int rows = min(t.run, out_rows - oy0) + 2;  // input rows of this run
+  const int iy0 = oy0 - static_cast<int>(s.pad[1]), ix0 = ox0 - static_cast<int>(s.pad[2]);
+  const int in_h = static_cast<int>(s.in[1]), in_w = static_cast<int>(s.in[2]);
+  const int64_t ch0 = int64_t{slice} * kSlice;
+  const T* plane = input + n * p.input_st.n + ch0;
+  const int64_t row_st = p.input_st.sp[1], col_st = p.input_st.sp[2];
+
+  // Row r of the run into its ring stage; positions outside the input (and channels past C)
+  // are zero-filled by the copy itself, so that the arithmetic never tests bounds.
+  auto load_row = [&](int r) {
+    if (r < rows) {
+      const int iy = iy0 + r;
+      const bool row_ok = iy >= 0 && iy < in_h;
+      Chunk* stage = reinterpret_cast<Chunk*>(ring) + (r % kTileStages) * stage_chunks;
+      for (int i = threadIdx.x; i < stage_chunks; i += blockDim.x) {
+        const int col = i / kTileChunks, q = i % kTileChunks;
+        const int ix = ix0 + col;
+        const bool ok = row_ok && ix >= 0 && ix < in_w && ch0 + q * kChunk < C;
+        const T* src = ok ? plane + int64_t{iy} * row_st + int64_t{ix} * col_st + q * kChunk
+                          : input;
+        rudnn::cuda::tc::cp_async_16(stage + i, src, ok ? 16u : 0u);
+      }
+    }
+    rudnn::cuda::tc::cp_async_commit();  // empty groups keep the wait count uniform
+  };
+#pragma unroll
+  for (int r = 0; r < kTileStages - 1; ++r) load_row(r);
+
+  const int lane = static_cast<int>(threadIdx.x % kLanes);
+  const int col = static_cast<int>(threadIdx.x / kLanes);
+  const int64_t c0 = ch0 + lane * V;
+  const int ox = ox0 + col;
+  const bool active = c0 < C && col < t.cols && ox < out_cols;
+  // Filter and bias while the first rows are in flight; idle threads read channel 0.
+  const int64_t wc = active ? c0 : 0;
+  float w[9][V], b[V];
+#pragma unroll
+  for (int tap = 0; tap < 9; ++tap)
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      w[tap][j] = to_float(weight[(wc + j) * p.weight_st.n + tap / 3 * p.weight_st.sp[1] +
+                                  tap % 3 * p.weight_st.sp[2]]);
+#pragma unroll
+  for (int j = 0; j < V; ++j) b[j] = bias != nullptr ? to_float(bias[wc + j]) : 0.0f;
+
+  // The thread's output column (and residual column): a row is one more multiply-add.
+  T* out_col = out + n * p.out_st.n + c0 + int64_t{ox} * p.out_st.sp[2];
+  const T* res_col = residual != nullptr
+                         ? residual + n * p.residual_st.n + c0 + int64_t{ox} * p.residual_st.sp[2]
+                         : nullptr;
+  // As row r arrives: a0 is output row r - 1, a1 output row r, done output row r - 2.
+  float a0[V], a1[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) a0[j] = a1[j] = b[j];
+  for (int r = 0; r < rows; ++r) {
+    rudnn::cuda::tc::cp_async_wait<kTileStages - 2>();
+    __syncthreads();  // row r is in; every thread is past row r - 1, whose stage is reloaded
+    load_row(r + kTileStages - 1);
+    float done[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      done[j] = a0[j];
+      a0[j] = a1[j];
+      a1[j] = b[j];
+    }
+    const T* src = ring + ((r % kTileStages) * (t.cols + 2) + col) * kSlice + lane * V;
+#pragma unroll
+    for (int kx = 0; kx < 3; ++kx) {
+      const Pack v = *reinterpret_cast<const Pack*>(src + kx * kSlice);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float x = rudnn::cuda::pack_element<T, V>(v, j);
+        done[j] += x * w[6 + kx][j];
+        a0[j] += x * w[3 + kx][j];
+        a1[j] += x * w[kx][j];
+      }
+    }
+    const int oy = oy0 + r - 2;
+    if (r >= 2 && active) {
+      if (res_col != nullptr) {
+        float res[V];
+        rudnn::cuda::load_pack<T, V>(res_col + int64_t{oy} * p.residual_st.sp[1], res);
+#pragma unroll
+        for (int j = 0; j < V; ++j) done[j] += res[j];
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) done[j] = activate(p.activation, done[j]);
+      rudnn::cuda::store_pack<T, V>(out_col + int64_t{oy} * p.out_st.sp[1], done);
+    }
+  }
+  rudnn::cuda::tc::cp_async_wait<0>();
+}
+
 // Whether a channels-last operand's pixels start on pack boundaries: channel stride 1 and
 // every other stride a multiple of the pack, from an aligned base.
 bool packed_rows(const Strides& st, const void* data, int v, size_t bytes) {
@@ -466,6 +616,58 @@ bool launch_column(const Forward& p, cudaStream_t stream) {
   } else {
     launch(depthwise_column_kernel<T, V, 3, 2>);
   }
+  return true;
+}
+
+// The tile kernel for this problem, when it applies (see the top); false otherwise.
+template <class T>
+bool launch_tile(const Forward& p, Device device, cudaStream_t stream) {
+  const ConvShape& s = p.s;
+  if (s.kernel[1] != 3 || s.kernel[2] != 3 || s.dilation[1] != 1 || s.dilation[2] != 1 ||
+      s.stride[1] != 1 || s.stride[2] != 1) {
+    return false;
+  }
+  // The kernel's row and column arithmetic is 32-bit.
+  constexpr int64_t kLimit = int64_t{1} << 30;
+  if (s.in[1] >= kLimit || s.in[2] >= kLimit || s.out[1] >= kLimit || s.out[2] >= kLimit ||
+      s.pad[1] >= kLimit || s.pad[2] >= kLimit) {
+    return false;
+  }
+  if (s.batch <= 0 || s.out[1] <= 0 || s.out[2] <= 0 || s.out_channels <= 0) return false;
+  constexpr int kMaxCols = tile_cols<T>(), kSlice = tile_slice<T>();
+  TileLaunch t;
+  t.col_tiles = static_cast<int>((s.out[2] + kMaxCols - 1) / kMaxCols);
+  t.cols = static_cast<int>((s.out[2] + t.col_tiles - 1) / t.col_tiles);  // even tiles
+  t.slices = static_cast<int>((s.out_channels + kSlice - 1) / kSlice);
+  const int threads = t.cols * (kSlice / kTileV);
+  const size_t shared = size_t{kTileStages} * (t.cols + 2) * kTileChunks * 16;
+  static rudnn::cuda::PerDevice<int> occupancy;
+  const int64_t slots = rudnn::cuda::resident_blocks(
+      depthwise_tile_kernel<T, kTileV>, kTileThreads, device, occupancy,
+      size_t{kTileStages} * (kMaxCols + 2) * kTileChunks * 16);
+  // Runs of output rows: long runs re-read fewer rows between runs and fill the ring once;
+  // short ones make more blocks. Take the split whose waves take the least time, a block's
+  // time being its rows plus a few rows' worth of start-up (filter loads, the ring filling).
+  const int64_t base = s.batch * t.col_tiles * t.slices, out_rows = s.out[1];
+  int64_t best_run = out_rows;
+  double best_cost = 0.0;
+  for (int64_t split = 1; split <= std::min<int64_t>(out_rows, 64); ++split) {
+    const int64_t run = (out_rows + split - 1) / split;
+    const int64_t blocks = base * ((out_rows + run - 1) / run);
+    const double cost = static_cast<double>((blocks + slots - 1) / slots) *
+                        static_cast<double>(run + 2 + 6);
+    if (split == 1 || cost < best_cost) {
+      best_cost = cost;
+      best_run = run;
+    }
+  }
+  t.run = static_cast<int>(best_run);
+  t.runs = static_cast<int>((out_rows + best_run - 1) / best_run);
+  const int64_t blocks = base * t.runs;
+  if (blocks <= 0 || blocks >= (int64_t{1} << 31) - 1) return false;
+  depthwise_tile_kernel<T, kTileV><<<static_cast<unsigned>(blocks), threads, shared, stream>>>(
+      p, t, static_cast<const T*>(p.input), static_cast<const T*>(p.weight),
+      static_cast<const T*>(p.bias), static_cast<const T*>(p.residual), static_cast<T*>(p.out));
   return true;
 }
 
@@ -549,6 +751,7 @@ void depthwise_forward(const Forward& p, const Stream& stream) {
                         packed_rows(p.input_st, p.input, V, 16) &&
                         packed_rows(p.out_st, p.out, V, 16) &&
                         (p.residual == nullptr || packed_rows(p.residual_st, p.residual, V, 16));
+    if (packed && launch_tile<T>(p, ctx.device, ctx.stream)) return;
     if (packed && launch_column<T, V>(p, ctx.stream)) return;
     if (packed && launch_rows<T, V>(p, ctx.device, ctx.stream)) return;
     if (packed && shared <= 48 * 1024) {

@@ -248,11 +248,11 @@ TEST(ConvGpu, DepthwiseRowsKernelMatchesReference) {
 }
 
 // The column kernel (channels-last, C a multiple of 16 bytes, 3x3 with the same stride 1 or 2
-// on both axes, no dilation; 8-byte packs): output heights that are not a multiple of its run
-// of 8 rows (and shorter than one run), odd widths, channel slices (C > 32 packs, a partial
-// last slice, C = 24 in 16-bit types: 6 packs, so that a block's threads do not divide
-// evenly), padding 0, 1, 2 and
-// asymmetric, inputs smaller than the filter; next to it the 3x3 shapes it declines
+// on both axes, no dilation; 8-byte packs; its stride-1 cases now run the tile kernel):
+// output heights that are not a multiple of its run of 8 rows (and shorter than one run), odd
+// widths, channel slices (C > 32 packs, a partial last slice, C = 24 in 16-bit types: 6
+// packs, so that a block's threads do not divide evenly), padding 0, 1, 2 and asymmetric,
+// inputs smaller than the filter; next to it the 3x3 shapes it declines
 // (mixed strides, dilation, C not a multiple of 8) through the other kernels.
 TEST(ConvGpu, DepthwiseColumnKernelMatchesReference) {
   RUDNN_REQUIRE_CUDA();
@@ -280,6 +280,43 @@ TEST(ConvGpu, DepthwiseColumnKernelMatchesReference) {
     for (const auto& c : c2) {
       for (Layout l : {Layout::ChannelsLastView, Layout::Nhwc}) check_case<2>(rng, dt, c, l);
       check_case<2>(rng, dt, c, Layout::Nhwc, ConvStrategy::Auto, ConvActivation::Silu, true);
+    }
+  }
+}
+
+// The tile kernel (channels-last, C a multiple of 16 bytes, 3x3 at stride 1, no dilation; a
+// block is 128 bytes of channels x up to 16 (16-bit) or 32 (f32) output columns x a run of
+// rows): widths that split into uneven column tiles (37, 70), a partial last channel slice
+// (C = 72), a single pack (C = 8), padding 0, 2 and asymmetric, an input smaller than the
+// filter, enough images and rows (58) that the launch splits the height into several runs
+// with a short last one, every layout; next to it the 3x3 shapes it declines (stride 2,
+// mixed strides, dilation, C not a multiple of 16 bytes) through the other kernels.
+TEST(ConvGpu, DepthwiseTileKernelMatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  ConvOptions<2> asym = opts<2>({1, 1}, {0, 2}, {1, 1}, 64);
+  asym.padding_end = {2, 1};
+  const std::vector<Case<2>> c2 = {
+      make<2>({2, 64, 9, 37}, {64, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 64)),
+      make<2>({1, 72, 6, 70}, {72, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 72)),
+      make<2>({1, 8, 5, 5}, {8, 1, 3, 3}, opts<2>({1, 1}, {0, 0}, {1, 1}, 8)),
+      make<2>({1, 24, 7, 9}, {24, 1, 3, 3}, opts<2>({1, 1}, {2, 2}, {1, 1}, 24)),
+      make<2>({1, 64, 10, 17}, {64, 1, 3, 3}, asym),
+      make<2>({1, 32, 1, 2}, {32, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 32)),
+      make<2>({8, 64, 58, 20}, {64, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 64)),
+      make<2>({1, 64, 11, 13}, {64, 1, 3, 3}, opts<2>({2, 2}, {1, 1}, {1, 1}, 64)),  // column
+      make<2>({1, 64, 11, 13}, {64, 1, 3, 3}, opts<2>({1, 2}, {1, 1}, {1, 1}, 64)),  // rows
+      make<2>({1, 64, 11, 13}, {64, 1, 3, 3}, opts<2>({1, 1}, {2, 2}, {2, 2}, 64)),  // packed
+      make<2>({1, 12, 8, 9}, {12, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 12)),  // f32: tile
+  };
+  for (DType dt : kDtypes) {
+    for (const auto& c : c2) {
+      for (Layout l : {Layout::Nchw, Layout::ChannelsLastView, Layout::Nhwc}) {
+        check_case<2>(rng, dt, c, l);
+      }
+      check_case<2>(rng, dt, c, Layout::Nhwc, ConvStrategy::Auto, ConvActivation::Silu, true);
+      check_case<2>(rng, dt, c, Layout::ChannelsLastView, ConvStrategy::Auto,
+                    ConvActivation::Relu, false);
     }
   }
 }
@@ -318,7 +355,7 @@ TEST(ConvGpu, DepthwiseColumnKernelFilterViews) {
   }
 }
 
-// Large values: the FP32 accumulation of the column kernel holds where 16-bit sums would not.
+// Large values: the FP32 accumulation of the tile kernel holds where 16-bit sums would not.
 TEST(ConvGpu, DepthwiseColumnKernelLargeValues) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
@@ -431,7 +468,7 @@ TEST(ConvGpu, ImplicitGemmForwardMatchesReference) {
 
 // Every convolution kernel once on small shapes, for compute-sanitizer (well under 30 s):
 // Direct forward, data and weight gradients (each check_case), the depthwise scalar, packed,
-// rows and column kernels, the ImplicitGemm forward in 1-D, 2-D and 3-D.
+// rows, tile and column kernels, the ImplicitGemm forward in 1-D, 2-D and 3-D.
 TEST(ConvGpu, MemcheckEveryKernel) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
@@ -445,7 +482,8 @@ TEST(ConvGpu, MemcheckEveryKernel) {
       make<2>({1, 12, 6, 7}, {12, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 12)),    // scalar
       make<2>({1, 16, 8, 12}, {16, 1, 3, 6}, opts<2>({1, 1}, {1, 2}, {1, 1}, 16)),  // packed
       make<2>({1, 16, 9, 11}, {16, 1, 5, 5}, opts<2>({1, 2}, {2, 2}, {1, 1}, 16)),  // rows
-      make<2>({1, 40, 11, 9}, {40, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 40)),  // column
+      make<2>({1, 40, 11, 9}, {40, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 40)),  // tile
+      make<2>({2, 72, 9, 37}, {72, 1, 3, 3}, opts<2>({1, 1}, {0, 2}, {1, 1}, 72)),  // tile
       make<2>({1, 16, 10, 9}, {16, 1, 3, 3}, opts<2>({2, 2}, {0, 0}, {1, 1}, 16)),  // column s2
   };
   for (const auto& c : depthwise) {
