@@ -421,13 +421,208 @@ __global__ void __launch_bounds__(kPlaneThreads, 1)
 
 // Whether plane_forward_kernel takes the problem: 2-D bilinear or nearest, a plane that fits
 // the staging registers, and enough locations per batch entry that reloading the plane per
-// block of kPlaneChunk locations costs less than the taps it serves.
+// block of kPlaneChunk locations costs less than the taps it serves: up to 4 coalesced cells
+// (16 bytes at f32) per location, against a sector from L2 for each tap of a scattered grid
+// (a [128, 128] plane sampled at 128 x 128 is 4 blocks of 4096 locations per batch entry).
 inline bool plane_forward_usable(const SampleShape& s) {
   if (s.dims != 2 || s.mode == kBicubic) return false;
   const int64_t in_spatial = s.in_spatial(), out_spatial = s.out_spatial();
   if (in_spatial > int64_t{kPlaneStage} * kPlaneThreads) return false;
-  if (std::min(out_spatial, kPlaneChunk) * 2 < in_spatial) return false;
+  if (std::min(out_spatial, kPlaneChunk) * 4 < in_spatial) return false;
   return s.n * ((out_spatial + kPlaneChunk - 1) / kPlaneChunk) < (int64_t{1} << 31);
+}
+
+// ---- Whole-plane 2-D bilinear backward (atomic input gradient) ------------------------------
+// The forward's plane blocks, run backwards: a block owns kPlaneChunk locations of one batch
+// entry and walks the channels with the input plane in shared memory (the grid gradient's
+// taps) beside an FP32 plane that collects the channel's input gradient with shared-memory
+// atomics; that plane is then added to dinput_f32 with coalesced global atomics, once per cell
+// per block (out_spatial / kPlaneChunk blocks add into each plane). The per-tap global atomics
+// and gathers of sample_backward_kernel, scattered over a random grid's image, become
+// coalesced traffic. Each location belongs to one block, which sums its grid gradient over
+// every channel: no atomics there. 512 threads of 8 locations, one plane of input (the next
+// one is copied in while the current input gradient is flushed).
+constexpr int kPlaneBackThreads = 512;
+
+// 4 bytes global -> shared without a register, as cp.async (sm_80 on); a plain copy before.
+__device__ __forceinline__ void copy_async_4(float* shared_dst, const float* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
+                   static_cast<unsigned>(__cvta_generic_to_shared(shared_dst))),
+               "l"(src)
+               : "memory");
+#else
+  *shared_dst = __ldg(src);
+#endif
+}
+__device__ __forceinline__ void copy_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void copy_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+constexpr int kPlaneBackLocations = static_cast<int>(kPlaneChunk / kPlaneBackThreads);
+constexpr int kPlaneBackStage = kPlaneStage * kPlaneThreads / kPlaneBackThreads;
+
+template <class T>
+__global__ void __launch_bounds__(kPlaneBackThreads, 1)
+    plane_backward_kernel(SampleShape s, const T* __restrict__ dout, const T* __restrict__ input,
+                          const T* __restrict__ grid, float* __restrict__ dinput_f32,
+                          T* __restrict__ dgrid, int64_t chunks) {
+  // [in_spatial] input, [in_spatial] dinput, [2][kPlaneChunk] the locations' grid gradient
+  // (in shared memory rather than registers, which the taps fill).
+  extern __shared__ float plane_backward_shared[];
+  const int tid = threadIdx.x;
+  const int64_t b = blockIdx.x / chunks, chunk = blockIdx.x - b * chunks;
+  const int in_spatial = static_cast<int>(s.in_spatial()), in_w = static_cast<int>(s.in_w);
+  const int64_t out_spatial = s.out_spatial();
+  float* buf = plane_backward_shared;
+  float* dplane = plane_backward_shared + in_spatial;
+  float* gxy = plane_backward_shared + 2 * in_spatial;
+
+  // Per location: as plane_forward_kernel's code and weights, and each axis' weight slope
+  // (bilinear: -m for tap 0, +m for tap 1; location_taps' dx = dwx * wy, dy = wx * dwy).
+  int code[kPlaneBackLocations];
+  float wx[kPlaneBackLocations][2], wy[kPlaneBackLocations][2], mx[kPlaneBackLocations],
+      my[kPlaneBackLocations];
+#pragma unroll
+  for (int l = 0; l < kPlaneBackLocations; ++l) {
+    code[l] = 0;
+    wx[l][0] = wx[l][1] = wy[l][0] = wy[l][1] = mx[l] = my[l] = 0.0f;
+    const int64_t o = chunk * kPlaneChunk + l * kPlaneBackThreads + tid;
+    if (o >= out_spatial) continue;
+    const T* g = grid + (b * out_spatial + o) * 2;
+    const Taps<double> tx = axis_taps(static_cast<double>(to_float(g[0])), s.in_w, kBilinear,
+                                      s.padding, s.align_corners);
+    const Taps<double> ty = axis_taps(static_cast<double>(to_float(g[1])), s.in_h, kBilinear,
+                                      s.padding, s.align_corners);
+    int x0 = -1, y0 = -1;
+#pragma unroll
+    for (int i = 1; i >= 0; --i) {
+      if (tx.index[i] >= 0) x0 = static_cast<int>(tx.index[i]) - i;
+      if (ty.index[i] >= 0) y0 = static_cast<int>(ty.index[i]) - i;
+    }
+    int mask = 0;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if (tx.index[i] >= 0 && ty.index[j] >= 0) mask |= 1 << (j * 2 + i);
+      }
+      wx[l][j] = static_cast<float>(tx.weight[j]);
+      wy[l][j] = static_cast<float>(ty.weight[j]);
+    }
+    mx[l] = static_cast<float>(tx.dweight[1]);
+    my[l] = static_cast<float>(ty.dweight[1]);
+    code[l] = mask != 0 ? ((y0 * in_w + x0 + in_w + 1) << 4) | mask : 0;
+  }
+
+  const int64_t plane_base = b * s.c * static_cast<int64_t>(in_spatial);
+  const T* src = input + plane_base;
+  // Plane ch into buf. F32: asynchronous copies (no registers: the taps of 8 locations hold
+  // most of them), completed at the next barrier's wait; 16-bit types: converted through
+  // registers 8 cells at a time.
+  const auto fill_plane = [&](int64_t ch) {
+    const T* plane = src + ch * in_spatial;
+    if constexpr (std::is_same_v<T, float>) {
+#pragma unroll 4
+      for (int e = tid; e < in_spatial; e += kPlaneBackThreads) copy_async_4(buf + e, plane + e);
+      copy_async_commit();
+    } else {
+#pragma unroll
+      for (int r0 = 0; r0 < kPlaneBackStage; r0 += 8) {
+        float v[8];
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int e = tid + (r0 + r) * kPlaneBackThreads;
+          if (e < in_spatial) v[r] = to_float(__ldg(plane + e));
+        }
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int e = tid + (r0 + r) * kPlaneBackThreads;
+          if (e < in_spatial) buf[e] = v[r];
+        }
+      }
+    }
+  };
+  if (dgrid != nullptr && s.c > 0) fill_plane(0);
+  for (int e = tid; e < in_spatial; e += kPlaneBackThreads) dplane[e] = 0.0f;
+  const T* go_base = dout + b * s.c * out_spatial + chunk * kPlaneChunk + tid;
+#pragma unroll
+  for (int l = 0; l < kPlaneBackLocations; ++l) {
+    gxy[l * kPlaneBackThreads + tid] = 0.0f;
+    gxy[kPlaneChunk + l * kPlaneBackThreads + tid] = 0.0f;
+  }
+  for (int64_t ch = 0; ch < s.c; ++ch) {
+    // buf was filled after the previous channel's second barrier (every read of it done);
+    // dplane's flush and zeroing are ordered before this channel's atomics by this barrier.
+    if constexpr (std::is_same_v<T, float>) copy_async_wait_all();
+    __syncthreads();
+#pragma unroll
+    for (int l = 0; l < kPlaneBackLocations; ++l) {
+      if (chunk * kPlaneChunk + l * kPlaneBackThreads + tid >= out_spatial) continue;
+      const float go = to_float(__ldg(go_base + ch * out_spatial + l * kPlaneBackThreads));
+      const int base = (code[l] >> 4) - in_w - 1;
+      float gx = 0.0f, gy = 0.0f;
+      if (dgrid != nullptr) {
+        gx = gxy[l * kPlaneBackThreads + tid];
+        gy = gxy[kPlaneChunk + l * kPlaneBackThreads + tid];
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          // Outside taps are skipped, not weighted by 0 (an inf must not leak).
+          if (!(code[l] & (1 << (j * 2 + i)))) continue;
+          const int at = base + j * in_w + i;
+          if (dinput_f32 != nullptr && go != 0.0f) atomicAdd(dplane + at, wx[l][i] * wy[l][j] * go);
+          if (dgrid != nullptr) {
+            const float v = buf[at] * go;
+            gx += v * ((i == 0 ? -mx[l] : mx[l]) * wy[l][j]);
+            gy += v * (wx[l][i] * (j == 0 ? -my[l] : my[l]));
+          }
+        }
+      }
+      if (dgrid != nullptr) {
+        gxy[l * kPlaneBackThreads + tid] = gx;
+        gxy[kPlaneChunk + l * kPlaneBackThreads + tid] = gy;
+      }
+    }
+    __syncthreads();  // buf is read and the channel's shared atomics are complete
+    if (dgrid != nullptr && ch + 1 < s.c) fill_plane(ch + 1);
+    if (dinput_f32 != nullptr) {
+      float* dst = dinput_f32 + plane_base + ch * in_spatial;
+#pragma unroll 4
+      for (int e = tid; e < in_spatial; e += kPlaneBackThreads) {
+        const float v = dplane[e];
+        if (v != 0.0f) atomicAdd(dst + e, v);  // dinput_f32 starts at 0: adding 0 is a no-op
+        dplane[e] = 0.0f;
+      }
+    }
+  }
+  if (dgrid != nullptr) {
+#pragma unroll
+    for (int l = 0; l < kPlaneBackLocations; ++l) {
+      const int64_t o = chunk * kPlaneChunk + l * kPlaneBackThreads + tid;
+      if (o >= out_spatial) continue;
+      T* dst = dgrid + (b * out_spatial + o) * 2;
+      dst[0] = from_float<T>(gxy[l * kPlaneBackThreads + tid]);
+      dst[1] = from_float<T>(gxy[kPlaneChunk + l * kPlaneBackThreads + tid]);
+    }
+  }
+}
+
+// Whether plane_backward_kernel takes the problem: bilinear, and what plane_forward_usable
+// asks (its shared memory: two planes, 2 * 64 KB at most, and 32 KB of grid gradients).
+inline size_t plane_backward_shared_bytes(int64_t in_spatial) {
+  return sizeof(float) * static_cast<size_t>(2 * in_spatial + 2 * kPlaneChunk);
+}
+inline bool plane_backward_usable(const SampleShape& s) {
+  return s.mode == kBilinear && plane_forward_usable(s);
 }
 
 // dgrid per location (no atomics); dinput scattered with FP32 atomics into `dinput_f32`.
@@ -708,7 +903,26 @@ void sample_backward_typed(const SampleBackward& p, cudaStream_t stream) {
     detail::check_cuda(cudaMemsetAsync(dinput_f32, 0, input_count * sizeof(float), stream),
                        "cudaMemsetAsync");
   }
-  if (s.locations() > 0) {
+  if (s.locations() > 0 && plane_backward_usable(s)) {
+    const int64_t chunks = (s.out_spatial() + kPlaneChunk - 1) / kPlaneChunk;
+    int device = 0;
+    detail::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    // Beyond the default 48 KB of dynamic shared memory, as the plane forward (once per
+    // device, on the first, eager call).
+    static rudnn::cuda::PerDevice<int> allowed;
+    allowed.get(Device::cuda(device), [&] {
+      detail::check_cuda(
+          cudaFuncSetAttribute(plane_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(plane_backward_shared_bytes(kPlaneStage * kPlaneThreads))),
+          "cudaFuncSetAttribute");
+      return 1;
+    });
+    plane_backward_kernel<T><<<static_cast<unsigned>(s.n * chunks), kPlaneBackThreads,
+                               plane_backward_shared_bytes(s.in_spatial()), stream>>>(
+        s, static_cast<const T*>(p.dout), static_cast<const T*>(p.input),
+        static_cast<const T*>(p.grid), dinput_f32, static_cast<T*>(p.dgrid), chunks);
+    detail::check_launch("grid_sample backward");
+  } else if (s.locations() > 0) {
     with_mode(s, [&](auto mode, auto dims) {
       sample_backward_kernel<T, decltype(mode)::value, decltype(dims)::value>
           <<<blocks_for(s.locations()), kThreads, 0, stream>>>(

@@ -78,6 +78,24 @@ TEST(GridSampleGpu, OneBigAndOddSizes) {
   check_case(rng, DType::bf16, {1, 2, 1, 1, 1}, {1, 2, 2, 2, 3}, o);
 }
 
+// The whole-plane bilinear backward (2-D planes of up to 16384 cells with at least a quarter
+// as many outputs): the bench's [128, 128] planes on a random grid (4 blocks add into each
+// input plane), and a plane with a partial second block of locations; every padding.
+TEST(GridSampleGpu, PlaneBackwardOnRandomGrids) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (auto pad :
+         {GridSamplePadding::zeros, GridSamplePadding::border, GridSamplePadding::reflection}) {
+      const bool ac = pad == GridSamplePadding::border;
+      check_case(rng, dt, {2, 3, 128, 128}, {2, 128, 128, 2},
+                 options(GridSampleMode::bilinear, pad, ac));
+      check_case(rng, dt, {1, 4, 100, 120}, {1, 70, 90, 2},
+                 options(GridSampleMode::bilinear, pad, !ac));
+    }
+  }
+}
+
 // Taps outside the input are skipped, not weighted by zero: an infinity in the input must
 // not reach outputs that sample only outside it.
 TEST(GridSampleGpu, OutsideTapsReadNothing) {
@@ -203,8 +221,9 @@ TEST(GridSampleGpu, DeterministicInputGradient) {
 }
 
 // The 2-D forward paths for bilinear and nearest: whole planes in shared memory (planes of up
-// to 16384 cells with at least half as many outputs: the last two cases, one with a partial
-// block of 4096 locations), else tiles (outputs at least 8 wide: a block stages the box its
+// to 16384 cells with at least a quarter as many outputs, at most 4096 counted: the last three
+// cases, one with a partial block of 4096 locations, one the bench's [128, 128] planes), else
+// tiles (outputs at least 8 wide: a block stages the box its
 // tile's taps fall in, 8 channels at a time, or gathers directly when the box is over 512
 // cells; the first four cases). Smooth grids (rotations and zooms from affine_grid, zoom up to 1.6
 // so that some tiles' boxes pass the cap and others do not), partial tiles and channel groups, a
@@ -218,7 +237,8 @@ TEST(GridSampleGpu, PlaneAndTiledForwardOnSmoothAndMixedGrids) {
   };
   const std::vector<Case> cases = {{{2, 9, 40, 48}, {16, 16}}, {{3, 16, 64, 64}, {37, 21}},
                                    {{1, 1, 30, 20}, {9, 8}},   {{2, 8, 100, 90}, {50, 70}},
-                                   {{2, 9, 64, 64}, {64, 64}}, {{1, 3, 128, 128}, {100, 90}}};
+                                   {{2, 9, 64, 64}, {64, 64}}, {{1, 3, 128, 128}, {100, 90}},
+                                   {{2, 3, 128, 128}, {128, 128}}};
   for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
     for (const Case& k : cases) {
       for (auto mode : {GridSampleMode::bilinear, GridSampleMode::nearest}) {
