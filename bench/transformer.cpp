@@ -17,6 +17,9 @@
 // first and last batch entry's first and last positions (all heads), the gated activations on
 // their first and last rows (relative L2 error; over tolerance the row is FAILED).
 //
+// --variants times the norm_rope rows again under each alternative launch choice of
+// transformer/cuda/tuning.h (rows named "op [variant]"), in the same process.
+//
 // Shape options: --rope-batch B --rope-heads H --rope-kv-heads HK --rope-seq T --rope-dim D
 // (default 8 32 8 4096 128; the cache holds 2T positions), --glu-rows R --glu-cols I (default
 // 16384 8192).
@@ -32,6 +35,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "transformer/cuda/tuning.h"
 
 namespace {
 
@@ -138,8 +142,12 @@ void bench_rope(Bench& b) {
 }
 
 // ---- norm_rope: q into a new tensor, k into a KV cache ---------------------------------------
-void bench_norm_rope(Bench& b) {
-  if (!any_wanted(b, {"norm_rope"})) return;
+// `projected`: q and k as the transposed views of [B, T, H, D] projections (the table's
+// rows); false: contiguous [B, H, T, D] tensors (a --variants row, to tell the layout's cost).
+void bench_norm_rope(Bench& b, bool projected = true) {
+  if (!any_wanted(b, {"norm_rope q (new tensor)", "norm_rope q (interleaved, new tensor)",
+                      "norm_rope k -> cache"}))
+    return;
   const int64_t B = b.size("rope-batch"), H = b.size("rope-heads"), HK = b.size("rope-kv-heads"),
                 T = b.size("rope-seq"), D = b.size("rope-dim");
   const DType bf = DType::bf16;
@@ -155,8 +163,13 @@ void bench_norm_rope(Bench& b) {
                sets);
   std::vector<Tensor> q, k;
   for (int s = 0; s < sets; ++s) {
-    q.push_back(b.normal(qp, bf, 31 + s).transpose(1, 2));
-    k.push_back(b.normal(kp, bf, 41 + s).transpose(1, 2));
+    if (projected) {
+      q.push_back(b.normal(qp, bf, 31 + s).transpose(1, 2));
+      k.push_back(b.normal(kp, bf, 41 + s).transpose(1, 2));
+    } else {
+      q.push_back(b.normal({B, H, T, D}, bf, 31 + s));
+      k.push_back(b.normal({B, HK, T, D}, bf, 41 + s));
+    }
   }
   const auto yq = b.empties(sets, {B, H, T, D}, bf);
   const auto cache = b.normals(sets, cache_shape, bf, 51);
@@ -283,6 +296,45 @@ void run_all(Bench& b) {
   release_cached_memory(b.dev);
 }
 
+// The alternatives to the default launch choices, each timed on the ops it changes.
+void run_variants(Bench& b) {
+  using rudnn::transformer::cuda::kernel_tuning;
+  using rudnn::transformer::cuda::KernelTuning;
+  const KernelTuning defaults = kernel_tuning();
+  const std::vector<std::string> norm_rope_ops = {
+      "norm_rope q (new tensor)", "norm_rope q (interleaved, new tensor)", "norm_rope k -> cache"};
+  struct Variant {
+    std::string label;
+    void (*set)(KernelTuning&);
+  };
+  const Variant variants[] = {
+      {"lane groups", [](KernelTuning& t) { t.norm_rope_pairs = false; }},
+      {"pairs, registers", [](KernelTuning& t) { t.norm_rope_pair_ring = false; }},
+      {"pairs, a block per row block",
+       [](KernelTuning& t) { t.norm_rope_pair_persistent = false; }},
+      {"pairs, registers, L2 prefetch",
+       [](KernelTuning& t) {
+         t.norm_rope_pair_ring = false;
+         t.norm_rope_pair_prefetch = true;
+       }},
+  };
+  for (const Variant& v : variants) {
+    kernel_tuning() = defaults;
+    v.set(kernel_tuning());
+    b.variant = v.label;
+    b.variant_ops = norm_rope_ops;
+    bench_norm_rope(b);
+    release_cached_memory(b.dev);
+  }
+  kernel_tuning() = defaults;
+  b.variant = "x contiguous [B, H, T, D]";
+  b.variant_ops = norm_rope_ops;
+  bench_norm_rope(b, false);
+  release_cached_memory(b.dev);
+  b.variant.clear();
+  b.variant_ops.clear();
+}
+
 rudnn::bench::Family transformer_family() {
   rudnn::bench::Family family;
   family.sizes = {{"rope-batch", 8, "batch of rope's q and k"},
@@ -293,6 +345,7 @@ rudnn::bench::Family transformer_family() {
                   {"glu-rows", 16384, "rows of the gated activations' gate and up"},
                   {"glu-cols", 8192, "row length (I) of the gated activations' gate and up"}};
   family.run = run_all;
+  family.run_variants = run_variants;
   return family;
 }
 
