@@ -220,6 +220,58 @@ void run_variants(Bench& b) {
       {"8 blocks/SM", [](KernelTuning& t) { t.decode_blocks_per_sm = 8; }},
       {"32 blocks/SM", [](KernelTuning& t) { t.decode_blocks_per_sm = 32; }},
       {"general kernel", [](KernelTuning& t) { t.decode_kernel = false; }},
+      {"heads fastest", [](KernelTuning& t) { t.decode_heads_fastest = true; }},
+      {"2 heads/block", [](KernelTuning& t) { t.decode_heads_per_block = 2; }},
+      {"4 heads/block", [](KernelTuning& t) { t.decode_heads_per_block = 4; }},
+      {"4 heads/block, heads fastest",
+       [](KernelTuning& t) {
+         t.decode_heads_per_block = 4;
+         t.decode_heads_fastest = true;
+       }},
+      {"4 heads/block, 8 blocks/SM",
+       [](KernelTuning& t) {
+         t.decode_heads_per_block = 4;
+         t.decode_blocks_per_sm = 8;
+       }},
+      {"4 heads/block, 12 blocks/SM, heads fastest",
+       [](KernelTuning& t) {
+         t.decode_heads_per_block = 4;
+         t.decode_blocks_per_sm = 12;
+         t.decode_heads_fastest = true;
+       }},
+      {"4 heads/block, 8 blocks/SM, 4 stages",
+       [](KernelTuning& t) {
+         t.decode_heads_per_block = 4;
+         t.decode_blocks_per_sm = 8;
+         t.decode_stages = 4;
+       }},
+      {"1 wave", [](KernelTuning& t) { t.decode_waves = 1; }},
+      {"2 waves", [](KernelTuning& t) { t.decode_waves = 2; }},
+      {"4 heads/block, 1 wave, heads fastest",
+       [](KernelTuning& t) {
+         t.decode_heads_per_block = 4;
+         t.decode_waves = 1;
+         t.decode_heads_fastest = true;
+       }},
+      {"4 heads/block, 2 waves, heads fastest",
+       [](KernelTuning& t) {
+         t.decode_heads_per_block = 4;
+         t.decode_waves = 2;
+         t.decode_heads_fastest = true;
+       }},
+      {"4 heads/block, 1 wave of 3 blocks/SM, heads fastest",
+       [](KernelTuning& t) {
+         t.decode_heads_per_block = 4;
+         t.decode_waves = 1;
+         t.decode_resident = 3;
+         t.decode_heads_fastest = true;
+       }},
+      {"2 heads/block, 8 blocks/SM, heads fastest",
+       [](KernelTuning& t) {
+         t.decode_heads_per_block = 2;
+         t.decode_blocks_per_sm = 8;
+         t.decode_heads_fastest = true;
+       }},
   };
   for (const Variant& v : variants) {
     kernel_tuning() = defaults;

@@ -340,12 +340,23 @@ void run_forward(OpCall& call, PagedForward& p, SplitWorkspace* workspace) {
         p.decode ? 1
                  : (group * p.sched.max_item_queries + rows_per_block(p.dim_v) - 1) /
                        rows_per_block(p.dim_v);
-    const int64_t blocks = p.sched.items * p.heads_kv * tiles;
+    // The tensor-core decode kernel may take several KV heads per block.
+    const int64_t heads = p.decode && dtype_size(p.dtype) == 2 &&
+                                  cuda::kernel_tuning().decode_tensor_cores
+                              ? cuda::tc_decode_heads(cuda::kernel_tuning(), p.heads_kv)
+                              : 1;
+    const int64_t blocks = p.sched.items * (p.heads_kv / heads) * tiles;
     const int64_t per_sm = p.decode ? cuda::kernel_tuning().decode_blocks_per_sm
                                      : cuda::kernel_tuning().general_blocks_per_sm;
     const int64_t target = per_sm * int64_t{rudnn::cuda::device_info(call.device).multiprocessors};
     int64_t splits = 1;
-    if (blocks < target) {
+    const int64_t waves = p.decode ? cuda::kernel_tuning().decode_waves : 0;
+    if (waves > 0) {
+      const int64_t slots = waves * cuda::kernel_tuning().decode_resident *
+                            int64_t{rudnn::cuda::device_info(call.device).multiprocessors};
+      splits = std::max<int64_t>(1, std::min({kMaxSplits, slots / blocks,
+                                              (p.max_keys + kMinSplitKeys - 1) / kMinSplitKeys}));
+    } else if (blocks < target) {
       splits = std::min({kMaxSplits, (target + blocks - 1) / blocks,
                          (p.max_keys + kMinSplitKeys - 1) / kMinSplitKeys});
     }

@@ -35,6 +35,31 @@ __device__ __forceinline__ SoftmaxStep online_softmax_step(float s, float& m, fl
   return {alpha, p, true};
 }
 
+// The step above for the kRows rows of a CUDA-core tile loop (FlashScalar / SplitKv and the
+// paged general kernel): s[r] is row r's logit of this lane's key (−inf where masked); each
+// row's running max m and sum l advance, its accumulators o (kChunks · 4 features a lane) are
+// rescaled, and p[r] gets this lane's probability. Returns whether any row had a key in range
+// (if none, the tile's p·v can be skipped).
+template <int kRows, int kChunks>
+__device__ __forceinline__ bool online_softmax_rows(const float (&s)[kRows], float (&m)[kRows],
+                                                   float (&l)[kRows],
+                                                   float (&o)[kRows][kChunks][4],
+                                                   float (&p)[kRows]) {
+  bool any = false;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const SoftmaxStep step = online_softmax_step(s[r], m[r], l[r]);
+    p[r] = step.p;
+    if (!step.any) continue;
+    any = true;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[r][c][e] *= step.alpha;
+  }
+  return any;
+}
+
 // Writes a warp's state of one row at `state` (kChunks · 128 + 4 floats): this lane's four
 // features of each 128-feature chunk, and (lane 0) the running max m and sum l.
 template <int kChunks>

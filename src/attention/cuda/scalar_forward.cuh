@@ -159,22 +159,13 @@ __global__ void __launch_bounds__(kThreads, 3) scalar_forward_kernel(const Scala
                            q_s + local0 * a.q_stride, a.q_stride, acc);
       }
       // Logits and the online softmax, row by row.
-      bool any = false;
-      float p[kRows];
+      float s[kRows], p[kRows];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const bool in = j < key_end && j >= range[r].lo && j < range[r].hi;
-        const float s = in ? logit(rules, row[r], b, capped_product(rules, acc[r]), j) : kNegInf;
-        const SoftmaxStep step = online_softmax_step(s, m[r], l[r]);
-        p[r] = step.p;
-        if (!step.any) continue;
-        any = true;
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[r][c][e] *= step.alpha;
+        s[r] = in ? logit(rules, row[r], b, capped_product(rules, acc[r]), j) : kNegInf;
       }
-      if (!any) continue;
+      if (!online_softmax_rows(s, m, l, o, p)) continue;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) my_p[lane * 4 + r] = p[r];
       __syncwarp();

@@ -32,25 +32,37 @@ constexpr int kDecodeSteps = 8;
 // Table entries a block stages in shared memory (a longer range reads the table per key).
 constexpr int kDecodePageCache = 1024;
 
-// What block blockIdx.x of a decode grid covers: (work item, KV head, split), the split
-// fastest; its query (one per item), its sequence, and its keys [base, end).
+// What block blockIdx.x of a decode grid covers: (work item, KV heads, split); its query (one
+// per item), its sequence, its first KV head (it takes `heads` consecutive ones), and its keys
+// [base, end). The split varies fastest in blockIdx.x, or (heads_fastest) the KV-head group,
+// so that the blocks reading one page's rows of different heads run side by side.
 struct DecodeBlock {
   int64_t split, query, seq, base, end;
   int hk;
 };
-__device__ __forceinline__ DecodeBlock decode_block(const PagedForward& p) {
+__device__ __forceinline__ DecodeBlock decode_block(const PagedForward& p, int heads = 1,
+                                                    bool heads_fastest = false) {
   const Schedule& sched = p.sched;
-  int64_t index = blockIdx.x;
-  const int64_t split = index % p.splits;
-  index /= p.splits;
-  const int hk = static_cast<int>(index % p.heads_kv);
-  const Item item = item_of(sched, index / p.heads_kv);
+  const int64_t groups = p.heads_kv / heads;
+  int64_t index = blockIdx.x, split, group;
+  if (heads_fastest) {
+    group = index % groups;
+    index /= groups;
+    split = index % p.splits;
+    index /= p.splits;
+  } else {
+    split = index % p.splits;
+    index /= p.splits;
+    group = index % groups;
+    index /= groups;
+  }
+  const Item item = item_of(sched, index);
   const int64_t len = sequence_keys(sched, item.seq);
   const int64_t visible = visible_keys(sched, item.first, len, p.causal);
   const int64_t hi = visible < len ? visible : len;
   const int64_t base = p.splits > 1 ? split * p.split_keys : 0;
   const int64_t end = p.splits > 1 && base + p.split_keys < hi ? base + p.split_keys : hi;
-  return {split, item.first, item.seq, base, end, hk};
+  return {split, item.first, item.seq, base, end, static_cast<int>(group * heads)};
 }
 
 // The table entries of a block's keys [base, end) staged in page_s (capacity entries) by
@@ -73,36 +85,46 @@ __device__ __forceinline__ StagedPages stage_pages(const Schedule& sched, const 
   return {first_block, staged};
 }
 
-// The end of a decode block: warp w finishes rows w, w + 4, ... of the G query heads, the
-// kWarps warps' states (merge_s: [kWarps][G][D + 2] floats, D unnormalised features, the max,
-// the sum) merged in warp order, into the output row or (split history) the FP32 record of
-// this split. Shared by the CUDA-core and the tensor-core decode kernels.
+// The end of a decode block that covers KV heads hk0 .. hk0 + heads - 1 (heads divides
+// kWarps; warp w worked for head hk0 + w % heads): the rows (head, query head of its group)
+// are taken by the warps in turn, each merging the states of its head's warps in warp order
+// (merge_s: [kWarps][G][D + 2] floats, D unnormalised features, the max, the sum) into the
+// output row or (split history) the FP32 record of this split. Shared by the CUDA-core and
+// the tensor-core decode kernels.
 template <class T, int D, int G>
-__device__ __forceinline__ void finish_decode_rows(const PagedForward& p, int64_t g, int hk,
+__device__ __forceinline__ void finish_decode_rows(const PagedForward& p, int64_t g, int hk0,
                                                    int64_t split, const float* merge_flat,
-                                                   int warp, int lane) {
+                                                   int warp, int lane, int heads = 1) {
   const auto merge_s = reinterpret_cast<const float(*)[G][D + 2]>(merge_flat);
   const Schedule& sched = p.sched;
-  for (int r = warp; r < G; r += kWarps) {
+  const int turns = kWarps / heads;
+  for (int row = warp; row < heads * G; row += kWarps) {
+    const int hh = row / G, r = row % G;
     float top = kNegInf;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) top = rudnn::cuda::MaxOp{}(top, merge_s[w][r][D]);
+    for (int t = 0; t < kWarps; ++t)
+      if (t < turns) top = rudnn::cuda::MaxOp{}(top, merge_s[hh + t * heads][r][D]);
     float f[kWarps], sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float mw = merge_s[w][r][D];
-      f[w] = mw == top ? 1.0f : (mw == kNegInf ? 0.0f : __expf(mw - top));
-      sum = fmaf(f[w], merge_s[w][r][D + 1], sum);
+    for (int t = 0; t < kWarps; ++t) {
+      f[t] = 0.0f;
+      if (t < turns) {
+        const float mw = merge_s[hh + t * heads][r][D];
+        f[t] = mw == top ? 1.0f : (mw == kNegInf ? 0.0f : __expf(mw - top));
+        sum = fmaf(f[t], merge_s[hh + t * heads][r][D + 1], sum);
+      }
     }
-    const int64_t h = static_cast<int64_t>(hk) * G + r;
+    const int64_t h = static_cast<int64_t>(hk0) * G + row;
+    auto feature = [&](int d) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int t = 0; t < kWarps; ++t)
+        if (t < turns) acc = fmaf(f[t], merge_s[hh + t * heads][r][d], acc);
+      return acc;
+    };
     if (p.partials) {
       float* const rec = p.partials + ((g * p.heads_q + h) * p.splits + split) * p.record;
-      for (int d = lane; d < D; d += 32) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) acc = fmaf(f[w], merge_s[w][r][d], acc);
-        rec[d] = acc;
-      }
+      for (int d = lane; d < D; d += 32) rec[d] = feature(d);
       if (lane == 0) {
         rec[D] = top;
         rec[D + 1] = sum;
@@ -113,12 +135,7 @@ __device__ __forceinline__ void finish_decode_rows(const PagedForward& p, int64_
     T* const orow = static_cast<T*>(p.out.data) +
                     query_offset(sched, g, p.out.batch_stride, p.out.seq_stride) +
                     h * p.out.head_stride;
-    for (int d = lane; d < D; d += 32) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) acc = fmaf(f[w], merge_s[w][r][d], acc);
-      orow[d] = rudnn::cuda::from_float<T>(acc * fin.factor);
-    }
+    for (int d = lane; d < D; d += 32) orow[d] = rudnn::cuda::from_float<T>(feature(d) * fin.factor);
   }
 }
 

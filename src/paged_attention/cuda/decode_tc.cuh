@@ -12,10 +12,12 @@
 // S = Q · K^T (Q fragments held in registers for the whole loop, K read by ldmatrix), the
 // online softmax runs on the S fragments (each row on the four lanes of a quad), and the
 // probabilities, rounded to the input type, are the A fragments of O += P · V (V read by
-// ldmatrix.trans). The four warps take turns over the tiles (tile t to warp t mod 4) and their
-// states are merged in warp order at the end (finish_decode_rows, shared with decode.cuh);
-// with a split history the block writes the FP32 partial records that paged_merge_kernel
-// (forward.cuh) finishes.
+// ldmatrix.trans). A block may take several consecutive KV heads (ForwardArgs::decode_heads,
+// 1, 2 or 4): warp w works for head w mod heads, so that the block's warps read the rows of
+// those heads (adjacent in a page) side by side. The warps of one head take turns over its
+// tiles (tile t to its (t mod turns)-th warp) and their states are merged in warp order at the
+// end (finish_decode_rows, shared with decode.cuh); with a split history the block writes the
+// FP32 partial records that paged_merge_kernel (forward.cuh) finishes.
 //
 // Precision: FP32 products and accumulation; the probabilities enter p·v rounded to the input
 // type (as in FlashAttention's tensor-core kernels).
@@ -84,15 +86,18 @@ __global__ void __launch_bounds__(kThreads) paged_decode_tc_kernel(const Forward
   const Schedule& sched = p.sched;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int qg = lane / 4, qt = lane % 4;  // the mma group (row) and thread in the group
-  const DecodeBlock blk = decode_block(p);
+  const DecodeBlock blk = decode_block(p, a.decode_heads, a.heads_fastest);
   const int64_t base = blk.base, end = blk.end;
+  // This warp's KV head, and its turn among the turns = kWarps / heads warps of that head.
+  const int heads = a.decode_heads;
+  const int hk = blk.hk + warp % heads, turn = warp / heads, turns = kWarps / heads;
 
   // Q rows 0 .. G - 1 as A fragments (rows G .. 15 are zeros): a[0] and a[2] of each k-step.
   uint32_t qa[kSteps][2];
   {
     const T* const q_row = static_cast<const T*>(p.q.data) +
                            query_offset(sched, blk.query, p.q.batch_stride, p.q.seq_stride) +
-                           static_cast<int64_t>(blk.hk * G + qg) * p.q.head_stride;
+                           static_cast<int64_t>(hk * G + qg) * p.q.head_stride;
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk) {
       qa[kk][0] = qg < G ? *reinterpret_cast<const uint32_t*>(q_row + 16 * kk + 2 * qt) : 0u;
@@ -104,20 +109,20 @@ __global__ void __launch_bounds__(kThreads) paged_decode_tc_kernel(const Forward
   const StagedPages pages = stage_pages(sched, table, base, end, page_s, a.page_cache);
   __syncthreads();
 
-  // This warp's tiles: t = warp, warp + 4, ... of the block's 16-key tiles.
+  // This warp's tiles: t = turn, turn + turns, ... of the block's 16-key tiles.
   const int64_t tiles = end > base ? (end - base + kTcKeys - 1) / kTcKeys : 0;
-  const int count = tiles > warp ? static_cast<int>((tiles - warp + kWarps - 1) / kWarps) : 0;
+  const int count = tiles > turn ? static_cast<int>((tiles - turn + turns - 1) / turns) : 0;
   T* const mine = stages + static_cast<size_t>(warp) * kStages * 2 * kTile;
   const T* const k_data = static_cast<const T*>(p.k.data);
   const T* const v_data = static_cast<const T*>(p.v.data);
-  const int64_t k_head = static_cast<int64_t>(blk.hk) * p.k.head_stride;
-  const int64_t v_head = static_cast<int64_t>(blk.hk) * p.v.head_stride;
+  const int64_t k_head = static_cast<int64_t>(hk) * p.k.head_stride;
+  const int64_t v_head = static_cast<int64_t>(hk) * p.v.head_stride;
   const int chunk = lane % kChunks;
 
   // Tile i of this warp into its slot; one commit group per call (empty past the end).
   auto load = [&](int i) {
     if (i < count) {
-      const int64_t j0 = base + (static_cast<int64_t>(i) * kWarps + warp) * kTcKeys;
+      const int64_t j0 = base + (static_cast<int64_t>(i) * turns + turn) * kTcKeys;
       T* const ks = mine + (i % kStages) * 2 * kTile;
       T* const vs = ks + kTile;
 #pragma unroll
@@ -176,7 +181,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_tc_kernel(const Forward
 
     // The online softmax of row qg over the tile: this lane holds keys 2·qt, 2·qt + 1 (s[0])
     // and 8 + 2·qt, 9 + 2·qt (s[1]); key 0 of the tile is in range, so the row max is finite.
-    const int64_t j0 = base + (static_cast<int64_t>(i) * kWarps + warp) * kTcKeys;
+    const int64_t j0 = base + (static_cast<int64_t>(i) * turns + turn) * kTcKeys;
     float x[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -234,7 +239,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_tc_kernel(const Forward
     }
   }
   __syncthreads();
-  finish_decode_rows<T, D, G>(p, blk.query, blk.hk, blk.split, merge_s, warp, lane);
+  finish_decode_rows<T, D, G>(p, blk.query, blk.hk, blk.split, merge_s, warp, lane, heads);
 }
 
 }  // namespace rudnn::paged::cuda

@@ -50,6 +50,10 @@ struct ForwardArgs {
   // Tensor-core decode kernel (decode_tc.cuh): where its staged table entries start in shared
   // memory (bytes), and how many fit.
   int pipeline_bytes = 0, page_cache = 0;
+  // Tensor-core decode kernel: KV heads per block (1, 2 or 4, dividing Hkv), and whether the
+  // grid takes the KV-head groups fastest (decode_block).
+  int decode_heads = 1;
+  bool heads_fastest = false;
 };
 
 inline size_t forward_shared_bytes(int rows, int q_stride, int chunks) {
@@ -162,21 +166,10 @@ __global__ void __launch_bounds__(kThreads) paged_forward_kernel(const ForwardAr
                            q_s + a.qp_offset, a.q_stride, acc);
       }
     }
-    bool any = false;
-    float pr[kRows];
+    float s[kRows], pr[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const float s = j < key_end && j < hi[r] ? acc[r] * p.scale : kNegInf;
-      const attn::cuda::SoftmaxStep step = attn::cuda::online_softmax_step(s, m[r], l[r]);
-      pr[r] = step.p;
-      if (!step.any) continue;
-      any = true;
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[r][c][e] *= step.alpha;
-    }
-    if (!any) continue;
+    for (int r = 0; r < kRows; ++r) s[r] = j < key_end && j < hi[r] ? acc[r] * p.scale : kNegInf;
+    if (!attn::cuda::online_softmax_rows(s, m, l, o, pr)) continue;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) my_p[lane * 4 + r] = pr[r];
     __syncwarp();

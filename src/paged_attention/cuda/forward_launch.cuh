@@ -38,7 +38,11 @@ void launch_decode_as(const ForwardArgs& a, const rudnn::cuda::LaunchContext& ct
 }
 
 template <class T, int D, int G, int kStages>
-void launch_decode_tc(ForwardArgs a, const rudnn::cuda::LaunchContext& ctx, unsigned grid) {
+void launch_decode_tc(ForwardArgs a, const rudnn::cuda::LaunchContext& ctx) {
+  a.decode_heads = tc_decode_heads(kernel_tuning(), a.p.heads_kv);
+  a.heads_fastest = kernel_tuning().decode_heads_fastest;
+  const unsigned grid =
+      static_cast<unsigned>(a.p.sched.items * (a.p.heads_kv / a.decode_heads) * a.p.splits);
   // A block's table entries: its keys' pages, plus one where its range starts mid-page.
   const int64_t keys = a.p.splits > 1 ? a.p.split_keys : a.p.max_keys;
   const int64_t entries = keys / a.p.sched.page_size + 2;
@@ -62,12 +66,12 @@ void launch_decode(const ForwardArgs& a, const rudnn::cuda::LaunchContext& ctx) 
   if constexpr (sizeof(T) == 2) {
     if (kernel_tuning().decode_tensor_cores) {
       // Stages per warp: about 100 KiB of pipelines per block (two blocks per multiprocessor).
-      if constexpr (D == 64) return launch_decode_tc<T, D, G, 4>(a, ctx, grid);
-      if constexpr (D == 256) return launch_decode_tc<T, D, G, 2>(a, ctx, grid);
+      if constexpr (D == 64) return launch_decode_tc<T, D, G, 4>(a, ctx);
+      if constexpr (D == 256) return launch_decode_tc<T, D, G, 2>(a, ctx);
       if constexpr (D == 128) {
-        if (kernel_tuning().decode_stages >= 4) return launch_decode_tc<T, D, G, 4>(a, ctx, grid);
-        if (kernel_tuning().decode_stages <= 2) return launch_decode_tc<T, D, G, 2>(a, ctx, grid);
-        return launch_decode_tc<T, D, G, 3>(a, ctx, grid);
+        if (kernel_tuning().decode_stages >= 4) return launch_decode_tc<T, D, G, 4>(a, ctx);
+        if (kernel_tuning().decode_stages <= 2) return launch_decode_tc<T, D, G, 2>(a, ctx);
+        return launch_decode_tc<T, D, G, 3>(a, ctx);
       }
     }
   }

@@ -27,7 +27,27 @@ struct KernelTuning {
   // The internal split: blocks wanted per multiprocessor by the decode and general kernels.
   int decode_blocks_per_sm = 16;
   int general_blocks_per_sm = 2;
+  // KV heads per block of the tensor-core decode kernel, at most (1, 2 or 4; the most that
+  // divides Hkv is taken): with more, the warps of a block read the rows of several heads of
+  // one page side by side (longer contiguous runs of the paged layout), each warp over more
+  // of the keys.
+  int decode_heads_per_block = 1;
+  // Decode splits sized in waves (0: by decode_blocks_per_sm): at most decode_waves times
+  // decode_resident blocks per multiprocessor (the residency assumed), as many splits as fit
+  // (the fewest blocks are one wave, no idle tail of a partial wave).
+  int decode_waves = 0;
+  int decode_resident = 4;
+  // The decode grid takes the KV-head groups fastest (the blocks that read one page run
+  // side by side), else the splits.
+  bool decode_heads_fastest = false;
 };
+
+// The KV heads per block the tensor-core decode kernel takes for Hkv = heads_kv.
+inline int tc_decode_heads(const KernelTuning& t, long long heads_kv) {
+  for (int h = 4; h > 1; h /= 2)
+    if (h <= t.decode_heads_per_block && heads_kv % h == 0) return h;
+  return 1;
+}
 
 KernelTuning& kernel_tuning();
 

@@ -159,6 +159,51 @@ TEST(PagedGpu, TensorCoreDecodeMatchesTheReferenceOverRandomSchedules) {
   }
 }
 
+#if RUDNN_PAGED_TUNING
+// The tensor-core decode kernel with several KV heads per block (KernelTuning::
+// decode_heads_per_block; the most of 4, 2, 1 that divides Hkv is taken) and the grid taking
+// the head groups or the splits fastest: Hkv of 8, 4, 6 (two heads per block) and 3 (one),
+// GQA 1 / 4 / 8, random page sizes and odd lengths, unsplit, the internal split (by blocks
+// per multiprocessor or in waves) and workspaces.
+TEST(PagedGpu, TensorCoreDecodeSeveralHeadsPerBlock) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  struct Restore {
+    paged::cuda::KernelTuning saved = paged::cuda::kernel_tuning();
+    ~Restore() { paged::cuda::kernel_tuning() = saved; }
+  } restore;
+  for (int heads_per_block : {4, 2}) {
+    for (bool heads_fastest : {false, true}) {
+      paged::cuda::kernel_tuning() = restore.saved;
+      paged::cuda::kernel_tuning().decode_tensor_cores = true;
+      paged::cuda::kernel_tuning().decode_heads_per_block = heads_per_block;
+      paged::cuda::kernel_tuning().decode_heads_fastest = heads_fastest;
+      // The splits sized in waves (KernelTuning::decode_waves) with the heads-fastest grid.
+      paged::cuda::kernel_tuning().decode_waves = heads_fastest ? 1 : 0;
+      SCOPED_TRACE("heads per block <= " + std::to_string(heads_per_block) +
+                   (heads_fastest ? ", heads fastest, 1 wave" : ", splits fastest"));
+      for (int64_t hkv : {8, 4, 6, 3}) {
+        for (int64_t group : {1, 4, 8}) {
+          const DType dtype = rng.integer(0, 1) == 1 ? DType::bf16 : DType::f16;
+          const int64_t page_size = rng.integer(0, 1) == 1 ? 16 : rng.integer(1, 256);
+          const int64_t d = group == 4 ? 128 : (group == 1 ? 64 : 256);
+          ScheduleOptions o;
+          o.sequences = 3;
+          o.max_len = 2 * rng.integer(1, 1200) + 1;
+          o.decode_share = 1.0;
+          o.shuffle_queries = group == 4;
+          const Schedule s = random_schedule(rng, page_size, o);
+          const Heads h{hkv * group, hkv, d, d};
+          const bool causal = rng.integer(0, 1) == 1;
+          check_attention(rng, s, h, dtype, causal);
+          check_attention(rng, s, h, dtype, causal, group == 8 ? 3 : 2);
+        }
+      }
+    }
+  }
+}
+#endif
+
 // Decode batches with long histories take the internal split (few blocks, many keys).
 TEST(PagedGpu, LongHistoriesSplitInternally) {
   RUDNN_REQUIRE_CUDA();
