@@ -489,6 +489,27 @@ def attention_cases():
     run_case("attention fwd causal", f"[{B},{H},{L},{D}]", bf, 0, have and (lambda: rudnn.attention(q, k, v, is_causal=True)),
              lambda: cudnn_sdpa(q, k, v, is_causal=True), "torch SDPA cuDNN", check)
 
+    def check():
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
+        return rel_err(rudnn.attention(q, k, v), ref), tol_of(bf)
+    run_case("attention fwd", f"[{B},{H},{L},{D}]", bf, 0, have and (lambda: rudnn.attention(q, k, v)),
+             lambda: cudnn_sdpa(q, k, v), "torch SDPA cuDNN", check)
+
+    # The other head sizes, causal: D64 at L8192 and D256 (bars 0.85x cuDNN).
+    for Bx, Hx, Lx, Dx in ((2, 16, 8192, 64), (4, 8, 4096, 256)):
+        qx, kx, vx = (torch.randn(Bx, Hx, Lx, Dx, dtype=bf, device=DEV) for _ in range(3))
+
+        def check(qx=qx, kx=kx, vx=vx):
+            ref = F.scaled_dot_product_attention(qx.float(), kx.float(), vx.float(), is_causal=True)
+            return rel_err(rudnn.attention(qx, kx, vx, is_causal=True), ref), tol_of(bf)
+        run_case(f"attention fwd causal D{Dx}", f"[{Bx},{Hx},{Lx},{Dx}]", bf, 0,
+                 have and (lambda qx=qx, kx=kx, vx=vx: rudnn.attention(qx, kx, vx, is_causal=True)),
+                 lambda qx=qx, kx=kx, vx=vx: cudnn_sdpa(qx, kx, vx, is_causal=True), "torch SDPA cuDNN",
+                 check)
+        del qx, kx, vx
+        if DEV.startswith("cuda"):
+            torch.cuda.empty_cache()
+
     # Training step: forward, then dq, dk, dv through autograd (ours: rudnn.torch_autograd's Function).
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     dout = torch.randn_like(q)
@@ -644,12 +665,17 @@ def grid_sample_ctc_cases():
             def check(lp=lp, tg=tg, il=il, tl=tl):
                 return rel_err(rudnn.ctc_loss(lp, tg, il, tl), F.ctc_loss(lp.double(), tg, il, tl)), tol_of(f32)
             run_case(f"{name} fwd", f"T{T} N{Nb} C{C} S{L}", f32, lby,
-                     have and (lambda lp=lp, tg=tg, il=il, tl=tl: rudnn.ctc_loss(lp, tg, il, tl)),
+                     have and (lambda lp=lp, tg=tg, il=il, tl=tl, lo=torch.empty((), dtype=f32, device=DEV):
+                               rudnn.ctc_loss(lp, tg, il, tl, out=lo)),
                      lambda lp=lp, tg=tg, il=il, tl=tl: F.ctc_loss(lp, tg, il, tl), "F.ctc_loss", check)
 
-        def ours_fb(lp=lp, tg=tg, il=il, tl=tl, one=one):
-            rudnn.ctc_loss(lp, tg, il, tl)
-            return rudnn.ctc_loss_backward(lp, tg, il, tl, one)
+        # Ours writes into preallocated outputs (out=), so that the row times the two ops and
+        # not also two allocations and their wrapping (host work that shows at the small size).
+        loss_out, grad_out = torch.empty((), dtype=f32, device=DEV), torch.empty_like(lp)
+
+        def ours_fb(lp=lp, tg=tg, il=il, tl=tl, one=one, loss_out=loss_out, grad_out=grad_out):
+            rudnn.ctc_loss(lp, tg, il, tl, out=loss_out)
+            return rudnn.ctc_loss_backward(lp, tg, il, tl, one, out=grad_out)
 
         def check_fb(lp=lp, tg=tg, il=il, tl=tl, ours_fb=ours_fb):
             ld = lp.double().requires_grad_(True)

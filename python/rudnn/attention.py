@@ -280,7 +280,9 @@ def plan_attention(
         ...), ``block_rows``, ``block_heads`` (Composed), ``splits``, ``split_keys``,
         ``passes``, ``dispatches`` (SplitKv), ``scratch_bytes`` (device bytes held beyond the
         inputs and outputs), ``max_intermediate_bytes``, ``capped`` (whether
-        max_score_bytes changed the choice).
+        max_score_bytes changed the choice), ``flash_wgmma`` (whether ``"Flash"`` runs the
+        Hopper kernel, wgmma fed by TMA: sm_90 in an sm_90a build, f16 / bf16, head sizes 64,
+        128, 256 with Dv = D, plain options; False on the CPU and on other GPUs).
 
     Raises: the errors the call would report.
     """

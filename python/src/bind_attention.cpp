@@ -202,6 +202,7 @@ py::dict plan_dict(const rudnn::AttentionPlan& p) {
   d["scratch_bytes"] = p.scratch_bytes;
   d["max_intermediate_bytes"] = p.max_intermediate_bytes;
   d["capped"] = p.capped;
+  d["flash_wgmma"] = p.flash_wgmma;
   return d;
 }
 

@@ -12,11 +12,14 @@
 //              shared memory (FP32), the online softmax on the accumulator fragment (logits
 //              in base-2 units: log2 e folded into the scale, row max and sum over the four
 //              threads of a row by shuffles), O *= alpha, then O += P V by wgmma with P taken
-//              from the S registers as the A operand (accumulator_to_a). For D <= 128 the
-//              P V of tile t - 1 is issued right after S of tile t and runs while the softmax
-//              of tile t does (FlashAttention-3's intra-warpgroup overlap); D = 256 runs them
-//              in turn (registers). Not yet: the ping-pong of the two consumers' softmax
-//              and GEMMs (named-barrier scheduling), persistent blocks.
+//              from the S registers as the A operand (accumulator_to_a). The P V of tile
+//              t - 1 is issued right after S of tile t and runs while the softmax of tile t
+//              does (FlashAttention-3's intra-warpgroup overlap; Traits::kOverlap = false
+//              runs them in turn). The two consumers issue their GEMMs in turns (named
+//              barriers), so that one's softmax overlaps the other's wgmma (ping-pong).
+// Causal grids start with the longest query tiles of a section of heads whose K/V share L2
+// (HopperForwardArgs::section_heads). Lk = 0 never reaches the kernel: the launcher writes
+// zeros and lse = -inf (no_keys_kernel), stream-ordered.
 // The KV head is h / (Hq / Hkv): the query heads of a group load the same K/V tiles through
 // the map (sharing them in L2), never a copy. Tiles beyond a tile's last row's causal reach
 // are never loaded; only tiles that cross a row's bound are masked per element.
@@ -74,9 +77,10 @@ struct Traits {
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   static constexpr int kSharedBytes = kFixedBytes + kQBytes + kStages * kStageBytes;
   // FlashAttention-3's intra-warpgroup overlap (P V of one tile beside the softmax of the
-  // next) holds two tiles' probabilities at once: at D = 256 O's 128 registers leave no
-  // room, and the tiles run one after another.
-  static constexpr bool kOverlap = D <= 128;
+  // next) holds one tile's P fragments beside the next one's S: at D = 256 (64-key tiles)
+  // O's 128 registers + 32 + 16 still fit the consumers' 240 without spills (ptxas -v).
+  // false: the tiles run one after another.
+  static constexpr bool kOverlap = true;
   static constexpr uint32_t kProducerRegisters = 24;
   static constexpr uint32_t kConsumerRegisters = 240;
   static_assert(kStages >= 2, "too few pipeline stages fit");
@@ -88,6 +92,10 @@ struct HopperForwardArgs {
   int heads_q = 0, group = 1;  // group = Hq / Hkv
   int len_q = 0, len_k = 0;
   int m_blocks = 0;  // ceil(Lq / 128)
+  // Causal block order: (batch, head) pairs in sections of `section_heads` (as many as keep
+  // their K/V in L2 together), within a section the longest query tiles (last rows) of every
+  // pair first, so that the short tiles fill the tail. 0: query tile fastest, last first.
+  int section_heads = 0;
   bool causal = false;
   float scale_log2 = 0;  // scale · log2 e
   // Whether the middle map axes are [head, seq] (BSHD-like strides) rather than [seq, head].
@@ -115,6 +123,23 @@ __device__ __forceinline__ void load_rows(uint8_t* dst, const CUtensorMap* map, 
   }
 }
 
+// Lk = 0: every row has no key, so out is zeros and the logsumexp -inf; elements of out in
+// [batch][seq][head][dim] order over its strides.
+template <class T>
+__global__ void __launch_bounds__(256) no_keys_kernel(const HopperForwardArgs a, int dim) {
+  const int64_t rows = a.batch * a.len_q * a.heads_q;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * 256;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x; e < rows * dim;
+       e += stride) {
+    const int64_t row = e / dim, col = e % dim;
+    const int64_t h = row % a.heads_q, i = (row / a.heads_q) % a.len_q,
+                  b = row / (static_cast<int64_t>(a.heads_q) * a.len_q);
+    static_cast<T*>(a.out)[b * a.out_batch_stride + i * a.out_seq_stride +
+                           h * a.out_head_stride + col] = from_float<T>(0.0f);
+    if (col == 0 && a.lse != nullptr) a.lse[b * a.lse_stride_b + h * a.lse_stride_h + i] = kNegInf;
+  }
+}
+
 template <class T, int D>
 __global__ void __launch_bounds__(Traits<D>::kThreads, 1)
     flash_hopper_kernel(const __grid_constant__ CUtensorMap map_q,
@@ -139,12 +164,23 @@ __global__ void __launch_bounds__(Traits<D>::kThreads, 1)
   uint64_t* const empty_k = full_v + S;
   uint64_t* const empty_v = empty_k + S;
 
-  // Which tile: the query tile fastest, the last (most expensive under causal) first.
-  int64_t index = blockIdx.x;
-  const int m_block = a.m_blocks - 1 - static_cast<int>(index % a.m_blocks);
-  index /= a.m_blocks;
-  const int h = static_cast<int>(index % a.heads_q);
-  const int b = static_cast<int>(index / a.heads_q);
+  int m_block;
+  int64_t pair;  // b * Hq + h
+  if (a.section_heads > 0) {
+    const int64_t pairs = a.batch * a.heads_q;
+    const int64_t section_blocks = static_cast<int64_t>(a.section_heads) * a.m_blocks;
+    const int64_t section = blockIdx.x / section_blocks;
+    const int64_t r = blockIdx.x % section_blocks;
+    const int64_t first = section * a.section_heads;
+    const int64_t width = min(static_cast<int64_t>(a.section_heads), pairs - first);
+    m_block = a.m_blocks - 1 - static_cast<int>(r / width);
+    pair = first + r % width;
+  } else {
+    m_block = a.m_blocks - 1 - static_cast<int>(blockIdx.x % a.m_blocks);
+    pair = blockIdx.x / a.m_blocks;
+  }
+  const int h = static_cast<int>(pair % a.heads_q);
+  const int b = static_cast<int>(pair / a.heads_q);
   const int hk = h / a.group;
   const int i0 = m_block * BM;
   const int rows_here = min(BM, a.len_q - i0);
@@ -238,9 +274,8 @@ __global__ void __launch_bounds__(Traits<D>::kThreads, 1)
                                                  v_tile.lbo(), v_tile.sbo(), 128);
 
     // S = Q K^T of the tile in ring stage `stage` for the consumer's 64 rows (issued and
-    // committed, not waited for).
-    auto issue_s = [&](float (&sc)[BN / 2], int stage, uint32_t phase) {
-      tc::mbarrier_wait(&full_k[stage], phase);
+    // committed, not waited for; its K has landed: take_turn).
+    auto issue_s = [&](float (&sc)[BN / 2], int stage) {
       const uint64_t desc_k =
           tc::advance_descriptor(desc_k0, static_cast<uint32_t>(stage * Tr::kKBytes));
 #pragma unroll
@@ -323,70 +358,100 @@ __global__ void __launch_bounds__(Traits<D>::kThreads, 1)
       if (lane == 0) tc::mbarrier_arrive(bar);
     };
 
+    // FlashAttention-3's inter-warpgroup ping-pong: the two consumers take turns to issue
+    // their GEMMs (named barrier kTurn + c is consumer c's turn, 256 threads: its own sync
+    // and the other consumer's arrival), so that one's softmax runs on the other units while
+    // the other's wgmma run on the tensor cores. Consumer 0 opens its first turn itself and
+    // takes consumer 1's last hand-over after its loop, so that both barriers end balanced
+    // (skipping that arrival instead would need a branch between wgmma issue and wait, which
+    // serialises the wgmma). Every consumer walks the same n_tiles tiles, hence the same
+    // number of turns.
+    constexpr uint32_t kTurn = 3;  // 1 and 2 are the epilogue's
+    if (n_tiles > 0 && consumer == 0) tc::named_barrier_arrive(kTurn, 256);
+    // The tile's K is awaited before the turn (as FlashAttention-3 does), so that a consumer
+    // never holds the turn while its operand is still landing.
+    auto take_turn = [&](const tc::RingPosition<S>& at) {
+      tc::mbarrier_wait(&full_k[at.stage], at.phase);
+      tc::named_barrier_sync(kTurn + consumer, 256);
+    };
+    auto pass_turn = [&]() { tc::named_barrier_arrive(kTurn + 1 - consumer, 256); };
+
     if (n_tiles > 0) tc::mbarrier_wait(q_full, 0);
     tc::RingPosition<S> ring;
     float sc[BN / 2];
     uint32_t pa[BN / 16][4];
     float alpha[2];
+    // One helper each for the two loops below. After the S wgmma of the tile in `stage`
+    // completed: its accumulators are readable, its K slot may be refilled; after its P V:
+    // O is readable, the V slot free. Before issuing: the accumulators' registers settled.
+    auto s_landed = [&](int stage) {
+      tc::fence_operand(sc);
+      release(&empty_k[stage]);
+    };
+    auto pv_landed = [&](int stage) {
+      tc::fence_operand(o);
+      release(&empty_v[stage]);
+    };
+    auto fence_accumulators = [&]() {
+      tc::fence_operand(sc);
+      tc::fence_operand(o);
+      tc::wgmma_fence();
+    };
     if constexpr (Tr::kOverlap) {
       // FlashAttention-3's intra-warpgroup overlap: the P V of tile t - 1 runs on the tensor
       // cores while the softmax of tile t runs on the other units.
       if (n_tiles > 0) {
-        tc::fence_operand(sc);
-        tc::wgmma_fence();
-        issue_s(sc, ring.stage, ring.phase);
+        take_turn(ring);
+        fence_accumulators();
+        issue_s(sc, ring.stage);
+        pass_turn();
         tc::wgmma_wait<0>();
-        tc::fence_operand(sc);
-        release(&empty_k[ring.stage]);
+        s_landed(ring.stage);
         softmax(sc, 0, alpha);
         to_a(pa, sc);
       }
       for (int t = 1; t < n_tiles; ++t) {
-        tc::RingPosition<S> prev = ring;
+        const tc::RingPosition<S> prev = ring;
         ring.advance();
-        tc::fence_operand(sc);
-        tc::fence_operand(o);
-        tc::wgmma_fence();
-        issue_s(sc, ring.stage, ring.phase);
+        take_turn(ring);
+        fence_accumulators();
+        issue_s(sc, ring.stage);
         issue_pv(pa, prev.stage, prev.phase);
+        pass_turn();
         tc::wgmma_wait<1>();  // S of tile t is ready; P V of tile t - 1 may still run
-        tc::fence_operand(sc);
-        release(&empty_k[ring.stage]);
+        s_landed(ring.stage);
         softmax(sc, t, alpha);
         tc::wgmma_wait<0>();
-        tc::fence_operand(o);
-        release(&empty_v[prev.stage]);
+        pv_landed(prev.stage);
         rescale_o(alpha);
         to_a(pa, sc);
       }
       if (n_tiles > 0) {
-        tc::fence_operand(o);
-        tc::wgmma_fence();
+        fence_accumulators();
         issue_pv(pa, ring.stage, ring.phase);
         tc::wgmma_wait<0>();
-        tc::fence_operand(o);
-        release(&empty_v[ring.stage]);
+        pv_landed(ring.stage);
       }
     } else {
       for (int t = 0; t < n_tiles; ++t) {
-        tc::fence_operand(sc);
-        tc::wgmma_fence();
-        issue_s(sc, ring.stage, ring.phase);
+        take_turn(ring);
+        fence_accumulators();
+        issue_s(sc, ring.stage);
+        pass_turn();
         tc::wgmma_wait<0>();
-        tc::fence_operand(sc);
-        release(&empty_k[ring.stage]);
+        s_landed(ring.stage);
         softmax(sc, t, alpha);
         rescale_o(alpha);
         to_a(pa, sc);
-        tc::fence_operand(o);
-        tc::wgmma_fence();
+        fence_accumulators();
         issue_pv(pa, ring.stage, ring.phase);
         tc::wgmma_wait<0>();
-        tc::fence_operand(o);
-        release(&empty_v[ring.stage]);
+        pv_landed(ring.stage);
         ring.advance();
       }
     }
+
+    if (n_tiles > 0 && consumer == 0) tc::named_barrier_sync(kTurn, 256);
 
     // Finish the rows: the sums over the row's four threads, the logsumexp.
     float factor[2];

@@ -73,17 +73,27 @@ void flash_hopper_forward(const AttentionForward& p, const Stream& stream) {
   a.lse_stride_h = p.lse_layout.stride_h;
   const int64_t blocks = sz.batch * sz.heads_q * a.m_blocks;
   if (blocks == 0) return;
+  if (sz.len_k == 0) {
+    // No keys: nothing for the tensor-core kernel to do (and a map cannot describe an empty
+    // axis); zeros and -inf by a plain kernel on the same stream, every element written.
+    const int64_t n = sz.batch * sz.heads_q * sz.len_q * D;
+    hopper::no_keys_kernel<T><<<static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096)),
+                                256, 0, ctx.stream>>>(a, D);
+    detail::check_launch("attention no_keys_kernel");
+    return;
+  }
+  if (a.causal && a.m_blocks > 1) {
+    // Heads whose K and V (together, a GQA group's counted once per query head) fit in
+    // half the L2 form a section; at least one.
+    const int64_t l2 = rudnn::cuda::device_info(ctx.device).l2_bytes;
+    const int64_t kv_per_head = std::max<int64_t>(1, 2 * sz.len_k * D * 2 / a.group);
+    const int64_t fit = std::max<int64_t>(1, l2 / 2 / kv_per_head);
+    a.section_heads = static_cast<int>(std::min<int64_t>(fit, sz.batch * sz.heads_q));
+  }
   const DType dtype = std::is_same_v<T, __half> ? DType::f16 : DType::bf16;
   const CUtensorMap map_q = hopper_detail::view_map(p.q, D, dtype, Tr::kBlockM, a.q_head_inner);
-  // Without keys no tile is loaded, and a map cannot describe an empty axis: K and V take
-  // Q's map, never read.
-  const bool keys = sz.len_k > 0;
-  const CUtensorMap map_k = keys ? hopper_detail::view_map(p.k, D, dtype, Tr::kBlockN,
-                                                           a.k_head_inner)
-                                 : map_q;
-  const CUtensorMap map_v = keys ? hopper_detail::view_map(p.v, D, dtype, Tr::kBlockN,
-                                                           a.v_head_inner)
-                                 : map_q;
+  const CUtensorMap map_k = hopper_detail::view_map(p.k, D, dtype, Tr::kBlockN, a.k_head_inner);
+  const CUtensorMap map_v = hopper_detail::view_map(p.v, D, dtype, Tr::kBlockN, a.v_head_inner);
 
   auto kernel = hopper::flash_hopper_kernel<T, D>;
   static rudnn::cuda::PerDevice<signed char> configured;

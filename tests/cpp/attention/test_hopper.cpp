@@ -213,7 +213,11 @@ TEST(AttentionHopper, LongSequencesMatchFlashScalar) {
       {1, 4, 1, 4096, 4096, 256, true, false, DType::bf16},
       {2, 4, 1, 1000, 4096, 128, true, false, DType::f16},
       {1, 8, 2, 4096, 1000, 128, true, true, DType::bf16},
-      {1, 8, 8, 4096, 4096, 256, false, false, DType::f16}};
+      {1, 8, 8, 4096, 4096, 256, false, false, DType::f16},
+      // Causal block order in sections of heads that share L2: 4 MiB of K/V per head makes
+      // sections of a few heads on an H200 (50 MiB L2), the last one narrower.
+      {1, 8, 8, 4096, 4096, 256, true, true, DType::bf16},
+      {3, 5, 5, 2100, 3000, 128, true, false, DType::f16}};
   for (const Case& c : cases) {
     SCOPED_TRACE(describe(c));
     const Tensor q = random_tensor(rng, shape_of(c, c.hq, c.lq), c.dtype).to(kGpu);
@@ -293,17 +297,45 @@ TEST(AttentionHopper, StridedViewsAndOutputs) {
   }
 }
 
-// No keys at all (Lk = 0): zeros and lse -inf, causal or not, as the reference gives.
+// No keys at all (Lk = 0): zeros and lse -inf, causal or not, as the reference gives. The
+// launcher writes them with a plain kernel (no tensor-core launch without keys); every
+// element of a poisoned out (aligned, and a strided view whose neighbours must stay poison)
+// and of the lse must be written, on every repetition.
 TEST(AttentionHopper, NoKeys) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
   for (int64_t d : {64, 128, 256}) {
     for (bool causal : {false, true}) {
-      const Case c{2, 4, 2, 130, 0, d, causal, d == 128, DType::bf16};
-      SCOPED_TRACE(describe(c));
-      const Tensor q = random_tensor(rng, shape_of(c, c.hq, c.lq), c.dtype);
-      const Tensor k = random_tensor(rng, shape_of(c, c.hkv, c.lk), c.dtype);
-      expect_matches_reference(c, q, k, k);
+      for (DType dt : {DType::bf16, DType::f16}) {
+        const Case c{2, 4, 2, 130, 0, d, causal, d == 128, dt};
+        SCOPED_TRACE(describe(c));
+        const Tensor q = random_tensor(rng, shape_of(c, c.hq, c.lq), c.dtype);
+        const Tensor k = random_tensor(rng, shape_of(c, c.hkv, c.lk), c.dtype);
+        expect_matches_reference(c, q, k, k);
+        const AttentionOptions o = options_of(c);
+        const Tensor gq = q.to(kGpu), gk = k.to(kGpu);
+        const size_t numel = static_cast<size_t>(2 * 4 * 130 * d);
+        for (int rep = 0; rep < 3; ++rep) {
+          SCOPED_TRACE("attention_into, repetition " + std::to_string(rep));
+          const Shape os = shape_of(c, c.hq, c.lq);
+          const Shape wide_shape{os[0], os[1], os[2], d + 8};
+          const Tensor wide = poisoned(wide_shape, dt, kGpu);
+          const Tensor out = wide.slice(3, 0, d);
+          const Tensor lse = poisoned({2, 4, 130}, DType::f32, kGpu);
+          ASSERT_NO_THROW(attention_into(out, lse, gq, gk, gk, o, AttentionStrategy::Flash));
+          const std::vector<double> got = to_doubles(out.contiguous());
+          ASSERT_EQ(got.size(), numel);
+          size_t bad = 0;
+          for (size_t e = 0; e < got.size(); ++e) bad += got[e] != 0.0 ? 1 : 0;
+          EXPECT_EQ(bad, 0u) << "elements of out that are not zero";
+          for (double x : to_doubles(lse)) {
+            ASSERT_TRUE(std::isinf(x) && x < 0) << "lse " << x;
+          }
+          for (double x : to_doubles(wide.slice(3, d, d + 8).contiguous())) {
+            ASSERT_TRUE(std::isnan(x)) << "wrote outside out's view";
+          }
+        }
+      }
     }
   }
 }

@@ -157,6 +157,26 @@ def test_every_strategy_on_the_gpu(rng, gen, dtype, strategy, Lq):
 
 
 @needs_cuda
+def test_plan_reports_the_hopper_kernel():
+    """plan_attention's flash_wgmma: True for Flash with plain options on an sm_90 GPU (the
+    builds under test hold sm_90a code), False elsewhere and for options it does not take."""
+    hopper = torch.cuda.get_device_capability(0)[0] == 9
+    shapes = ((2, 8, 512, 128), (2, 2, 512, 128), (2, 2, 512, 128))
+    for dt in (torch.bfloat16, torch.float16):
+        for causal in (False, True):
+            p = rudnn.plan_attention(*shapes, dt, strategy="flash", device="cuda", is_causal=causal)
+            assert p["kernel"] == "Flash" and p["flash_wgmma"] is hopper, (dt, causal, p)
+        for d in (64, 256):
+            s = (1, 4, 300, d)
+            assert rudnn.plan_attention(s, s, s, dt, device="cuda")["flash_wgmma"] is hopper, (dt, d)
+        p = rudnn.plan_attention(*shapes, dt, strategy="flash", device="cuda", softcap=30.0)
+        assert p["flash_wgmma"] is False, ("softcap", dt, p)
+        s96 = (1, 4, 300, 96)
+        assert rudnn.plan_attention(s96, s96, s96, dt, device="cuda")["flash_wgmma"] is False, dt
+    assert rudnn.plan_attention(*shapes, torch.float32, device="cuda")["flash_wgmma"] is False
+
+
+@needs_cuda
 def test_varlen_on_the_gpu(rng, gen):
     lens = [5, 1, 17, 9]
     cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
