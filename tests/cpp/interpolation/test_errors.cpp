@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "options.h"
 #include "support/test_support.h"
 
 namespace rudnn::test {
@@ -11,22 +12,6 @@ namespace {
 using Mode = InterpolateMode;
 
 Tensor zeros(const Shape& s, DType dt = DType::f32) { return Tensor::zeros(s, dt); }
-
-InterpolateOptions by_size(Mode mode, std::vector<int64_t> size,
-                           std::optional<bool> align_corners = std::nullopt) {
-  InterpolateOptions o;
-  o.mode = mode;
-  o.size = std::move(size);
-  o.align_corners = align_corners;
-  return o;
-}
-
-InterpolateOptions by_scale(Mode mode, std::vector<double> scale) {
-  InterpolateOptions o;
-  o.mode = mode;
-  o.scale_factor = std::move(scale);
-  return o;
-}
 
 TEST(InterpolationErrors, Input) {
   const InterpolateOptions o = by_size(Mode::nearest, {4, 4});
