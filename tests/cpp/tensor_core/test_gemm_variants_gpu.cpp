@@ -389,6 +389,17 @@ void for_each_hopper_kernel(DType dtype, Fn fn) {
     }
 }
 
+// Options that pin one Hopper kernel (a for_each_hopper_kernel BN and cluster size).
+Options hopper_kernel(int block_n, int cluster,
+                      gemm::HopperSchedule schedule = gemm::HopperSchedule::Auto) {
+  Options o;
+  o.path = Path::Hopper;
+  o.schedule = schedule;
+  o.block_n = block_n;
+  o.cluster = cluster;
+  return o;
+}
+
 class GemmVariantsGpu : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GemmVariantsGpu, HopperKernelsWithAndWithoutClusters) {
@@ -397,10 +408,7 @@ TEST_P(GemmVariantsGpu, HopperKernelsWithAndWithoutClusters) {
   RUDNN_SEEDED_RNG(rng);
   const DType dtype = GetParam();
   for_each_hopper_kernel(dtype, [&](Layout la, Layout lb, int bn, int cluster) {
-    Options o;
-    o.path = Path::Hopper;
-    o.block_n = bn;
-    o.cluster = cluster;
+    const Options o = hopper_kernel(bn, cluster);
     // 3 M tiles (a pair's second block past M), N not a multiple of BN, K not of 64.
     check_dense(rng, dtype, 300, 333, 200, la, lb, o);
     check_dense(rng, dtype, 1, 17, 8, la, lb, o);
@@ -428,11 +436,7 @@ TEST_P(GemmVariantsGpu, CooperativeTmaStoreEpilogue) {
   RUDNN_SEEDED_RNG(rng);
   const DType dtype = GetParam();
   for_each_hopper_kernel(dtype, [&](Layout la, Layout lb, int bn, int cluster) {
-    Options o;
-    o.path = Path::Hopper;
-    o.schedule = gemm::HopperSchedule::Cooperative;
-    o.block_n = bn;
-    o.cluster = cluster;
+    Options o = hopper_kernel(bn, cluster, gemm::HopperSchedule::Cooperative);
     o.aligned_ldd = true;
     check_dense(rng, dtype, 300, 336, 200, la, lb, o);
     check_dense(rng, dtype, 1, 24, 8, la, lb, o);
@@ -450,10 +454,7 @@ TEST_P(GemmVariantsGpu, CooperativeTmaStoreEpilogue) {
     o.in_place = true;
     o.beta = 1.0f;
     check_dense(rng, dtype, 200, 520, 70, la, lb, o);
-    o = Options{};
-    o.path = Path::Hopper;
-    o.block_n = bn;
-    o.cluster = cluster;
+    o = hopper_kernel(bn, cluster);
     o.aligned_ldd = true;
     o.f32_out = true;
     check_dense(rng, dtype, 300, 336, 200, la, lb, o);
