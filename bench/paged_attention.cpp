@@ -84,8 +84,8 @@ void bench_decode(Bench& b) {
   const Shape cache{host.pages(), P, Hkv, D};
   const double kv_bytes = double(B) * Hkv * S * D * 2 * 2;
   const int sets = b.sets_for(size_t(kv_bytes));
-  const std::vector<Tensor> q = b.normals(sets, {B, Hq, D}, bf, 21), k = b.normals(sets, cache, bf, 22),
-                            v = b.normals(sets, cache, bf, 23);
+  const std::vector<Tensor> q = b.normals(sets, {B, Hq, D}, bf, 21),
+                            k = b.normals(sets, cache, bf, 22), v = b.normals(sets, cache, bf, 23);
   const std::vector<Tensor> out = b.empties(sets, {B, Hq, D}, bf);
   const auto plan = paged::DevicePlan::upload(host, q[0], b.stream);
   b.sync();
@@ -97,10 +97,10 @@ void bench_decode(Bench& b) {
         b.sync();
         const std::vector<int64_t> t0 = table_of_first(S, P, B);
         const Tensor qh = q[0].slice(0, 0, 1).to_host().view({1, 1, Hq, D}).transpose(1, 2);
-        const Tensor ref = attention(qh.contiguous(), gather0(host, t0, k[0], S),
-                                     gather0(host, t0, v[0], S),
-                                     AttentionOptions{}.set_scale(scale))
-                               .out;
+        const Tensor ref =
+            attention(qh.contiguous(), gather0(host, t0, k[0], S), gather0(host, t0, v[0], S),
+                      AttentionOptions{}.set_scale(scale))
+                .out;
         return bench::relative_l2_error(out[0].slice(0, 0, 1).to_host().view({1, Hq, 1, D}), ref);
       },
       2e-2);
@@ -137,8 +137,8 @@ void bench_mixed(Bench& b) {
   const Shape cache{host.pages(), P, Hkv, D};
   const double kv_bytes = double(B) * Hkv * S * D * 2 * 2;
   const int sets = b.sets_for(size_t(kv_bytes));
-  const std::vector<Tensor> q = b.normals(sets, {Q, Hq, D}, bf, 41), k = b.normals(sets, cache, bf, 42),
-                            v = b.normals(sets, cache, bf, 43);
+  const std::vector<Tensor> q = b.normals(sets, {Q, Hq, D}, bf, 41),
+                            k = b.normals(sets, cache, bf, 42), v = b.normals(sets, cache, bf, 43);
   const std::vector<Tensor> out = b.empties(sets, {Q, Hq, D}, bf);
   const auto plan = paged::DevicePlan::upload(host, q[0], b.stream);
   b.sync();
@@ -152,8 +152,7 @@ void bench_mixed(Bench& b) {
         const std::vector<int64_t>& t = tables.back();
         const Tensor qh = q[0].slice(0, Q - 1, Q).to_host().view({1, 1, Hq, D}).transpose(1, 2);
         const Tensor ref = attention(qh.contiguous(), gather0(host, t, k[0], S),
-                                     gather0(host, t, v[0], S),
-                                     AttentionOptions{}.set_scale(scale))
+                                     gather0(host, t, v[0], S), AttentionOptions{}.set_scale(scale))
                                .out;
         return bench::relative_l2_error(out[0].slice(0, Q - 1, Q).to_host().view({1, Hq, 1, D}),
                                         ref);
@@ -171,7 +170,8 @@ void bench_mla(Bench& b) {
   const paged::HostPlan host = decode_plan(B, S, P);
   const double bytes = double(B) * S * (R + Pd) * 2;
   const int sets = b.sets_for(size_t(bytes));
-  const std::vector<Tensor> q = b.normals(sets, {B, H, R}, bf, 31), qp = b.normals(sets, {B, H, Pd}, bf, 32),
+  const std::vector<Tensor> q = b.normals(sets, {B, H, R}, bf, 31),
+                            qp = b.normals(sets, {B, H, Pd}, bf, 32),
                             lat = b.normals(sets, {host.pages(), P, 1, R}, bf, 33),
                             kp = b.normals(sets, {host.pages(), P, 1, Pd}, bf, 34);
   const std::vector<Tensor> out = b.empties(sets, {B, H, R}, bf);
@@ -216,9 +216,21 @@ void run_variants(Bench& b) {
          t.decode_tensor_cores = false;
          t.decode_min_blocks = 3;
        }},
-      {"4 blocks/SM", [](KernelTuning& t) { t.decode_blocks_per_sm = 4; }},
-      {"8 blocks/SM", [](KernelTuning& t) { t.decode_blocks_per_sm = 8; }},
-      {"32 blocks/SM", [](KernelTuning& t) { t.decode_blocks_per_sm = 32; }},
+      {"4 blocks/SM",
+       [](KernelTuning& t) {
+         t.decode_blocks_per_sm = 4;
+         t.decode_waves = 0;
+       }},
+      {"8 blocks/SM",
+       [](KernelTuning& t) {
+         t.decode_blocks_per_sm = 8;
+         t.decode_waves = 0;
+       }},
+      {"32 blocks/SM",
+       [](KernelTuning& t) {
+         t.decode_blocks_per_sm = 32;
+         t.decode_waves = 0;
+       }},
       {"general kernel", [](KernelTuning& t) { t.decode_kernel = false; }},
       {"heads fastest", [](KernelTuning& t) { t.decode_heads_fastest = true; }},
       {"2 heads/block", [](KernelTuning& t) { t.decode_heads_per_block = 2; }},
@@ -232,20 +244,23 @@ void run_variants(Bench& b) {
        [](KernelTuning& t) {
          t.decode_heads_per_block = 4;
          t.decode_blocks_per_sm = 8;
+         t.decode_waves = 0;
        }},
       {"4 heads/block, 12 blocks/SM, heads fastest",
        [](KernelTuning& t) {
          t.decode_heads_per_block = 4;
          t.decode_blocks_per_sm = 12;
+         t.decode_waves = 0;
          t.decode_heads_fastest = true;
        }},
       {"4 heads/block, 8 blocks/SM, 4 stages",
        [](KernelTuning& t) {
          t.decode_heads_per_block = 4;
          t.decode_blocks_per_sm = 8;
+         t.decode_waves = 0;
          t.decode_stages = 4;
        }},
-      {"1 wave", [](KernelTuning& t) { t.decode_waves = 1; }},
+      {"splits by blocks per SM", [](KernelTuning& t) { t.decode_waves = 0; }},
       {"2 waves", [](KernelTuning& t) { t.decode_waves = 2; }},
       {"4 heads/block, 1 wave, heads fastest",
        [](KernelTuning& t) {
@@ -270,6 +285,7 @@ void run_variants(Bench& b) {
        [](KernelTuning& t) {
          t.decode_heads_per_block = 2;
          t.decode_blocks_per_sm = 8;
+         t.decode_waves = 0;
          t.decode_heads_fastest = true;
        }},
   };

@@ -34,8 +34,10 @@ struct KernelTuning {
   int decode_heads_per_block = 1;
   // Decode splits sized in waves (0: by decode_blocks_per_sm): at most decode_waves times
   // decode_resident blocks per multiprocessor (the residency assumed), as many splits as fit
-  // (the fewest blocks are one wave, no idle tail of a partial wave).
-  int decode_waves = 0;
+  // (the fewest blocks are one wave, no idle tail of a partial wave). One wave is the
+  // default: B64 Hq32 Hkv8 S4096 D128 page 16 reads K and V at 84.3 % of copy against 75.2 %
+  // by blocks per multiprocessor (round 50, bench/RESULTS.md).
+  int decode_waves = 1;
   int decode_resident = 4;
   // The decode grid takes the KV-head groups fastest (the blocks that read one page run
   // side by side), else the splits.
