@@ -43,21 +43,36 @@ constexpr int kOutThreads = 256;
 // Value columns per state block. (Measured, S9 round B: 16 columns, two blocks an SM for
 // B1 H32, were no faster: 3.51 against 3.43 ms, and slower for B4 H16: 0.91 against 0.75.)
 constexpr int kSlab = 32;
-constexpr int kMaxOutCols = 128;  // value columns per output block (fewer when they do not fit)
+// Value columns per output block (fewer when they do not fit): 64 rather than all of a
+// 128-wide V so that four blocks fit an SM (about 54 KB each at chunk 64, K = 128, 16-bit)
+// instead of two; the second block of a chunk reads Q and Q K^T again, from L2.
+constexpr int kMaxOutCols = 64;
 
 __host__ __device__ constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // The output kernel's shared memory for `vo` value columns a block: Q [Cp][ldk], S_c
-// [Kp][vo + pad], Q K^T [Cp][ldc], V' [Cp][vo + pad], G [Cp], O [Cp][vo + pad].
+// [Kp][vo + pad], Q K^T [Cp][ldc], V' [Cp][vo + pad], G [Cp].
 struct OutLayout {
-  int64_t ldo, q, s, a, v, g, o, bytes;
+  int64_t ldo, q, s, a, v, g, bytes;
 };
 
-// The state kernel's shared memory for `cols` value columns a block: S_c [Kp][ldv], V' and
+// The state kernel's shared memory for `cols` value columns a block: S_c [Kp][ldv] and
 // V' exp(G_last - G) [Cp][ldv], then per operand stage W and K [Cp][ldk], U [Cp][ldv], G [Cp].
 struct StateLayout {
-  int64_t ldv, s, v, vk, single, w, k, u, g, stage;
+  int64_t ldv, s, vk, single, w, k, u, g, stage;
   __host__ __device__ int64_t bytes(int stages) const { return single + stages * stage; }
+};
+
+// A bump allocator over one buffer (a kernel's shared memory, the workspace): each take
+// returns the next free byte offset and moves past `bytes`, rounded up to `align`.
+struct Carve {
+  int64_t at = 0, align;
+  __host__ __device__ explicit Carve(int64_t a) : align(a) {}
+  __host__ __device__ int64_t take(int64_t bytes) {
+    const int64_t here = at;
+    at = round_up(at + bytes, align);
+    return here;
+  }
 };
 
 // Sizes, strides and the shared/global layouts, the same on the host and the device. Rows of
@@ -89,75 +104,53 @@ struct Geometry {
     ldx = (Kp > Vp ? Kp : Vp) + pad;
     ldc = Cp + pad;
     lda = Cp + 1;
-    int64_t at = 0;
-    auto take = [&](int64_t bytes) {
-      const int64_t here = at;
-      at = round_up(at + bytes, 16);
-      return here;
-    };
-    prep_ks = take(Cp * ldk * item);
-    prep_xs = take(Cp * ldx * item);
-    prep_a = take(Cp * lda * 4);
-    prep_x = take(16 * Cp * 4);
-    prep_t16 = take(item == 2 ? Cp * ldc * item : 0);
-    prep_g = take(Cp * 4);
-    prep_b = take(Cp * 4);
-    prep_bytes = at;
-    at = 0;
-    auto take_ws = [&](int64_t bytes) {
-      const int64_t here = at;
-      at = round_up(at + bytes, 256);
-      return here;
-    };
+    Carve sm(16);
+    prep_ks = sm.take(Cp * ldk * item);
+    prep_xs = sm.take(Cp * ldx * item);
+    prep_a = sm.take(Cp * lda * 4);
+    prep_x = sm.take(16 * Cp * 4);
+    prep_t16 = sm.take(item == 2 ? Cp * ldc * item : 0);
+    prep_g = sm.take(Cp * 4);
+    prep_b = sm.take(Cp * 4);
+    prep_bytes = sm.at;
+    Carve wk(256);
     const int64_t units = slots * p.heads;
-    ws_w = take_ws(units * Cp * Kp * item);
-    ws_u = take_ws(units * Cp * Vp * item);
-    ws_a = take_ws(units * Cp * Cp * item);
+    ws_w = wk.take(units * Cp * Kp * item);
+    ws_u = wk.take(units * Cp * Vp * item);
+    ws_a = wk.take(units * Cp * Cp * item);
     fstride = 2 * Cp + 16;
-    ws_g = take_ws(units * fstride * 4);
-    ws_s = take_ws(units * Kp * Vp * item);
-    ws_cf = take_ws((p.sequences + 1) * 4);
-    ws_bytes = at;
+    ws_g = wk.take(units * fstride * 4);
+    ws_s = wk.take(units * Kp * Vp * item);
+    ws_cf = wk.take((p.sequences + 1) * 4);
+    ws_bytes = wk.at;
   }
 
   __host__ __device__ StateLayout state_layout(int64_t cols) const {
     StateLayout l{};
     l.ldv = cols + pad;
-    int64_t at = 0;
-    auto take = [&](int64_t bytes) {
-      const int64_t here = at;
-      at = round_up(at + bytes, 16);
-      return here;
-    };
-    l.s = take(Kp * l.ldv * item);
-    l.v = take(Cp * l.ldv * item);
-    l.vk = take(Cp * l.ldv * item);
-    l.single = at;
-    at = 0;
-    l.w = take(Cp * ldk * item);
-    l.k = take(Cp * ldk * item);
-    l.u = take(Cp * l.ldv * item);
-    l.g = take((Cp + 16) * 4);
-    l.stage = at;
+    Carve single(16);
+    l.s = single.take(Kp * l.ldv * item);
+    l.vk = single.take(Cp * l.ldv * item);
+    l.single = single.at;
+    Carve stage(16);
+    l.w = stage.take(Cp * ldk * item);
+    l.k = stage.take(Cp * ldk * item);
+    l.u = stage.take(Cp * l.ldv * item);
+    l.g = stage.take((Cp + 16) * 4);
+    l.stage = stage.at;
     return l;
   }
 
   __host__ __device__ OutLayout out_layout(int64_t vo) const {
     OutLayout o{};
     o.ldo = vo + pad;
-    int64_t at = 0;
-    auto take = [&](int64_t bytes) {
-      const int64_t here = at;
-      at = round_up(at + bytes, 16);
-      return here;
-    };
-    o.q = take(Cp * ldk * item);
-    o.s = take(Kp * o.ldo * item);
-    o.a = take(Cp * ldc * item);
-    o.v = take(Cp * o.ldo * item);
-    o.g = take(Cp * 4);
-    o.o = take(Cp * o.ldo * item);
-    o.bytes = at;
+    Carve sm(16);
+    o.q = sm.take(Cp * ldk * item);
+    o.s = sm.take(Kp * o.ldo * item);
+    o.a = sm.take(Cp * ldc * item);
+    o.v = sm.take(Cp * o.ldo * item);
+    o.g = sm.take(Cp * 4);
+    o.bytes = sm.at;
     return o;
   }
 };
@@ -220,6 +213,35 @@ __device__ __forceinline__ void tile_mma(float (&acc)[kN][4], const OA& a, const
         uint32_t bf[2];
         b.b_frag(bf, n0 + 8 * j, k);
         rudnn::cuda::tc::mma_16816<T>(acc[j], af, bf);
+      }
+    }
+  }
+}
+
+// Two products over [0, K) in one pass whose operands share fragments: acc0 += A0 B0 and
+// acc1 += A1 B1 where kShareA (A1 is A0: its fragment is loaded once) or else B1 is B0 (its
+// fragments loaded once). Fewer ldmatrix than two tile_mma calls: the prepare kernel is bound
+// by shared-memory traffic.
+template <class T, bool kShareA, int kN, class OA0, class OB0, class OA1, class OB1>
+__device__ __forceinline__ void tile_mma_two(float (&acc0)[kN][4], float (&acc1)[kN][4],
+                                             const OA0& a0, const OB0& b0, const OA1& a1,
+                                             const OB1& b1, int m0, int n0, int K) {
+  if constexpr (std::is_same_v<T, float>) {
+    tile_mma<T>(acc0, a0, b0, m0, n0, K);
+    tile_mma<T>(acc1, a1, b1, m0, n0, K);
+  } else {
+#pragma unroll 2
+    for (int k = 0; k < K; k += 16) {
+      uint32_t af0[4], af1[4];
+      a0.a_frag(af0, m0, k);
+      if constexpr (!kShareA) a1.a_frag(af1, m0, k);
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        uint32_t bf0[2], bf1[2];
+        b0.b_frag(bf0, n0 + 8 * j, k);
+        if constexpr (kShareA) b1.b_frag(bf1, n0 + 8 * j, k);
+        rudnn::cuda::tc::mma_16816<T>(acc0[j], af0, bf0);
+        rudnn::cuda::tc::mma_16816<T>(acc1[j], kShareA ? af0 : af1, kShareA ? bf1 : bf0);
       }
     }
   }
@@ -324,17 +346,18 @@ __device__ __forceinline__ void for_grid(int rows, int cols, F&& f) {
 // Copies a rows x cols tile (row-major, `ld_src` apart) into shared memory (`ld_dst` apart),
 // zeros past rows_valid / cols_valid. async: 16-byte cp.async with zero fill, joining the
 // thread's current group (cols and cols_valid whole 16-byte chunks, both sides 16-byte
-// aligned); else plain loads and stores, visible after the next __syncthreads.
+// aligned); else plain loads and stores, visible after the next __syncthreads. Offsets inside
+// a tile are 32-bit (rows and ld_src at most a few hundred; src carries the 64-bit part):
+// these copies are issued on the state kernel's sequential path.
 template <class T>
-__device__ __forceinline__ void copy_tile(T* dst, int ld_dst, const T* src, int64_t ld_src,
-                                          int rows, int rows_valid, int cols, int cols_valid,
-                                          bool async) {
+__device__ __forceinline__ void copy_tile(T* dst, int ld_dst, const T* src, int ld_src, int rows,
+                                          int rows_valid, int cols, int cols_valid, bool async) {
   if (async) {
     constexpr int per = 16 / int(sizeof(T));
     for_grid(rows, cols / per, [&](int r, int piece) {
       const int c = piece * per;
       const bool in = r < rows_valid && c < cols_valid;
-      rudnn::cuda::tc::cp_async_16(dst + r * ld_dst + c, in ? src + r * ld_src + c : src,
+      rudnn::cuda::tc::cp_async_16(dst + r * ld_dst + c, src + (in ? r * ld_src + c : 0),
                                    in ? 16u : 0u);
     });
   } else {
@@ -448,9 +471,9 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
   auto issue_kq = [&](const Place& pl, int64_t u) {
     if (pl.rows > 0) {
       const int64_t row0 = first_row(pl, u);
-      copy_tile<T>(Ks, ldk, static_cast<const T*>(p.k) + row0 * Dk, Dk, Cp, pl.rows, Kp,
+      copy_tile<T>(Ks, ldk, static_cast<const T*>(p.k) + row0 * Dk, int(Dk), Cp, pl.rows, Kp,
                    int(Dk), p.async_qk);
-      copy_tile<T>(Xs, ldx, static_cast<const T*>(p.q) + row0 * Dk, Dk, Cp, pl.rows, Kp,
+      copy_tile<T>(Xs, ldx, static_cast<const T*>(p.q) + row0 * Dk, int(Dk), Cp, pl.rows, Kp,
                    int(Dk), p.async_qk);
     }
     rudnn::cuda::tc::cp_async_commit();
@@ -503,8 +526,8 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
     for_tiles<2>(Cp, Cp, [&](int m0, int n0) {
       float kk[2][4] = {}, qk[2][4] = {};
       if (n0 <= m0 + 15) {  // not wholly above the diagonal
-        tile_mma<T>(kk, Op<T, true>{Ks, ldk}, Op<T, true>{Ks, ldk}, m0, n0, Kp);
-        tile_mma<T>(qk, Op<T, true>{Xs, ldx}, Op<T, true>{Ks, ldk}, m0, n0, Kp);
+        const Op<T, true> ko{Ks, ldk};
+        tile_mma_two<T, false>(kk, qk, ko, ko, Op<T, true>{Xs, ldx}, ko, m0, n0, Kp);
       }
       for_pairs<2>(m0, n0, [&](int jt, int e, int i, int j) {
         const float d0 = j <= i ? expf(Gs[i] - Gs[j]) : 0.0f;
@@ -519,7 +542,7 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
 
     // T = (I + A)^-1. T[i][j] (i > j) is stored at Af[j][i]; its diagonal is 1 (implicit).
     // V into Q's place (Q K^T is done), landing while T is solved.
-    copy_tile<T>(Xs, ldx, v, Dv, Cp, L, Vp, int(Dv), p.async_v);
+    copy_tile<T>(Xs, ldx, v, int(Dv), Cp, L, Vp, int(Dv), p.async_v);
     rudnn::cuda::tc::cp_async_commit();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     const int solver_warps = (Cp + 31) / 32;  // <= 4 of the 8
@@ -545,39 +568,55 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
     __syncthreads();
     // 2) Block row bi from the rows above: T_bi,j = -T_bi,bi sum_{m=j}^{bi-1} A_bi,m T_m,j.
     //    Thread (rr, cc) of the 16 x 16 grid (kPrepThreads = 256) computes column cc of every
-    //    16-column block bc < bi; terms summed in ascending m. Every inner loop runs a whole
-    //    16-block, unrolled, with the triangles as predicates (not as variable trip counts), so
-    //    that its shared loads issue together instead of one loop turn at a time.
+    //    16-column block bc < bi; each sum's terms in ascending m. The walk goes over the
+    //    16-blocks bm of A's row once, loading them into registers for all the bc <= bm that
+    //    use them (shared-memory loads are what this kernel is bound by); the loops over a
+    //    16-block are unrolled with the triangles as predicates, so that the loads issue
+    //    together.
     static_assert(kPrepThreads == 256, "the block-row solve maps one thread per 16 x 16 element");
+    constexpr int kBlocks = int(kMaxChunk) / 16;
     auto t_at = [&](int i, int j) { return i == j ? 1.0f : (i > j ? Af[j * lda + i] : 0.0f); };
     const int rr = threadIdx.x / 16, cc = threadIdx.x % 16;
     for (int bi = 1; bi < Cp / 16; ++bi) {
       const int R0 = bi * 16;
       const float* arow = Af + (R0 + rr) * lda;  // A[R0 + rr][m], m < R0
-      for (int bc = 0; bc < bi; ++bc) {
-        const int c = 16 * bc + cc;
-        const float* tcol = Af + c * lda;  // T[m][c] at tcol[m], m > c
-        float s = 0.0f;
+      float x[kBlocks - 1];                      // X[rr][16 bc + cc]
 #pragma unroll
-        for (int q = 0; q < 16; ++q) {  // the unit lower triangle of block (bc, bc)
-          const int m = 16 * bc + q;
-          if (q == cc) s += arow[m];
-          if (q > cc) s += arow[m] * tcol[m];
-        }
-        for (int bm = bc + 1; bm < bi; ++bm) {
+      for (int bc = 0; bc < kBlocks - 1; ++bc) x[bc] = 0.0f;
+      for (int bm = 0; bm < bi; ++bm) {
+        float a[16];
 #pragma unroll
-          for (int q = 0; q < 16; ++q) s += arow[16 * bm + q] * tcol[16 * bm + q];
+        for (int q = 0; q < 16; ++q) a[q] = arow[16 * bm + q];
+#pragma unroll
+        for (int bc = 0; bc < kBlocks - 1; ++bc) {
+          const float* tcol = Af + (16 * bc + cc) * lda + 16 * bm;  // T[16 bm + q][16 bc + cc]
+          if (bc == bm) {
+#pragma unroll
+            for (int q = 0; q < 16; ++q) {  // the unit lower triangle of block (bc, bc)
+              if (q == cc) x[bc] += a[q];
+              if (q > cc) x[bc] += a[q] * tcol[q];
+            }
+          } else if (bc < bm) {
+#pragma unroll
+            for (int q = 0; q < 16; ++q) x[bc] += a[q] * tcol[q];
+          }
         }
-        Xf[rr * Cp + c] = s;
       }
+#pragma unroll
+      for (int bc = 0; bc < kBlocks - 1; ++bc)
+        if (bc < bi) Xf[rr * Cp + 16 * bc + cc] = x[bc];
       __syncthreads();
-      const float* tdiag = Af + R0 * lda + R0 + rr;  // T[R0 + rr][R0 + m] at tdiag[m * lda], m < rr
+      // Times T_bi,bi: T[R0 + rr][R0 + m] (m < rr), loaded once for every bc.
+      const float* tdiag = Af + R0 * lda + R0 + rr;
+      float td[16];
+#pragma unroll
+      for (int m = 0; m < 16; ++m) td[m] = m < rr ? tdiag[m * lda] : 0.0f;
       for (int bc = 0; bc < bi; ++bc) {
         const int c = 16 * bc + cc;
         float s = Xf[rr * Cp + c];
 #pragma unroll
         for (int m = 0; m < 16; ++m)
-          if (m < rr) s += tdiag[m * lda] * Xf[m * Cp + c];
+          if (m < rr) s += td[m] * Xf[m * Cp + c];
         Af[c * lda + R0 + rr] = -s;
       }
       __syncthreads();
@@ -598,23 +637,39 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
     T* Wg = reinterpret_cast<T*>(ws + geo.ws_w) + unit * geo.Cp * geo.Kp;
     T* Ug = reinterpret_cast<T*>(ws + geo.ws_u) + unit * geo.Cp * geo.Vp;
     float* Fg = reinterpret_cast<float*>(ws + geo.ws_g) + unit * geo.fstride;
-    // W = T (beta exp(G) K), U = T (beta V).
-    auto solve_rhs = [&](const T* rhs, int ld_rhs, int N, T* out) {
-      for_tiles<2>(Cp, N, [&](int m0, int n0) {
-        float acc[2][4] = {};
-        const int K = m0 + 16;  // T is lower triangular
-        if constexpr (std::is_same_v<T, float>) {
-          tile_mma<T>(acc, TriView{Af, lda}, Op<T, false>{rhs, ld_rhs}, m0, n0, K);
-        } else {
-          tile_mma<T>(acc, Op<T, true>{T16, ldc}, Op<T, false>{rhs, ld_rhs}, m0, n0, K);
-        }
+    // W = T (beta exp(G) K), U = T (beta V); T is lower triangular, so a tile of rows m0..
+    // needs columns [0, m0 + 16) of it. Where K and V have one width, both products in one
+    // pass over the tiles (T's fragment loaded once for the two).
+    auto solve = [&](const auto& tri) {
+      auto put = [&](const float (&acc)[2][4], T* out, int N, int m0, int n0) {
         for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
           store_pair(out + int64_t(i) * N + c, acc[jt][e], acc[jt][e + 1]);
         });
-      });
+      };
+      if (Kp == Vp) {
+        for_tiles<2>(Cp, Kp, [&](int m0, int n0) {
+          float w[2][4] = {}, u[2][4] = {};
+          tile_mma_two<T, true>(w, u, tri, Op<T, false>{Ks, ldk}, tri, Op<T, false>{Xs, ldx}, m0,
+                                n0, m0 + 16);
+          put(w, Wg, Kp, m0, n0);
+          put(u, Ug, Vp, m0, n0);
+        });
+      } else {
+        auto one = [&](const T* rhs, int ld_rhs, int N, T* out) {
+          for_tiles<2>(Cp, N, [&](int m0, int n0) {
+            float acc[2][4] = {};
+            tile_mma<T>(acc, tri, Op<T, false>{rhs, ld_rhs}, m0, n0, m0 + 16);
+            put(acc, out, N, m0, n0);
+          });
+        };
+        one(Ks, ldk, Kp, Wg);
+        one(Xs, ldx, Vp, Ug);
+      }
     };
-    solve_rhs(Ks, ldk, Kp, Wg);
-    solve_rhs(Xs, ldx, Vp, Ug);
+    if constexpr (std::is_same_v<T, float>)
+      solve(TriView{Af, lda});
+    else
+      solve(Op<T, true>{T16, ldc});
     const float g_last = Gs[L - 1];
     for (int i = threadIdx.x; i < Cp; i += blockDim.x) {
       Fg[i] = p.scale * expf(Gs[i]);
@@ -625,25 +680,13 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
   }
 }
 
-// Copies rows x cols from shared memory to global memory in 16-byte pieces (cols whole
-// pieces; both sides' rows 16-byte aligned), so that the workspace writes are coalesced.
-template <class T>
-__device__ __forceinline__ void store_tile(T* dst, int64_t ld_dst, const T* src, int ld_src,
-                                           int rows, int cols) {
-  constexpr int per = 16 / int(sizeof(T));
-  for_grid(rows, cols / per, [&](int r, int piece) {
-    const int c = piece * per;
-    *reinterpret_cast<uint4*>(dst + r * ld_dst + c) =
-        *reinterpret_cast<const uint4*>(src + r * ld_src + c);
-  });
-}
-
 // The state pass. One block per (sequence, head, slab of kCols value columns), slabs of a
 // head adjacent in the grid so that they read W and K while those are in L2. Warp w keeps
 // rows [16 (w + 8 j), +16) of the FP32 state slab in registers (the update product's
-// accumulators). Per chunk: S_c in q's dtype to shared memory and the workspace; V' = U - W
-// S_c (written over U's place, read by the output kernel); S = exp(G_last) S + K^T (V'
-// exp(G_last - G)). Two barriers a chunk; the next chunk's operands land meanwhile.
+// accumulators). Per chunk: S_c in q's dtype to shared memory and (from the registers) the
+// workspace; V' = U - W S_c (from the accumulators to U's place in the workspace, read by the
+// output kernel); S = exp(G_last) S + K^T (V' exp(G_last - G)). Two barriers a chunk; the
+// next chunk's operands land meanwhile.
 // (Measured, round B: forming the output here too, as round 42 did, was slower than the
 // S_c / V' round trip through memory: 0.90 / 3.50 ms against 0.75 / 3.29 ms.)
 template <class T, int kCols>
@@ -669,7 +712,6 @@ __global__ void __launch_bounds__(kStateThreads, 2)
   const int ldk = int(geo.ldk), lds = int(lay.ldv);
 
   T* Ss = reinterpret_cast<T*>(smem + lay.s);   // S_c, [Kp][lds]
-  T* Vs = reinterpret_cast<T*>(smem + lay.v);   // V', [Cp][lds]
   T* Vk = reinterpret_cast<T*>(smem + lay.vk);  // V' exp(G_last - G), [Cp][lds]
   const int64_t stage_bytes = lay.stage;
   // (The modulo by a constant 2 or 3, not a 64-bit division by a runtime value.)
@@ -681,20 +723,32 @@ __global__ void __launch_bounds__(kStateThreads, 2)
   const T* k = static_cast<const T*>(p.k);
   auto rows_of = [&](int64_t ci) { return int(min(geo.C, r.last - (r.first + ci * geo.C))); };
   auto unit_of = [&](int64_t ci) { return (slot0 + ci) * H + h; };
-  // One cp.async group per call (empty past the last chunk).
+  // One cp.async group per call (empty past the last chunk). W and K share their tile shape,
+  // so one walk over the pieces issues both (K by plain loads when it is not 16-byte aligned).
   auto issue = [&](int64_t ci) {
     if (ci < count) {
       unsigned char* b = stage(ci);
       const int64_t u = unit_of(ci);
-      copy_tile<T>(reinterpret_cast<T*>(b + lay.w), ldk,
-                   reinterpret_cast<const T*>(ws + geo.ws_w) + u * geo.Cp * geo.Kp, Kp, Cp, Cp, Kp,
-                   Kp, true);
+      const T* wsrc = reinterpret_cast<const T*>(ws + geo.ws_w) + u * geo.Cp * geo.Kp;
       const int64_t row0 = (r.entry * H + h) * p.steps + r.first + ci * geo.C;
-      copy_tile<T>(reinterpret_cast<T*>(b + lay.k), ldk, k + row0 * Dk, Dk, Cp, rows_of(ci), Kp,
-                   int(Dk), p.async_qk);
+      const T* ksrc = k + row0 * Dk;
+      T* wdst = reinterpret_cast<T*>(b + lay.w);
+      T* kdst = reinterpret_cast<T*>(b + lay.k);
+      const int rows = rows_of(ci), dk = int(Dk);
+      const bool async_k = p.async_qk;
+      constexpr int per = 16 / int(sizeof(T));
+      for_grid(Cp, Kp / per, [&](int rr, int piece) {
+        const int c = piece * per, d = rr * ldk + c;
+        rudnn::cuda::tc::cp_async_16(wdst + d, wsrc + rr * Kp + c, 16u);
+        if (async_k) {
+          const bool in = rr < rows && c < dk;
+          rudnn::cuda::tc::cp_async_16(kdst + d, ksrc + (in ? rr * dk + c : 0), in ? 16u : 0u);
+        }
+      });
+      if (!async_k) copy_tile<T>(kdst, ldk, ksrc, dk, Cp, rows, Kp, dk, false);
       copy_tile<T>(reinterpret_cast<T*>(b + lay.u), lds,
-                   reinterpret_cast<const T*>(ws + geo.ws_u) + u * geo.Cp * geo.Vp + v0, geo.Vp, Cp,
-                   Cp, kCols, cw, true);
+                   reinterpret_cast<const T*>(ws + geo.ws_u) + u * geo.Cp * geo.Vp + v0,
+                   int(geo.Vp), Cp, Cp, kCols, cw, true);
       copy_tile<float>(reinterpret_cast<float*>(b + lay.g), Cp,
                        reinterpret_cast<const float*>(ws + geo.ws_g) + u * geo.fstride + geo.Cp,
                        Cp + 16, 1, 1, Cp + 16, Cp + 16, true);
@@ -720,12 +774,17 @@ __global__ void __launch_bounds__(kStateThreads, 2)
   for (int64_t ci = 0; ci < count; ++ci) {
     const int L = rows_of(ci);
     const int64_t unit = unit_of(ci);
+    // S_c in q's dtype: to shared memory for W S_c, and from the registers straight to the
+    // workspace (the columns inside Vp), off the path behind the barrier.
+    T* Sg = reinterpret_cast<T*>(ws + geo.ws_s) + unit * geo.Kp * geo.Vp + v0;
+    const int vp = int(geo.Vp);
 #pragma unroll
     for (int j = 0; j < kRowTiles; ++j) {
       const int m0 = 16 * (warp + kWarps * j);
       if (m0 >= Kp) continue;
       for_pairs<kCols / 8>(m0, 0, [&](int jt, int e, int kk, int c) {
         store_pair(Ss + kk * lds + c, S[j][jt][e], S[j][jt][e + 1]);
+        if (c < cw) store_pair(Sg + kk * vp + c, S[j][jt][e], S[j][jt][e + 1]);
       });
     }
     if (stages == 1) {
@@ -744,11 +803,12 @@ __global__ void __launch_bounds__(kStateThreads, 2)
     const T* K = reinterpret_cast<const T*>(b + lay.k);
     const T* U = reinterpret_cast<const T*>(b + lay.u);
     const float* F = reinterpret_cast<const float*>(b + lay.g);  // exp(G_last - G), exp(G_last)
-    store_tile(reinterpret_cast<T*>(ws + geo.ws_s) + unit * geo.Kp * geo.Vp + v0, geo.Vp, Ss, lds,
-               Kp, cw);
 
-    // V' = U - W S_c (zero past the chunk's rows and past V).
-    // 16 x 16 tiles (the A fragment shared by two) where the slab is wide enough.
+    // V' = U - W S_c (zero past the chunk's rows and past V), from the registers to the
+    // workspace over U's place (the output kernel reads it) and, times exp(G_last - G), to
+    // shared memory for the update. 16 x 16 tiles (the A fragment shared by two) where the
+    // slab is wide enough.
+    T* Vg = reinterpret_cast<T*>(ws + geo.ws_u) + unit * geo.Cp * geo.Vp + v0;
     constexpr int kVN = kCols >= 32 ? 2 : 1;
     for_tiles<kVN>(Cp, kCols, [&](int m0, int n0) {
       float acc[kVN][4] = {};
@@ -759,13 +819,11 @@ __global__ void __launch_bounds__(kStateThreads, 2)
         const float x1 =
             row_in && v0 + c + 1 < Dv ? to_float(U[i * lds + c + 1]) - acc[jt][e + 1] : 0.0f;
         const float d = F[i];  // 0 past the chunk's rows
-        store_pair(Vs + i * lds + c, x0, x1);
+        if (c < cw) store_pair(Vg + i * vp + c, x0, x1);
         store_pair(Vk + i * lds + c, x0 * d, x1 * d);
       });
     });
     __syncthreads();
-    store_tile(reinterpret_cast<T*>(ws + geo.ws_u) + unit * geo.Cp * geo.Vp + v0, geo.Vp, Vs, lds,
-               Cp, cw);
 
     // S = exp(G_last) S + K^T (V' exp(G_last - G)), accumulated in FP32 registers.
     const float decay = F[Cp];
@@ -794,10 +852,11 @@ __global__ void __launch_bounds__(kStateThreads, 2)
 
 // The output, per (chunk, head, vo value columns), in parallel once every S_c is known:
 // O = scale exp(G) (Q S_c) + (Q K^T) V' (prepare applied the scale and decay to Q K^T),
-// staged in shared memory so that its rows are stored whole (16-byte pieces when vector_y:
-// y 16-byte aligned and V x itemsize a multiple of 16).
+// stored from the accumulators (pairs of adjacent values when vector_y: y 16-byte aligned
+// and V x itemsize a multiple of 16; a warp's two 8-column tiles fill 32-byte sectors).
+// (No staging of O in shared memory: it would cost the fourth block an SM.)
 template <class T>
-__global__ void __launch_bounds__(kOutThreads)
+__global__ void __launch_bounds__(kOutThreads, sizeof(T) == 4 ? 2 : 4)
     output_kernel(const Chunked p, const unsigned char* ws, int vo, bool vector_y) {
   extern __shared__ __align__(16) unsigned char smem[];
   const Geometry geo(p);
@@ -820,37 +879,39 @@ __global__ void __launch_bounds__(kOutThreads)
   T* As = reinterpret_cast<T*>(smem + lay.a);
   T* Vs = reinterpret_cast<T*>(smem + lay.v);
   float* G = reinterpret_cast<float*>(smem + lay.g);
-  T* Os = reinterpret_cast<T*>(smem + lay.o);
-  copy_tile<T>(Qs, ldk, static_cast<const T*>(p.q) + row0 * Dk, Dk, Cp, L, Kp, int(Dk), p.async_qk);
+  copy_tile<T>(Qs, ldk, static_cast<const T*>(p.q) + row0 * Dk, int(Dk), Cp, L, Kp, int(Dk),
+               p.async_qk);
   copy_tile<T>(Ss, ldo, reinterpret_cast<const T*>(ws + geo.ws_s) + unit * geo.Kp * geo.Vp + vo0,
-               geo.Vp, Kp, Kp, vo, cw, true);
+               int(geo.Vp), Kp, Kp, vo, cw, true);
   copy_tile<T>(As, ldc, reinterpret_cast<const T*>(ws + geo.ws_a) + unit * geo.Cp * geo.Cp, Cp, Cp,
                Cp, Cp, Cp, true);
   copy_tile<T>(Vs, ldo, reinterpret_cast<const T*>(ws + geo.ws_u) + unit * geo.Cp * geo.Vp + vo0,
-               geo.Vp, Cp, Cp, vo, cw, true);
+               int(geo.Vp), Cp, Cp, vo, cw, true);
   copy_tile<float>(G, Cp, reinterpret_cast<const float*>(ws + geo.ws_g) + unit * geo.fstride, Cp, 1,
                    1, Cp, Cp, true);
   rudnn::cuda::tc::cp_async_commit();
   rudnn::cuda::tc::cp_async_wait<0>();
   __syncthreads();
 
-  T* y = static_cast<T*>(p.y);
+  T* y = static_cast<T*>(p.y) + row0 * Dv + vo0;
+  const int cols = int(min(int64_t(vo), Dv - vo0));  // this block's columns inside V
   for_tiles<2>(Cp, vo, [&](int m0, int n0) {
     float qs[2][4] = {}, av[2][4] = {};
     tile_mma<T>(qs, Op<T, true>{Qs, ldk}, Op<T, false>{Ss, ldo}, m0, n0, Kp);
     tile_mma<T>(av, Op<T, true>{As, ldc}, Op<T, false>{Vs, ldo}, m0, n0, m0 + 16);
     for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
+      if (i >= L || c >= cols) return;
       const float f = G[i];  // scale exp(G_i)
-      store_pair(Os + i * ldo + c, f * qs[jt][e] + av[jt][e], f * qs[jt][e + 1] + av[jt][e + 1]);
+      const float o0 = f * qs[jt][e] + av[jt][e], o1 = f * qs[jt][e + 1] + av[jt][e + 1];
+      T* at = y + int64_t(i) * Dv + c;
+      if (vector_y) {  // cols is even then
+        store_pair(at, o0, o1);
+      } else {
+        at[0] = from_float<T>(o0);
+        if (c + 1 < cols) at[1] = from_float<T>(o1);
+      }
     });
   });
-  __syncthreads();
-  const int cols = int(min(int64_t(vo), Dv - vo0));  // this block's columns inside V
-  if (vector_y) {
-    store_tile(y + row0 * Dv + vo0, Dv, Os, ldo, L, cols);
-  } else {
-    for_grid(L, cols, [&](int i, int c) { y[(row0 + i) * Dv + vo0 + c] = Os[i * ldo + c]; });
-  }
 }
 
 // The widest output block (a multiple of 16 value columns, at most `widest`) whose shared
