@@ -1,8 +1,8 @@
 // The paged family's benchmark cases (issue 13), bf16, page size 16, pages scattered over
 // the cache by a fixed permutation (so that no sequence's pages are contiguous):
 //   decode B64 Hq32 Hkv8 D128, 4096 keys each (one query per sequence): GB/s of K + V;
-//   MLA decode H128 R512 P64, B64, 4096 keys (the general CUDA-core path): GB/s of the
-//   latent + positional cache;
+//   MLA decode H128 R512 P64, B64, 4096 keys (the tensor-core MLA kernel): GB/s of the
+//   latent + positional cache, and TFLOP/s (2 · B · H · S · (576 + 512)) printed after it;
 //   mixed batch: the decode shape with 4 of the 64 sequences prefilling their last 512
 //   positions instead (2108 queries), GB/s of K + V.
 // --variants times the launch alternatives of paged_attention/cuda/tuning.h on the decode row.
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "paged_attention/cuda/mla_tc.h"
 #include "paged_attention/cuda/tuning.h"
 
 namespace {
@@ -160,12 +161,26 @@ void bench_mixed(Bench& b) {
       2e-2);
 }
 
+void bench_mla_as(Bench& b, const std::string& op);
+
 void bench_mla(Bench& b) {
+  // The kernel's default form (wgmma on Hopper) and its mma.sync form.
+  auto& tuning = rudnn::paged::cuda::mla_tuning();
+  const bool saved = tuning.wgmma;
+  for (bool wgmma : {true, false}) {
+    const std::string op = wgmma ? "paged MLA decode [GB/s of cache]"
+                                 : "paged MLA decode, mma.sync [GB/s of cache]";
+    if (!b.wanted(op)) continue;
+    tuning.wgmma = wgmma;
+    bench_mla_as(b, op);
+  }
+  tuning.wgmma = saved;
+}
+
+void bench_mla_as(Bench& b, const std::string& op) {
   const int64_t B = b.size("paged-batch"), H = b.size("paged-mla-heads"), S = b.size("paged-len"),
                 P = b.size("paged-page");
   const int64_t R = 512, Pd = 64;
-  const std::string op = "paged MLA decode [GB/s of cache]";
-  if (!b.wanted(op)) return;
   const DType bf = DType::bf16;
   const paged::HostPlan host = decode_plan(B, S, P);
   const double bytes = double(B) * S * (R + Pd) * 2;
@@ -178,6 +193,7 @@ void bench_mla(Bench& b) {
   const auto plan = paged::DevicePlan::upload(host, q[0], b.stream);
   b.sync();
   const float scale = 0.0722f;
+  const size_t before = b.table.rows().size();
   b.run(
       op, {B, H, S, R, Pd}, bf, bytes, sets,
       [&](int s) { plan.mla_into(out[s], q[s], qp[s], lat[s], kp[s], scale, true); },
@@ -196,6 +212,13 @@ void bench_mla(Bench& b) {
         return bench::relative_l2_error(out[0].slice(0, 0, 1).to_host().view({1, H, 1, R}), ref);
       },
       2e-2);
+  if (b.table.rows().size() == before) return;
+  const auto& row = b.table.rows().back();
+  if (row.status == "ok" && row.timing.median_ms > 0) {
+    const double flops = 2.0 * B * H * S * (R + Pd + R);
+    std::printf("%s: %.4f ms, %.1f TFLOP/s (2 x B x H x S x (R + P + R))\n", op.c_str(),
+                row.timing.median_ms, flops / (row.timing.median_ms * 1e-3) / 1e12);
+  }
 }
 
 // The alternatives of paged/cuda/tuning.h, each timed against the default in one run.

@@ -18,6 +18,7 @@
 #if RUDNN_WITH_CUDA
 #include "cuda/device_info.h"
 #include "paged_attention/cuda/launch.h"
+#include "paged_attention/cuda/mla_tc.h"
 #include "paged_attention/cuda/tuning.h"
 #endif
 
@@ -317,6 +318,31 @@ void require_out_contiguous(const OpCall& call, const Tensor& out, const Shape& 
   common::require_no_overlap(call, "out", out, inputs);
 }
 
+#if RUDNN_WITH_CUDA
+// The internal split of the tensor-core MLA kernel (one block per multiprocessor: its shared
+// memory): the fewest partitions whose waves of blocks take the least time, counting a
+// wave's time by its blocks' keys; a partition holds at least kMinSplitKeys keys. B64 H128
+// (128 blocks on 132 multiprocessors) stays unsplit; short batches split to fill the device.
+int64_t mla_tc_splits(const PagedForward& p, int64_t multiprocessors) {
+  const int64_t blocks = p.sched.items * cuda::mla_tc_row_tiles(p);
+  if (blocks <= 0 || multiprocessors <= 0) return 1;
+  const int64_t most =
+      std::min(kMaxSplits, std::max<int64_t>(1, (p.max_keys + kMinSplitKeys - 1) / kMinSplitKeys));
+  int64_t best = 1;
+  double best_time = static_cast<double>((blocks + multiprocessors - 1) / multiprocessors);
+  for (int64_t s = 2; s <= most; ++s) {
+    const double time =
+        static_cast<double>((blocks * s + multiprocessors - 1) / multiprocessors) / s;
+    // A split adds the merge pass: take one only for a clear gain.
+    if (time < 0.85 * best_time) {
+      best = s;
+      best_time = time;
+    }
+  }
+  return best;
+}
+#endif
+
 // Picks the split of the history (none, internal scratch, or the caller's workspace) and runs.
 void run_forward(OpCall& call, PagedForward& p, SplitWorkspace* workspace) {
   const int64_t rows = p.queries * p.heads_q;
@@ -351,7 +377,9 @@ void run_forward(OpCall& call, PagedForward& p, SplitWorkspace* workspace) {
     const int64_t target = per_sm * int64_t{rudnn::cuda::device_info(call.device).multiprocessors};
     int64_t splits = 1;
     const int64_t waves = p.decode ? cuda::kernel_tuning().decode_waves : 0;
-    if (waves > 0) {
+    if (cuda::mla_tc_takes(p) && cuda::mla_tc_usable(call.stream)) {
+      splits = mla_tc_splits(p, rudnn::cuda::device_info(call.device).multiprocessors);
+    } else if (waves > 0) {
       const int64_t slots = waves * cuda::kernel_tuning().decode_resident *
                             int64_t{rudnn::cuda::device_info(call.device).multiprocessors};
       splits = std::max<int64_t>(1, std::min({kMaxSplits, slots / blocks,

@@ -9,6 +9,7 @@
 #include "cuda/launch.cuh"
 #include "paged_attention/cuda/forward.cuh"
 #include "paged_attention/cuda/launch.h"
+#include "paged_attention/cuda/mla_tc.h"
 #include "paged_attention/cuda/tuning.h"
 
 namespace rudnn::paged::cuda {
@@ -19,6 +20,8 @@ KernelTuning& kernel_tuning() {
 }
 
 void forward(const PagedForward& p, const Stream& stream) {
+  // MLA with R = 512, P = 64 in 16 bits: the tensor-core kernel where the device runs it.
+  if (p.dim_pos > 0 && mla_tc_forward(p, stream)) return;
   rudnn::cuda::with_float_type(
       p.dtype, [&](auto tag) { forward_typed<typename decltype(tag)::type>(p, stream); });
 }
