@@ -3,7 +3,8 @@
 //   forward B4 H16 L4096 D128, causal and not: Flash (tensor cores), Composed, FlashScalar;
 //   forward + backward, causal: Flash and FlashScalar;
 //   the Hopper forward (Flash on sm_90): B4 H16 L4096 D128 causal and not, B2 H16 L8192 D64
-//   causal, B4 H8 L4096 D256 causal ("attention hopper ...");
+//   causal, B4 H8 L4096 D256 causal ("attention hopper ..."), and the Hopper backward alone
+//   B4 H16 L4096 D128 causal;
 //   decode B64 Hq32 Hkv8 S4096 D128 (one query per sequence): SplitKv.
 // The harness's bytes column counts what a case must move at least (prefill: q, k, v and
 // out once, and for the backward dout, dq, dk, dv too; decode: K and V), so its GB/s is a
@@ -117,6 +118,62 @@ void bench_prefill(Bench& b) {
   }
 }
 
+// The backward of the Hopper case B4 H16 L4096 D128 causal alone ("attention hopper bwd
+// causal D128 [wgmma]" where the plan runs the wgmma backward), counted as 2.5 forwards (five
+// products against two). Check: dq of the last 16 rows of batch 0's head 0 and dv of its
+// last 16 keys (under causal only those rows see those keys) against the reference backward
+// of those rows.
+void bench_hopper_backward(Bench& b) {
+  const int64_t B = 4, H = 16, L = 4096, D = 128;
+  const DType bf = DType::bf16;
+  const Shape shape{B, H, L, D};
+  const AttentionOptions o = AttentionOptions{}.set_causal();
+  const AttentionPlan plan =
+      plan_attention_backward(shape, shape, shape, bf, o, AttentionStrategy::Flash, b.dev);
+  const std::string op = std::string("attention hopper bwd causal D128") +
+                         (plan.flash_wgmma ? " [wgmma]" : " [mma.sync]");
+  if (!b.wanted(op)) return;
+  const double bytes_one = double(B) * H * L * D * 2;
+  const int sets = b.sets_for(size_t(bytes_one * 8));
+  const std::vector<Tensor> q = b.normals(sets, shape, bf, 21), k = b.normals(sets, shape, bf, 22),
+                            v = b.normals(sets, shape, bf, 23), dout = b.normals(sets, shape, bf, 24);
+  const std::vector<Tensor> out = b.empties(sets, shape, bf);
+  std::vector<Tensor> lse;
+  std::vector<AttentionGrads> grads(static_cast<size_t>(sets));
+  for (int s = 0; s < sets; ++s) {
+    lse.push_back(b.empty({B, H, L}, DType::f32));
+    grads[size_t(s)] = {b.empty(shape, bf), b.empty(shape, bf), b.empty(shape, bf), {}, {}};
+    attention_into(out[s], lse[s], q[s], k[s], v[s], o, AttentionStrategy::Flash, b.stream);
+  }
+  b.sync();
+  const double flops = 4.0 * B * H * L * L * D / 2 * 2.5;
+  run_case(
+      b, op, shape, bytes_one * 8, flops, sets,
+      [&](int s) {
+        attention_backward_into(grads[size_t(s)], dout[s], q[s], k[s], v[s], out[s], lse[s], o,
+                                AttentionStrategy::Flash, b.stream);
+      },
+      [&] {
+        b.sync();
+        const int64_t rows = 16;
+        auto host = [](const Tensor& t) { return t.to_host().contiguous(); };
+        auto tail = [&](const Tensor& t) {
+          return host(t.slice(0, 0, 1).slice(1, 0, 1).slice(2, L - rows, L));
+        };
+        const Tensor qh = tail(q[0]), douth = tail(dout[0]);
+        const Tensor kh = host(k[0].slice(0, 0, 1).slice(1, 0, 1));
+        const Tensor vh = host(v[0].slice(0, 0, 1).slice(1, 0, 1));
+        AttentionOptions lo = o;
+        lo.set_return_lse();
+        const AttentionResult fwd = attention(qh, kh, vh, lo);
+        const AttentionGrads ref = attention_backward(douth, qh, kh, vh, fwd.out, fwd.lse, lo);
+        const double e_dq = bench::relative_l2_error(tail(grads[0].dq), ref.dq);
+        const double e_dv =
+            bench::relative_l2_error(tail(grads[0].dv), ref.dv.slice(2, L - rows, L).contiguous());
+        return std::max(e_dq, e_dv);
+      });
+}
+
 // The Hopper forward's cases (Flash with plain options on sm_90: wgmma + TMA), at fixed
 // shapes: B4 H16 L4096 D128 causal and not, B2 H16 L8192 D64 causal, B4 H8 L4096 D256
 // causal. The row names the kernel the plan reports ([wgmma] or [mma.sync] elsewhere).
@@ -200,6 +257,7 @@ bench::Family make_family() {
     g_flops.clear();
     bench_prefill(b);
     bench_hopper(b);
+    bench_hopper_backward(b);
     bench_decode(b);
     if (g_flops.empty()) return;
     std::printf("\n%-36s %-20s %10s %10s\n", "attention op", "B x H x L x D", "ms", "TFLOP/s");

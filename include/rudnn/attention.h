@@ -155,8 +155,9 @@ struct AttentionOptions {
   AttentionLayout layout = AttentionLayout::bhsd;
   // attention(): also return the per-row logsumexp (what the backward needs).
   bool return_lse = false;
-  // attention_backward(): no atomics, a fixed reduction order, two runs bit-equal. Every
-  // backward built today is deterministic in both modes (see attention_backward).
+  // attention_backward(): a fixed reduction order, two runs bit-equal. The default lets the
+  // Hopper Flash backward add dq's partial sums in whatever order they arrive (FP32
+  // atomics); the other backwards are deterministic in both modes (see attention_backward).
   bool deterministic = false;
   // Varlen: packed sequences (see the contract above); cu_seqlens defined means varlen.
   Tensor cu_seqlens_q, cu_seqlens_k;
@@ -244,7 +245,8 @@ struct AttentionPlan {
   // Whether max_score_bytes changed the choice (a smaller block, or another kernel).
   bool capped = false;
   // Flash only: whether the Hopper kernel (wgmma + TMA, sm_90a) runs rather than the
-  // mma.sync one (see AttentionStrategy::Flash).
+  // mma.sync one (see AttentionStrategy::Flash); for plan_attention_backward, the Hopper
+  // backward (see attention_backward).
   bool flash_wgmma = false;
 };
 
@@ -272,7 +274,9 @@ struct AttentionPlan {
 // FlashScalar and SplitKv (one pass) hold no scratch; SplitKv's two passes hold the FP32
 // partial records [B · Hq · Lq, splits, Dv + 2 rounded up to 4].
 // Backward: Flash and FlashScalar hold FP32 [rows] for dO·O (and sink terms), FlashScalar
-// with bias_requires_grad also the FP32 dS [B, Hq, Lq, Lk] (score-sized, under the cap).
+// with bias_requires_grad also the FP32 dS [B, Hq, Lq, Lk] (score-sized, under the cap),
+// the Hopper Flash backward (flash_wgmma) also its FP32 dq workspace and counters (see
+// attention_backward).
 AttentionPlan plan_attention(const Shape& q, const Shape& k, const Shape& v, DType dtype,
                              const AttentionOptions& options = {},
                              AttentionStrategy strategy = AttentionStrategy::Auto,
@@ -318,17 +322,27 @@ void attention_into(const Tensor& out, const Tensor& lse_out, const Tensor& q, c
 // tensor they belong to (dsinks: the sinks' dtype, dbias: the bias's), accumulated in FP32.
 // A fully masked row (lse −inf) contributes nothing.
 //
-// Determinism: every backward built today (FlashScalar, Flash) uses no atomics in either
-// mode: every gradient is written by one thread and reduced in a fixed order (Flash: dq by
-// a pass over the key tiles, dk/dv by one over the query tiles of every grouped head, in
-// head order), and two runs give the same bits. options.deterministic asks for that
-// guarantee (a later, faster kernel may use atomics without it).
+// Determinism: FlashScalar and the mma.sync Flash use no atomics in either mode: every
+// gradient is written by one thread and reduced in a fixed order (Flash: dq by a pass over
+// the key tiles, dk/dv by one over the query tiles of every grouped head, in head order),
+// and two runs give the same bits. The Hopper Flash backward (plan.flash_wgmma: sm_90a,
+// f16/bf16, D = Dv = 128, padded batches, scale and causal only) reduces dk/dv in the same
+// fixed order but adds each key tile's dq partial into an FP32 workspace with atomics:
+// by default in arrival order (run-to-run differences in the last bits of dq), with
+// options.deterministic in key-tile order (a per-query-tile counter each key tile waits
+// for), two runs bit-equal, at some cost in speed.
+// Precision: products in FP32 from the inputs' 16-bit values; P and dS are rounded to the
+// inputs' dtype before the products that consume them (as in the forward's P · V); dq, dk,
+// dv accumulate in FP32 and are rounded once.
 // Strategies: Auto (Flash for f16/bf16 with D = Dv in {64, 96, 128} and no bias gradient on
 // sm_80+, else FlashScalar), Flash, FlashScalar (D, Dv <= 1024), whatever strategy ran the
 // forward (the backward needs only out and lse); Composed has no backward yet
 // (Unsupported), SplitKv is forward only.
 // Memory: FP32 D_i per query row (and the sink terms with sinks); with a bias gradient the
-// FP32 dS of every score [B, Hq, Lq, Lk] (under max_score_bytes, else InvalidArgument).
+// FP32 dS of every score [B, Hq, Lq, Lk] (under max_score_bytes, else InvalidArgument); the
+// Hopper Flash backward also the FP32 dq workspace [B, Hq, Lq rounded up to 64, D] and an
+// int32 counter per 64 query rows and half of D (cleared on the stream by the op), and dense
+// copies of q, k, v or dout views whose base or strides are not multiples of 16 bytes.
 struct AttentionGrads {
   Tensor dq, dk, dv;
   Tensor dsinks;  // defined when options.sinks is

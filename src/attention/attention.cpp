@@ -357,6 +357,8 @@ attn::PlanInput plan_input(const char* op, const Dims& d, DType dtype, const Att
   in.backward = backward;
   in.plain_rules = !o.mask.defined() && !o.bias.defined() && !o.sinks.defined() && !o.window &&
                    !o.softcap && !o.alibi_slopes.defined();
+  in.plain_rules_but_sinks = !o.mask.defined() && !o.bias.defined() && !o.window && !o.softcap &&
+                             !o.alibi_slopes.defined();
   return in;
 }
 
@@ -613,11 +615,13 @@ void backward_impl(OpCall& call, const AttentionGrads& g, const Tensor& dout, co
   p.rules = c.rules;
   p.deterministic = o.deterministic;
   p.plan = plan;
-  p.q = common::bshd_in(call, "q", q, axes);
-  p.k = common::bshd_in(call, "k", k, axes);
-  p.v = common::bshd_in(call, "v", v, axes);
+  // The Hopper backward reads q, k, v and dout by TMA (dense copies of views it cannot map,
+  // as the forward's); out only by the row kernel.
+  p.q = gemm_rows_in(call, "q", q, axes, plan);
+  p.k = gemm_rows_in(call, "k", k, axes, plan);
+  p.v = gemm_rows_in(call, "v", v, axes, plan);
   p.out = common::bshd_in(call, "out", out, axes);
-  p.dout = common::bshd_in(call, "dout", dout, axes);
+  p.dout = gemm_rows_in(call, "dout", dout, axes, plan);
   p.lse = common::dense_in(call, lse);
   bind_rules(call, p.rules, o);
   p.scratch = scratch_for(call, plan);

@@ -175,11 +175,20 @@ AttentionPlan scalar_plan(const PlanInput& in, bool capped) {
 }
 
 // Flash's backward holds FP32 D_i per query row (and the rows' sink terms with sinks), as
-// FlashScalar's does without a bias gradient.
-AttentionPlan flash_backward_plan(const PlanInput& in) {
+// FlashScalar's does without a bias gradient; on sm_90a with plain options (sinks allowed:
+// they live in the logsumexp, and dsinks comes from the row kernel), padded batches,
+// D = Dv = 128 and some rows and keys, the Hopper kernel runs (flash_wgmma) and adds its FP32
+// dQ workspace.
+AttentionPlan flash_backward_plan(const PlanInput& in, const DeviceFacts& facts) {
   AttentionPlan plan = flash_plan();
   const int64_t stat_rows = in.varlen ? in.heads_q * in.total_q : in.batch * in.heads_q * in.len_q;
-  plan.scratch_bytes = backward_layout(stat_rows, in.has_sinks, 0).bytes;
+  plan.flash_wgmma = !in.device.is_cpu() && facts.hopper_built && in.plain_rules_but_sinks &&
+                     !in.varlen && flash_hopper_backward_takes_heads(in.dim_qk, in.dim_v) &&
+                     in.len_q > 0 && in.len_k > 0 && in.batch * in.heads_q > 0;
+  const HopperDqSizes dq = plan.flash_wgmma
+                               ? hopper_dq_sizes(in.batch, in.heads_q, in.len_q, in.dim_qk)
+                               : HopperDqSizes{};
+  plan.scratch_bytes = backward_layout(stat_rows, in.has_sinks, 0, dq).bytes;
   return plan;
 }
 
@@ -295,7 +304,7 @@ AttentionPlan backward_plan(const PlanInput& in, const DeviceFacts& facts) {
     case AttentionStrategy::Flash: {
       const std::string why = flash_backward_refusal(in, facts);
       if (!why.empty()) fail(ErrorCode::Unsupported, cat(in.op, ": strategy Flash: ", why));
-      return flash_backward_plan(in);
+      return flash_backward_plan(in, facts);
     }
     case AttentionStrategy::SplitKv:
       fail(ErrorCode::Unsupported,
@@ -307,7 +316,7 @@ AttentionPlan backward_plan(const PlanInput& in, const DeviceFacts& facts) {
            cat(in.op, ": strategy Composed has no backward yet; use FlashScalar or Auto"));
     case AttentionStrategy::Auto:
       if (!in.device.is_cpu() && flash_backward_refusal(in, facts).empty())
-        return flash_backward_plan(in);
+        return flash_backward_plan(in, facts);
       break;
     case AttentionStrategy::FlashScalar:
       break;
@@ -381,7 +390,13 @@ SplitKvLayout split_kv_layout(int64_t rows, int64_t splits, int64_t dim_v) {
   return layout;
 }
 
-BackwardLayout backward_layout(int64_t stat_rows, bool sinks, int64_t score_elements) {
+HopperDqSizes hopper_dq_sizes(int64_t batch, int64_t heads_q, int64_t len_q, int64_t dim) {
+  const int64_t tiles = (len_q + kHopperBackwardRows - 1) / kHopperBackwardRows;
+  return {batch * heads_q * tiles * kHopperBackwardRows * dim, batch * heads_q * tiles * 2};
+}
+
+BackwardLayout backward_layout(int64_t stat_rows, bool sinks, int64_t score_elements,
+                               HopperDqSizes dq) {
   BackwardLayout layout;
   size_t at = 0;
   layout.row_dot = at;
@@ -396,8 +411,20 @@ BackwardLayout backward_layout(int64_t stat_rows, bool sinks, int64_t score_elem
     layout.dscores = at;
     at += align_up(static_cast<size_t>(score_elements) * 4);
   }
+  if (dq.floats > 0) {
+    layout.has_dq_accum = true;
+    layout.dq_accum = at;
+    at += align_up(static_cast<size_t>(dq.floats) * 4);
+    layout.dq_counters = at;
+    at += align_up(static_cast<size_t>(dq.counters) * 4);
+    layout.dq_clear_bytes = at - layout.dq_accum;
+  }
   layout.bytes = at;
   return layout;
+}
+
+bool flash_hopper_backward_takes_heads(int64_t dim_qk, int64_t dim_v) {
+  return dim_qk == 128 && dim_v == 128;
 }
 
 AttentionPlan make_plan(const PlanInput& in) {

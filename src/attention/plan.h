@@ -30,6 +30,8 @@ struct PlanInput {
   // No per-element or per-head option beyond scale and causal (mask, bias, sinks, window,
   // softcap, ALiBi): what the Hopper forward takes.
   bool plain_rules = false;
+  // The same but sinks allowed (they only enter the logsumexp): what the Hopper backward takes.
+  bool plain_rules_but_sinks = false;
 };
 
 // Throws rudnn::Error (op-named) when the strategy cannot run the shape or the cap cannot
@@ -86,12 +88,27 @@ struct SplitKvLayout {
 };
 SplitKvLayout split_kv_layout(int64_t rows, int64_t splits, int64_t dim_v);
 
-// FlashScalar backward: D_i = dO_i · O_i per row, the per-row sink terms (with sinks), and
-// the FP32 dS of every score (with a bias gradient).
-struct BackwardLayout {
-  size_t row_dot = 0, sink_terms = 0, dscores = 0, bytes = 0;
-  bool has_sink_terms = false, has_dscores = false;
+// The Hopper backward's dQ workspace (flash_hopper_backward.cuh): FP32 [B, Hq, Lq rounded
+// up to kHopperBackwardRows, D] that every key tile adds its dQ partial into, and one int32
+// counter per (batch, query head, query tile, consumer warpgroup) that orders the additions
+// in the deterministic mode; both zeroed by the launcher on the stream.
+constexpr int64_t kHopperBackwardRows = 64;
+struct HopperDqSizes {
+  int64_t floats = 0, counters = 0;
 };
-BackwardLayout backward_layout(int64_t stat_rows, bool sinks, int64_t score_elements);
+HopperDqSizes hopper_dq_sizes(int64_t batch, int64_t heads_q, int64_t len_q, int64_t dim);
+
+// The backward's scratch: D_i = dO_i · O_i per row, the per-row sink terms (with sinks), the
+// FP32 dS of every score (FlashScalar with a bias gradient), and the Hopper backward's dQ
+// workspace then its counters (adjacent: one memset clears both).
+struct BackwardLayout {
+  size_t row_dot = 0, sink_terms = 0, dscores = 0, dq_accum = 0, dq_counters = 0, bytes = 0;
+  bool has_sink_terms = false, has_dscores = false, has_dq_accum = false;
+  size_t dq_clear_bytes = 0;  // from dq_accum through the counters
+};
+BackwardLayout backward_layout(int64_t stat_rows, bool sinks, int64_t score_elements,
+                               HopperDqSizes dq = {});
+// Whether the Hopper backward has an instance: D = Dv = 128.
+bool flash_hopper_backward_takes_heads(int64_t dim_qk, int64_t dim_v);
 
 }  // namespace rudnn::attn

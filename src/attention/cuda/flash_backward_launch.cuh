@@ -56,12 +56,55 @@ void launch(const flash::FlashBackwardArgs& a, const rudnn::cuda::LaunchContext&
 
 }  // namespace flash_backward_detail
 
+// The mma.sync kernels (flash_backward.cuh): dq, then dk and dv.
+template <class T, int D, int DV>
+void flash_mma_backward(const AttentionBackward& p, const float* row_dot,
+                        const rudnn::cuda::LaunchContext& ctx) {
+  const AttentionSizes& sz = p.sizes;
+  constexpr int64_t esize = sizeof(T);
+  flash::FlashBackwardArgs a;
+  a.sizes = sz;
+  a.q = p.q;
+  a.k = p.k;
+  a.v = p.v;
+  a.dout = p.dout;
+  a.dq = p.dq;
+  a.dk = p.dk;
+  a.dv = p.dv;
+  a.lse = static_cast<const float*>(p.lse);
+  a.row_dot = row_dot;
+  a.stats = p.lse_layout;
+  a.rules = p.rules;
+  a.group = static_cast<int>(sz.heads_q / sz.heads_kv);
+  a.q_blocks = (sz.len_q + flash::kBlockM - 1) / flash::kBlockM;
+  a.k_blocks =
+      (sz.len_k + flash::BackwardConfig<D, DV>::kKeys - 1) / flash::BackwardConfig<D, DV>::kKeys;
+  a.scale_log2 = p.rules.scale * flash::kLog2e;
+  auto vec = [&](const auto& view) {
+    return aligned_for(view.data, esize, 16,
+                       {view.batch_stride, view.seq_stride, view.head_stride});
+  };
+  a.vec_q = vec(p.q);
+  a.vec_k = vec(p.k);
+  a.vec_v = vec(p.v);
+  a.vec_dout = vec(p.dout);
+  a.vec_dq = vec(p.dq);
+  a.vec_dk = vec(p.dk);
+  a.vec_dv = vec(p.dv);
+  const ScoreRules& rules = p.rules;
+  if (rules.softcap > 0.0f || rules.alibi || rules.bias.data || rules.mask.data) {
+    flash_backward_detail::launch<T, D, DV, true>(a, ctx);
+  } else {
+    flash_backward_detail::launch<T, D, DV, false>(a, ctx);
+  }
+}
+
 template <class T, int D, int DV>
 void flash_backward(const AttentionBackward& p, const Stream& stream) {
   const rudnn::cuda::LaunchContext ctx(stream);
   const AttentionSizes& sz = p.sizes;
-  constexpr int64_t esize = sizeof(T);
   const int64_t stat_rows = sz.varlen ? sz.heads_q * sz.total_q : sz.batch * sz.heads_q * sz.len_q;
+  // The D_i and sink-term offsets do not depend on the Hopper dQ workspace behind them.
   const BackwardLayout layout = backward_layout(stat_rows, p.rules.sinks != nullptr, 0);
   char* const scratch = static_cast<char*>(p.scratch);
 
@@ -95,40 +138,11 @@ void flash_backward(const AttentionBackward& p, const Stream& stream) {
     detail::check_launch("attention row_stats_kernel");
   }
 
-  flash::FlashBackwardArgs a;
-  a.sizes = sz;
-  a.q = p.q;
-  a.k = p.k;
-  a.v = p.v;
-  a.dout = p.dout;
-  a.dq = p.dq;
-  a.dk = p.dk;
-  a.dv = p.dv;
-  a.lse = r.lse;
-  a.row_dot = r.row_dot;
-  a.stats = p.lse_layout;
-  a.rules = p.rules;
-  a.group = static_cast<int>(sz.heads_q / sz.heads_kv);
-  a.q_blocks = (sz.len_q + flash::kBlockM - 1) / flash::kBlockM;
-  a.k_blocks =
-      (sz.len_k + flash::BackwardConfig<D, DV>::kKeys - 1) / flash::BackwardConfig<D, DV>::kKeys;
-  a.scale_log2 = p.rules.scale * flash::kLog2e;
-  auto vec = [&](const auto& view) {
-    return aligned_for(view.data, esize, 16,
-                       {view.batch_stride, view.seq_stride, view.head_stride});
-  };
-  a.vec_q = vec(p.q);
-  a.vec_k = vec(p.k);
-  a.vec_v = vec(p.v);
-  a.vec_dout = vec(p.dout);
-  a.vec_dq = vec(p.dq);
-  a.vec_dk = vec(p.dk);
-  a.vec_dv = vec(p.dv);
-  const ScoreRules& rules = p.rules;
-  if (rules.softcap > 0.0f || rules.alibi || rules.bias.data || rules.mask.data) {
-    flash_backward_detail::launch<T, D, DV, true>(a, ctx);
+  if (p.plan.flash_wgmma) {
+    // The plan chose the Hopper kernel only for D = Dv = 128.
+    if constexpr (D == 128 && DV == 128) flash_hopper_backward<T, D>(p, r.row_dot, stream);
   } else {
-    flash_backward_detail::launch<T, D, DV, false>(a, ctx);
+    flash_mma_backward<T, D, DV>(p, r.row_dot, ctx);
   }
 
   if (p.dsinks) {

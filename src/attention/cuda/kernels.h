@@ -28,6 +28,14 @@ void flash_hopper_forward(const AttentionForward& p, const Stream& stream);
 template <class T, int D, int DV>
 void flash_backward(const AttentionBackward& p, const Stream& stream);
 
+// Flash's backward on sm_90a (the backward plan's flash_wgmma): the wgmma + TMA kernel for
+// D = Dv = 128 (attn::flash_hopper_backward_takes_heads) with plain options, padded batches;
+// called by flash_backward after the row kernel wrote D_i (row_dot); both 16-bit dtypes
+// instantiated in flash_hopper_backward_d<D>.cu.
+template <class T, int D>
+void flash_hopper_backward(const AttentionBackward& p, const float* row_dot,
+                           const Stream& stream);
+
 // Composed (composed.cu).
 void composed_forward(const AttentionForward& p, const Stream& stream);
 

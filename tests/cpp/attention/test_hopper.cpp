@@ -133,10 +133,16 @@ TEST(AttentionHopper, PlanChoosesTheKernelOnlyForPlainOptions) {
     const AttentionPlan pv = plan_attention({300, 8, 128}, {300, 2, 128}, {300, 2, 128}, dt, vo,
                                             AttentionStrategy::Flash);
     EXPECT_FALSE(pv.flash_wgmma) << "varlen";
-    // The CPU runs the reference; the backward never reports the forward's kernel.
+    // The CPU runs the reference; the backward reports its own Hopper kernel (D = Dv = 128,
+    // test_hopper_backward.cpp), not for the forward's D = 64.
     EXPECT_FALSE(plan_attention(q, k, k, dt, {}, AttentionStrategy::Auto, Device::cpu())
                      .flash_wgmma);
-    EXPECT_FALSE(plan_attention_backward(q, k, k, dt, {}, AttentionStrategy::Flash).flash_wgmma);
+    EXPECT_EQ(plan_attention_backward(q, k, k, dt, {}, AttentionStrategy::Flash).flash_wgmma,
+              hopper);
+    const Shape q64{1, 4, 200, 64};
+    EXPECT_FALSE(
+        plan_attention_backward(q64, q64, q64, dt, {}, AttentionStrategy::Flash).flash_wgmma)
+        << "backward D64";
   }
   (void)rng;
 }
