@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "conv/cuda/dw_tuning.h"
 #include "harness.h"
 
 namespace {
@@ -118,6 +119,9 @@ bool any_wanted(const Bench& b, const std::string& name, bool backward) {
   return false;
 }
 
+void bench_depthwise(Bench& b);
+void bench_causal(Bench& b);
+
 void run_all(Bench& b) {
   const int64_t N = b.size("conv-batch"), C = b.size("conv-channels"), S = b.size("conv-size");
   if (any_wanted(b, "conv2d 3x3", true)) {
@@ -130,6 +134,30 @@ void run_all(Bench& b) {
     o.padding = {1, 1, 1};
     bench_conv<3>(b, "conv3d 3x3x3", {4, 16, 56, 56, 64}, {64, 3, 3, 3, 64}, o, false);
   }
+  // ResNet-50 (batch 32) layers of each stage: pointwise and 3x3, the Hopper kernel's tilings
+  // (56: 8 x 8 x 2 images, 28: 4 x 4 x 8, 14: 2 x 2 x 32, 7: 8 x 1 x 16; 1x1: plain GEMM rows).
+  struct Layer {
+    const char* name;
+    int64_t size, c, k, r;
+  };
+  const Layer layers[] = {{"resnet50 1x1 56 C256 K64", 56, 256, 64, 1},
+                          {"resnet50 3x3 56 C64 K64", 56, 64, 64, 3},
+                          {"resnet50 3x3 28 C128 K128", 28, 128, 128, 3},
+                          {"resnet50 3x3 14 C256 K256", 14, 256, 256, 3},
+                          {"resnet50 1x1 14 C1024 K256", 14, 1024, 256, 1},
+                          {"resnet50 3x3 7 C512 K512", 7, 512, 512, 3}};
+  for (const Layer& l : layers) {
+    if (!any_wanted(b, l.name, false)) continue;
+    ConvOptions<2> o;
+    o.padding = {l.r / 2, l.r / 2};
+    bench_conv<2>(b, l.name, {32, l.size, l.size, l.c}, {l.k, l.r, l.r, l.c}, o, false);
+  }
+  bench_depthwise(b);
+  bench_causal(b);
+}
+
+// Depthwise 3x3 and 7x7, [32, 256, 56, 56] bf16 channels-last.
+void bench_depthwise(Bench& b) {
   for (const int64_t k : {3, 7}) {
     const std::string name = "depthwise " + std::to_string(k) + "x" + std::to_string(k);
     if (!b.wanted(name)) continue;
@@ -153,6 +181,10 @@ void run_all(Bench& b) {
         },
         2e-2);
   }
+}
+
+// Causal conv1d W 4 with SiLU, [8, 1024, 4096] [B, L, C] bf16: forward and backward.
+void bench_causal(Bench& b) {
   if (b.wanted("causal_conv1d k4") || b.wanted("causal_conv1d k4 backward")) {
     const Shape shape{8, 1024, 4096};
     const double bytes = static_cast<double>(shape_numel(shape)) * 2 * 2;
@@ -187,12 +219,59 @@ void run_all(Bench& b) {
   }
 }
 
+// The depthwise and causal conv1d launch choices of conv/cuda/dw_tuning.h, each timed
+// against the default in one run.
+void run_variants(Bench& b) {
+  using rudnn::conv_detail::cuda::dw_tuning;
+  using rudnn::conv_detail::cuda::DwTuning;
+  const DwTuning defaults = dw_tuning();
+  struct Variant {
+    std::string label;
+    std::vector<std::string> ops;
+    void (*set)(DwTuning&);
+  };
+  const std::vector<std::string> dw = {"depthwise 3x3"}, causal = {"causal_conv1d k4"};
+  const Variant variants[] = {
+      {"stream 4 columns", dw, [](DwTuning& t) { t.depthwise_3x3 = 1; }},
+      {"stream 7 columns", dw, [](DwTuning& t) { t.depthwise_3x3 = 0; }},
+      {"stream 4 columns 3 rows ahead", dw, [](DwTuning& t) { t.depthwise_3x3 = 3; }},
+      {"stream runs of 14 rows", dw, [](DwTuning& t) {
+         t.depthwise_3x3 = 0;
+         t.stream_run = 14;
+       }},
+      {"stream runs of 56 rows", dw, [](DwTuning& t) {
+         t.depthwise_3x3 = 0;
+         t.stream_run = 56;
+       }},
+      {"stream runs of 8 rows", dw, [](DwTuning& t) {
+         t.depthwise_3x3 = 0;
+         t.stream_run = 8;
+       }},
+      {"runs of 8", causal, [](DwTuning& t) { t.causal_forward = 1; }},
+      {"runs of 32", causal, [](DwTuning& t) { t.causal_forward = 2; }},
+      {"runs of 16, 16-byte packs", causal, [](DwTuning& t) { t.causal_forward = 0; }},
+      {"logistic SiLU", causal, [](DwTuning& t) { t.causal_forward = 4; }},
+  };
+  for (const Variant& v : variants) {
+    dw_tuning() = defaults;
+    v.set(dw_tuning());
+    b.variant = v.label;
+    b.variant_ops = v.ops;
+    bench_depthwise(b);
+    bench_causal(b);
+  }
+  dw_tuning() = defaults;
+  b.variant.clear();
+  b.variant_ops.clear();
+}
+
 rudnn::bench::Family conv_family() {
   rudnn::bench::Family family;
   family.sizes = {{"conv-batch", 32, "batch of the conv2d case"},
                   {"conv-channels", 256, "C = K of the conv2d case"},
                   {"conv-size", 56, "height = width of the conv2d case"}};
   family.run = run_all;
+  family.run_variants = run_variants;
   return family;
 }
 

@@ -206,8 +206,9 @@ bool gemm_operand_fits(const Tensor& t, ConvLayout layout, int dims) {
 
 // `gemm_fits`: the operands suit the implicit GEMM's loads (channels-last input and weight,
 // aligned; C % 8 == 0 is checked here).
+// `hopper`: the ImplicitGemm forward would run the Hopper kernel (hopper_conv_fits).
 ConvPlan plan_for(const char* op, const ConvShape& s, Device device, ConvDirection direction,
-                  ConvStrategy strategy, bool gemm_fits) {
+                  ConvStrategy strategy, bool gemm_fits, bool hopper = false) {
   ConvPlan plan;
   const bool grouped = s.groups > 1;
   const bool depthwise = s.groups == s.in_channels && s.dims <= 2;
@@ -248,6 +249,9 @@ ConvPlan plan_for(const char* op, const ConvShape& s, Device device, ConvDirecti
   }
   if (gemm) {
     plan.kernel = ConvKernel::ImplicitGemm;
+    if (hopper) {
+      plan.why += " on sm_90a: the Hopper GEMM kernel (TMA boxes of the input, wgmma)";
+    }
     return plan;
   }
   if (direction == ConvDirection::Forward && depthwise && strategy != ConvStrategy::ImplicitGemm) {
@@ -300,9 +304,10 @@ void forward_impl(OpCall& call, const Tensor& out, const Tensor& input, const Te
     require_same_dtype(call, "residual", epilogue.residual, input.dtype());
     common::require_shape(call, "residual", epilogue.residual, oshape, "the output's shape");
   }
+  const bool gemm_fits =
+      gemm_operand_fits(input, layout, N) && gemm_operand_fits(weight, layout, N);
   const ConvPlan plan =
-      plan_for(call.op, p.s, call.device, ConvDirection::Forward, strategy,
-               gemm_operand_fits(input, layout, N) && gemm_operand_fits(weight, layout, N));
+      plan_for(call.op, p.s, call.device, ConvDirection::Forward, strategy, gemm_fits);
   require_conv_out(call, "out", out, oshape, input.dtype(), layout);
   common::require_no_overlap(call, "out", out,
                              {{"input", &input},
@@ -324,6 +329,9 @@ void forward_impl(OpCall& call, const Tensor& out, const Tensor& input, const Te
   p.activation = activation_of(epilogue.activation);
   p.depthwise_kernel = plan.kernel == ConvKernel::Depthwise;
   p.implicit_gemm_kernel = plan.kernel == ConvKernel::ImplicitGemm;
+#if RUDNN_WITH_CUDA
+  p.hopper_kernel = p.implicit_gemm_kernel && conv_detail::cuda::hopper_conv_fits(p, call.device);
+#endif
   run_backend(call, p, RUDNN_BACKENDS(conv_detail, forward));
 }
 
@@ -394,6 +402,40 @@ void weight_impl(OpCall& call, const Tensor& dweight, const Tensor& dbias, const
 
 }  // namespace
 
+namespace {
+
+// Strides of a tensor dense in channels-last order with `channels` channels and the given
+// [z, y, x] extents.
+Strides dense_channels_last(int64_t channels, const int64_t ext[3]) {
+  Strides st;
+  st.c = 1;
+  st.sp[2] = channels;
+  st.sp[1] = channels * ext[2];
+  st.sp[0] = st.sp[1] * ext[1];
+  st.n = st.sp[0] * ext[0];
+  return st;
+}
+
+// Whether the ImplicitGemm forward of s would run the Hopper kernel with every tensor dense
+// in channels-last order and allocator-aligned (plan_conv: shapes only).
+bool hopper_for_dense(const ConvShape& s, Device device) {
+#if RUDNN_WITH_CUDA
+  if (!device.is_cuda()) return false;
+  conv_detail::Forward p;
+  p.s = s;
+  p.input_st = dense_channels_last(s.in_channels, s.in);
+  p.weight_st = dense_channels_last(s.in_channels, s.kernel);
+  p.out_st = dense_channels_last(s.out_channels, s.out);
+  return conv_detail::cuda::hopper_conv_fits(p, device);
+#else
+  (void)s;
+  (void)device;
+  return false;
+#endif
+}
+
+}  // namespace
+
 const char* conv_kernel_name(ConvKernel kernel) {
   switch (kernel) {
     case ConvKernel::Reference:
@@ -421,7 +463,9 @@ ConvPlan plan_conv(ConvDirection direction, const Shape& input_shape, const Shap
   const ConvShape s =
       conv_shape<N>("plan_conv", input_shape, weight_shape, dtype, options, layout);
   // Shapes only: tensors are taken to be contiguous in `layout` (allocator-aligned).
-  return plan_for("plan_conv", s, device, direction, strategy, layout == ConvLayout::Nhwc);
+  const bool nhwc = layout == ConvLayout::Nhwc;
+  return plan_for("plan_conv", s, device, direction, strategy, nhwc,
+                  nhwc && direction == ConvDirection::Forward && hopper_for_dense(s, device));
 }
 
 template <int N>

@@ -46,6 +46,7 @@ struct Forward {
   Activation activation = Activation::None;
   bool depthwise_kernel = false;     // the plan chose the Depthwise kernel
   bool implicit_gemm_kernel = false; // the plan chose the ImplicitGemm kernel
+  bool hopper_kernel = false;        // ... on sm_90a: the Hopper GEMM kernel (hopper_conv.cu)
   void* out = nullptr;
 };
 

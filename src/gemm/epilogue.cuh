@@ -77,6 +77,65 @@ struct PairAt {
   int64_t row, col;
 };
 
+// Row maps: which row of D a row of the GEMM's tile grid is (kernel rows m_tile * 128 + i).
+// IdentityRows is the GEMM's. A row a map leaves out comes back as kNoRow (past any m).
+constexpr int64_t kNoRow = int64_t{1} << 62;
+
+struct IdentityRows {
+  __device__ __forceinline__ int64_t operator()(int64_t row) const { return row; }
+  // Whether kernel rows row0 .. row0 + 15 (row0 a multiple of 16) are all rows of D: -1 =
+  // they are rows row0 .. row0 + 15, the epilogue checks them against m.
+  __device__ __forceinline__ int inside16(int64_t) const { return -1; }
+};
+
+// The output tiles of an implicit-GEMM convolution (src/conv/cuda/hopper_conv.cu): a tile of
+// 128 rows is a box of tile[0] x tile[1] x tile[2] x tile[3] output pixels along (x, y, z,
+// image), x fastest; tiles walk x, then y, z, images. D is the channels-last output, one row
+// per pixel: row ((n * out_z + z) * out_y + y) * out_x + x. Tile extents are powers of two
+// (ConvRows::inside16 relies on it).
+struct ConvTiling {
+  int tile[4];   // x, y, z, n per tile; product 128
+  int tiles[3];  // tiles along x, y, z
+  int out[4];    // out_x, out_y, out_z, batch
+
+  struct Origin {
+    int x, y, z, n;
+  };
+  __device__ __forceinline__ Origin origin(int m_tile) const {
+    Origin o;
+    o.x = (m_tile % tiles[0]) * tile[0];
+    m_tile /= tiles[0];
+    o.y = (m_tile % tiles[1]) * tile[1];
+    m_tile /= tiles[1];
+    o.z = (m_tile % tiles[2]) * tile[2];
+    o.n = (m_tile / tiles[2]) * tile[3];
+    return o;
+  }
+};
+
+struct ConvRows {
+  ConvTiling t;
+
+  __device__ __forceinline__ int64_t operator()(int64_t row) const {
+    const ConvTiling::Origin o = t.origin(static_cast<int>(row / 128));
+    int i = static_cast<int>(row % 128);
+    const int x = o.x + i % t.tile[0];
+    i /= t.tile[0];
+    const int y = o.y + i % t.tile[1];
+    i /= t.tile[1];
+    const int z = o.z + i % t.tile[2];
+    const int n = o.n + i / t.tile[2];
+    if (x >= t.out[0] || y >= t.out[1] || z >= t.out[2] || n >= t.out[3]) return kNoRow;
+    return ((int64_t{n} * t.out[2] + z) * t.out[1] + y) * t.out[0] + x;
+  }
+  // 16 rows starting on a multiple of 16 span every value of the tile's low 4 index bits:
+  // their first has the least and their last the greatest x, y, z and n among them (tile
+  // extents are powers of two), so all lie in the output when those two do.
+  __device__ __forceinline__ int inside16(int64_t row0) const {
+    return (*this)(row0) != kNoRow && (*this)(row0 + 15) != kNoRow ? 1 : 0;
+  }
+};
+
 // A group's D (and C, bias, scales) as the epilogue writes it: rows and columns of the group.
 // T is the operands' element type; D, C and bias are T, or float when args.out_f32.
 template <class T, class Activation>
@@ -176,9 +235,13 @@ struct OutputTile {
   // quad swap values so that each lane holds 8 consecutive columns and stores them as one
   // 16-byte vector: a quad writes 64 contiguous bytes of a row instead of four lanes
   // writing 4 bytes each 16 bytes apart. Otherwise the pairs are stored one by one.
+  // Each lane's two rows are at(0).row and at(1).row. `rows_inside`: -1, the warp's rows are
+  // rows warp_row .. warp_row + 15 of D, inside where warp_row + 16 <= m (the GEMM's); 0 or
+  // 1, a row map's answer whether all 16 are rows of D (RowMap::inside16).
   template <int kBlockN, int kCount, class At>
   __device__ __forceinline__ void store_wgmma_fragment(float (&v)[kCount], At at, int64_t row,
-                                                       int64_t col, int lane) const {
+                                                       int64_t col, int lane,
+                                                       int rows_inside = -1) const {
     static_assert(kCount == kBlockN / 2);
     if (out_f32) {
       store_fragment_as<float>(v, at);
@@ -187,7 +250,8 @@ struct OutputTile {
     apply_fragment<T>(v, at);
     const int q = lane & 3;
     const int64_t warp_row = row - lane / 4, tile_col = col - 2 * q;
-    const bool vectors = pair_stores && warp_row + 16 <= m && tile_col + kBlockN <= n &&
+    const bool inside = rows_inside < 0 ? warp_row + 16 <= m : rows_inside == 1;
+    const bool vectors = inside && pair_stores && tile_col + kBlockN <= n &&
                          ldd % 8 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0;
     if (!vectors) {  // warp-uniform: every lane of the warp takes the same branch
       store_pairs<T>(v, at);
@@ -212,7 +276,7 @@ struct OutputTile {
 #pragma unroll
           for (int s = 0; s < 4; ++s) y[s] = from == s ? got : y[s];
         }
-        T* out = static_cast<T*>(d) + (warp_row + lane / 4 + 8 * h) * ldd + tile_col + 8 * (j0 + q);
+        T* out = static_cast<T*>(d) + at(h).row * ldd + tile_col + 8 * (j0 + q);
         *reinterpret_cast<uint4*>(out) = make_uint4(y[0], y[1], y[2], y[3]);
       }
     }

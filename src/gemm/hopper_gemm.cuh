@@ -138,34 +138,103 @@ __device__ __forceinline__ void store_tile_tma(const float (&v)[kBlockN / 2], ui
   }
 }
 
+// Where k-block kb of a tile lies in B's 3-D map: the k coordinate and the outer (group)
+// coordinate.
+struct KBlockAt {
+  int k, group;
+};
+
+// A-operand loaders: how the producer finds k-block kb of A for the tile at rows m0.. and
+// the matching coordinates of B. TiledALoader is the GEMM's: A's 2-D map (K- or MN-major),
+// k0 = k0_base + 64 kb, B's group as given. (ImplicitConvALoader: the convolution's.)
+struct TiledALoader {
+  __device__ __forceinline__ KBlockAt k_block(int k0_base, int kb, int b_group) const {
+    return {k0_base + kb * 64, b_group};
+  }
+  template <class Traits>
+  __device__ __forceinline__ void load_a(uint8_t* as, const CUtensorMap* map_a, uint64_t* bar,
+                                         int m0, int, KBlockAt at) const {
+    constexpr int BM = Traits::kBlockM;
+    if constexpr (Traits::kMajorA == tc::Major::K) {
+      tc::tma_load(as, map_a, bar, at.k, m0);
+    } else {
+#pragma unroll
+      for (int j = 0; j < BM / 64; ++j) tc::tma_load(as + j * 8192, map_a, bar, m0 + 64 * j, at.k);
+    }
+  }
+};
+
+// The implicit-GEMM convolution's A (K-major): the reduction runs over taps (x fastest, as a
+// KRSC weight lies) x blocks of 64 channels, so k-block kb is tap kb / c_blocks, channels
+// 64 (kb % c_blocks) ... Its A tile is one box of the channels-last input's 5-D map
+// {C, X, Y, Z, N} (box 64 x tile[0] stride[0] x ... x tile[3], traversed by the stride: the
+// map's element strides), at the tile's first output pixel moved to the tap: x0 stride +
+// tx dilation - pad. TMA zero-fills what lies outside the input (negative coordinates
+// included), so the padding and the channels past C cost nothing. B is the weight as the
+// GEMM's K-major [K, taps x C]: the k-block starts at k = tap C + 64 (kb % c_blocks).
+struct ImplicitConvALoader {
+  ConvTiling t;
+  int stride[3], dilation[3], pad[3];  // x, y, z
+  int kernel[2];                       // taps along x, y (z is the rest)
+  int c_blocks;                        // ceil(C / 64)
+  int channels;                        // C
+
+  __device__ __forceinline__ KBlockAt k_block(int, int kb, int) const {
+    return {(kb / c_blocks) * channels + (kb % c_blocks) * 64, 0};
+  }
+  template <class Traits>
+  __device__ __forceinline__ void load_a(uint8_t* as, const CUtensorMap* map_a, uint64_t* bar,
+                                         int m0, int kb, KBlockAt) const {
+    static_assert(Traits::kMajorA == tc::Major::K && Traits::kBlockM == 128);
+    const ConvTiling::Origin o = t.origin(m0 / 128);
+    const int tap = kb / c_blocks, c0 = (kb % c_blocks) * 64;
+    const int tx = tap % kernel[0], ty = tap / kernel[0] % kernel[1];
+    const int tz = tap / (kernel[0] * kernel[1]);
+    tc::tma_load(as, map_a, bar, c0, o.x * stride[0] + tx * dilation[0] - pad[0],
+                 o.y * stride[1] + ty * dilation[1] - pad[1],
+                 o.z * stride[2] + tz * dilation[2] - pad[2], o.n);
+  }
+};
+
+// A consumer warp's arrival on the `empty` barrier of `stage` once its MMAs reading the stage
+// are done: on this block's barrier, or with clusters of two along M on both blocks' (the
+// peer multicast its half of B into this stage). Lane 0 arrives for the warp.
+__device__ __forceinline__ void release_stage(uint64_t* empty, int stage, int lane, int cluster) {
+  if (lane != 0) return;
+  if (cluster == 1) {
+    tc::mbarrier_arrive(&empty[stage]);
+  } else {
+    tc::mbarrier_arrive_cluster(&empty[stage], 0);
+    tc::mbarrier_arrive_cluster(&empty[stage], 1);
+  }
+}
+
 // The producer's loads of k-blocks [kb_begin, kb_end) of one output tile (rows m0.., columns
 // n0.., B's group b_group, K starting at k0_base) into the ring, shared by the cooperative and
 // the ping-pong kernels (the Traits name the same members). Each k-block waits for its stage
 // to be free, announces the whole stage's bytes on its `full` barrier and loads this block's A
-// tile; B is loaded whole, or, in clusters of two along M, as this block's half multicast to
-// both blocks (so the `full` barrier of each block counts both halves). One thread calls it.
-template <class Traits>
+// tile (through `loader`); B is loaded whole, or, in clusters of two along M, as this block's
+// half multicast to both blocks (so the `full` barrier of each block counts both halves). One
+// thread calls it.
+template <class Traits, class ALoader = TiledALoader>
 __device__ __forceinline__ void produce_k_blocks(tc::RingPosition<Traits::kStages>& ring,
                                                  const CUtensorMap* map_a,
                                                  const CUtensorMap* map_b, uint64_t* full,
                                                  uint64_t* empty, uint8_t* a_tiles,
-                                                 uint8_t* b_tiles, int m0, int n0, int b_group,
+                                                 uint8_t* b_tiles, int m0, int n0, int b_group_in,
                                                  int k0_base, int kb_begin, int kb_end,
-                                                 int cluster, uint32_t rank) {
-  constexpr int BM = Traits::kBlockM, BN = Traits::kBlockN, BK = Traits::kBlockK;
+                                                 int cluster, uint32_t rank,
+                                                 const ALoader& loader = ALoader{}) {
+  constexpr int BN = Traits::kBlockN;
   for (int kb = kb_begin; kb < kb_end; ++kb) {
-    const int k0 = k0_base + kb * BK;
+    const KBlockAt at = loader.k_block(k0_base, kb, b_group_in);
+    const int k0 = at.k, b_group = at.group;
     uint64_t* bar = &full[ring.stage];
     uint8_t* as = a_tiles + ring.stage * Traits::kATileBytes;
     uint8_t* bs = b_tiles + ring.stage * Traits::kBTileBytes;
     tc::mbarrier_wait(&empty[ring.stage], ring.phase ^ 1u);
     tc::mbarrier_arrive_expect_bytes(bar, Traits::kStageBytes);
-    if constexpr (Traits::kMajorA == tc::Major::K) {
-      tc::tma_load(as, map_a, bar, k0, m0);
-    } else {
-#pragma unroll
-      for (int j = 0; j < BM / 64; ++j) tc::tma_load(as + j * 8192, map_a, bar, m0 + 64 * j, k0);
-    }
+    loader.template load_a<Traits>(as, map_a, bar, m0, kb, at);
     if (cluster == 1) {
       if constexpr (Traits::kMajorB == tc::Major::K) {
         tc::tma_load(bs, map_b, bar, k0, n0, b_group);
@@ -193,12 +262,17 @@ __device__ __forceinline__ void produce_k_blocks(tc::RingPosition<Traits::kStage
   }
 }
 
-template <class T, class Traits, class Activation>
+// ALoader: how A's k-blocks are found (TiledALoader: the GEMM's 2-D map); RowMap: which row
+// of D each row of the tile grid is (IdentityRows for the GEMM). The convolution runs this
+// kernel with ImplicitConvALoader and ConvRows (args.m: its tiles x 128, args.k: its k-blocks
+// x 64, no TMA store).
+template <class T, class Traits, class Activation, class ALoader = TiledALoader,
+          class RowMap = IdentityRows>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
                        const __grid_constant__ CUtensorMap map_b,
-                       const __grid_constant__ CUtensorMap map_d, const GemmArgs args,
-                       const Activation act) {
+                       const __grid_constant__ CUtensorMap map_d, const ALoader a_loader,
+                       const RowMap row_map, const GemmArgs args, const Activation act) {
 #if RUDNN_TC_SM90A
   constexpr int BM = Traits::kBlockM, BN = Traits::kBlockN, BK = Traits::kBlockK;
   constexpr int S = Traits::kStages;
@@ -274,7 +348,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         const int b_group = (args.offsets != nullptr && !args.grouped_k) ? g : 0;
         produce_k_blocks<Traits>(ring, &map_a, &map_b, full, empty, a_tiles, b_tiles, m0, n0,
                                  b_group, static_cast<int>(view.k0), 0,
-                                 static_cast<int>(ceil_div(view.k, BK)), cluster, rank);
+                                 static_cast<int>(ceil_div(view.k, BK)), cluster, rank,
+                                 a_loader);
       }
     }
   } else {
@@ -285,15 +360,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int warp = (threadIdx.x / 32) % 4;
     const int lane = threadIdx.x % 32;
     // A stage is free again once every consumer warp of every block reading it is done.
-    auto release = [&](int stage) {
-      if (lane != 0) return;
-      if (cluster == 1) {
-        tc::mbarrier_arrive(&empty[stage]);
-      } else {
-        tc::mbarrier_arrive_cluster(&empty[stage], 0);
-        tc::mbarrier_arrive_cluster(&empty[stage], 1);
-      }
-    };
+    auto release = [&](int stage) { release_stage(empty, stage, lane, cluster); };
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
@@ -359,16 +426,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const OutputTile<T, Activation> out(args, view, act);
       // wgmma's m64nBN fragment: pair 2j + h holds row (lane / 4) + 8h, columns
       // 8j + 2 (lane % 4) + {0, 1} of this warp's 16 rows.
-      const int64_t row = int64_t{m_tile} * BM + consumer * 64 + warp * 16 + lane / 4;
+      // Rows of the tile grid, then of D through the row map.
+      const int64_t grid_row = int64_t{m_tile} * BM + consumer * 64 + warp * 16 + lane / 4;
+      const int64_t rows[2] = {row_map(grid_row), row_map(grid_row + 8)};
+      const int64_t row = rows[0];
       const int64_t col = int64_t{n_tile} * BN + 2 * (lane % 4);
-      auto at = [&](int p) { return PairAt{row + 8 * (p & 1), col + 8 * (p >> 1)}; };
+      auto at = [&](int p) { return PairAt{rows[p & 1], col + 8 * (p >> 1)}; };
       if (args.tma_store) {
         out.template apply_fragment<T>(acc, at);
         store_tile_tma<T, BN>(acc, staging + consumer * (64 * 64 * 2), &map_d,
                               m_tile * BM + consumer * 64, n_tile * BN, consumer_tid % 128,
                               Traits::kEpilogueBarrier + consumer);
       } else {
-        out.template store_wgmma_fragment<BN>(acc, at, row, col, lane);
+        out.template store_wgmma_fragment<BN>(acc, at, row, col, lane,
+                                              row_map.inside16(grid_row - lane / 4));
       }
     }
     // D's last stores are written before the block exits.

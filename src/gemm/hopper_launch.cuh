@@ -169,7 +169,7 @@ void run_hopper(const GemmArgs& args_in, const LaunchSite& site) {
   const CUtensorMap map_d =
       args.tma_store ? cuda::tc::encode_tensor_map(hopper_d_map(args, type)) : map_a;
   launch.launch(args, Traits::kBlockM, Traits::kBlockN, 1, "hopper_gemm_kernel", site, map_a,
-                map_b, map_d);
+                map_b, map_d, TiledALoader{}, IdentityRows{});
 }
 
 // The ping-pong kernel (hopper_pingpong.cuh): one block per SM, optionally in pairs along M

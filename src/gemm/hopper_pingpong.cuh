@@ -210,15 +210,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int lane = threadIdx.x % 32;
     // A stage is free again once the warps reading it, in every block of the cluster, are done
     // (the peer's half of B was multicast into it).
-    auto release = [&](int stage) {
-      if (lane != 0) return;
-      if (cluster == 1) {
-        tc::mbarrier_arrive(&empty[stage]);
-      } else {
-        tc::mbarrier_arrive_cluster(&empty[stage], 0);
-        tc::mbarrier_arrive_cluster(&empty[stage], 1);
-      }
-    };
+    auto release = [&](int stage) { release_stage(empty, stage, lane, cluster); };
     float acc[F][BN / 2];
     tc::RingPosition<S> ring;
     const uint32_t smem = (tc::shared_address(shared_raw) + 1023u) & ~1023u;

@@ -3,8 +3,9 @@
 // Packed kernels (W <= 8, C a multiple of the pack, aligned operands): a thread owns one pack
 // of channels (forward 16 bytes up to W = 4, 8 bytes beyond; backward 4 and 2 bytes, as it
 // holds four times the state) and a run of consecutive positions of one batch row
-// (kForwardRun, kRun); consecutive threads take consecutive packs, so a warp's loads of a
-// position are 64-512 contiguous bytes. The forward slides a window of W packs in registers
+// (kForwardRun, kRun; the forward at W = 4 takes the launch choice of conv/cuda/dw_tuning.h,
+// by default 8-byte packs and runs of 32); consecutive threads take consecutive packs, so a
+// warp's loads of a position are 64-512 contiguous bytes. The forward slides a window of W packs in registers
 // along the run: one load of x and one store per position, plus W-1 loads to start the
 // window (expected DRAM bytes per output element: 2 read + 2 written for 16-bit types; the
 // W-1 halo loads hit L2). The backward recomputes pre and dpre = dout * silu'(pre) for its
@@ -35,6 +36,7 @@
 #include <type_traits>
 
 #include "conv/cuda/common.cuh"
+#include "conv/cuda/dw_tuning.h"
 #include "conv/cuda/launch.h"
 #include "core/cuda_check.h"
 #include "cuda/launch.cuh"
@@ -369,6 +371,22 @@ __device__ __forceinline__ float sigmoid(float v) {
   }
 }
 
+// SiLU of the forward. BF16: v/2 + v/2 tanh(v/2) with the hardware tanh (one MUFU
+// operation per element where the logistic form takes two, an exponential and a
+// reciprocal: at 16 per multiprocessor per clock these are a large share of the time of a
+// streaming kernel); its error (relative, at most about 2^-11) is far below BF16's
+// rounding (2^-9). Other types: the logistic form above.
+template <class T, bool kTanh>
+__device__ __forceinline__ float forward_silu(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && kTanh) {
+    const float h = 0.5f * v;
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(h));
+    return fmaf(h, t, h);
+  }
+  return v * sigmoid<T>(v);
+}
+
 // d out / d pre of SiLU at pre (1 without SiLU), times dout.
 template <class T>
 __device__ __forceinline__ float dsilu(bool on, float pre, float d) {
@@ -380,16 +398,16 @@ __device__ __forceinline__ float dsilu(bool on, float pre, float d) {
 // Forward. A run inside one sequence slides a window of kW packs along it: one load per
 // position (plus kW-1 to start the window, from x or the state); a run that a varlen
 // sequence boundary cuts gathers each position's window.
-template <class T, int V, int kW>
+template <class T, int V, int kW, int R, bool kTanh = true>
 __global__ void __launch_bounds__(kThreads, 2)
     forward_packed_kernel(CausalForward p, const T* __restrict__ x, const T* __restrict__ weight,
                           const T* __restrict__ bias, const T* state, T* __restrict__ out) {
   const CausalShape& s = p.s;
-  const int64_t packs = s.channels / V, runs = (s.length + kForwardRun - 1) / kForwardRun;
+  const int64_t packs = s.channels / V, runs = (s.length + R - 1) / R;
   const int64_t flat = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (flat >= s.batch * runs * packs) return;
   const int64_t c0 = flat % packs * V, run = flat / packs % runs, b = flat / packs / runs;
-  const int64_t t0 = run * kForwardRun, t1 = min(t0 + kForwardRun, s.length);
+  const int64_t t0 = run * R, t1 = min(t0 + R, s.length);
   float w[kW][V], bv[V];
   load_weights<T, V, kW>(weight, bias, c0, w, bv);
   const Seq first = sequence_of(s, p.cu_seqlens, b, t0);
@@ -397,11 +415,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto finish = [&](float (&acc)[V], int64_t t) {
     if (s.silu) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) acc[j] *= sigmoid<T>(acc[j]);
+      for (int j = 0; j < V; ++j) acc[j] = forward_silu<T, kTanh>(acc[j]);
     }
     rudnn::cuda::store_pack<T, V>(o + t * s.channels, acc);
   };
-  // `full`: all kForwardRun positions exist, so the loop has no exit test and its loads can
+  // `full`: all R positions exist, so the loop has no exit test and its loads can
   // be issued ahead of the arithmetic.
   auto slide = [&](auto full) {
     float win[kW][V];  // win[kW-1] is the newest position
@@ -410,7 +428,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       extended_pack<T, V>(s, x, state, first, c0, t0 - (kW - 1) + i, win[i + 1]);
     }
 #pragma unroll
-    for (int m = 0; m < kForwardRun; ++m) {
+    for (int m = 0; m < R; ++m) {
       const int64_t t = t0 + m;
       if (!decltype(full)::value && t >= t1) break;
 #pragma unroll
@@ -429,7 +447,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   };
   if (t1 <= first.end) {
-    if (t1 - t0 == kForwardRun) {
+    if (t1 - t0 == R) {
       slide(std::true_type{});
     } else {
       slide(std::false_type{});
@@ -651,13 +669,26 @@ void causal_forward(const CausalForward& p, const Stream& stream) {
     with_window(s.width, [&](auto window) {
       constexpr int kW = decltype(window)::value;
       constexpr int V = forward_pack<T, kW>();
-      if (!packable(s.channels, V, V * sizeof(T), {p.x, p.out})) return;
-      const int64_t total =
-          s.batch * ((s.length + kForwardRun - 1) / kForwardRun) * (s.channels / V);
-      forward_packed_kernel<T, V, kW><<<blocks_for(total), kThreads, 0, ctx.stream>>>(
-          p, static_cast<const T*>(p.x), static_cast<const T*>(p.weight),
-          static_cast<const T*>(p.bias), static_cast<const T*>(p.state), static_cast<T*>(p.out));
-      packed = true;
+      auto launch = [&](auto kernel, int v, int run) {
+        if (!packable(s.channels, v, v * sizeof(T), {p.x, p.out})) return;
+        const int64_t total = s.batch * ((s.length + run - 1) / run) * (s.channels / v);
+        kernel<<<blocks_for(total), kThreads, 0, ctx.stream>>>(
+            p, static_cast<const T*>(p.x), static_cast<const T*>(p.weight),
+            static_cast<const T*>(p.bias), static_cast<const T*>(p.state),
+            static_cast<T*>(p.out));
+        packed = true;
+      };
+      // The alternatives of dw_tuning() (W = 4 only: each is a kernel per type).
+      const int choice = dw_tuning().causal_forward;
+      if constexpr (kW == 4) {
+        constexpr int V8 = 8 / static_cast<int>(sizeof(T));
+        if (choice == 1) launch(forward_packed_kernel<T, V, kW, 8>, V, 8);
+        if (choice == 2) launch(forward_packed_kernel<T, V, kW, 32>, V, 32);
+        if (choice == 3) launch(forward_packed_kernel<T, V8, kW, 32>, V8, 32);
+        if (choice == 4) launch(forward_packed_kernel<T, V, kW, kForwardRun, false>, V, kForwardRun);
+        if (packed) return;
+      }
+      launch(forward_packed_kernel<T, V, kW, kForwardRun>, V, kForwardRun);
     });
     if (!packed) {
       const int64_t total = s.batch * ((s.length + kSteps - 1) / kSteps) * s.channels;

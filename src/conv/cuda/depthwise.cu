@@ -1,5 +1,6 @@
 // Depthwise forward (groups == C, 1-D or 2-D, any kernel size, any channel multiplier): a
-// memory-bound kernel. Five kernels, the first that applies:
+// memory-bound kernel. Five kernels, the first that applies (plus the stream kernel, an
+// alternative to the tile kernel that conv/cuda/dw_tuning.h selects; measured slower):
 //  * tile: channels-last operands with one filter per channel, C a multiple of a 16-byte
 //    pack, aligned rows, a 3x3 filter at stride 1 without dilation (the common depthwise
 //    shape): input rows staged in shared memory by cp.async (see the kernel).
@@ -36,7 +37,12 @@
 // so the window loop has no bounds test; the rows kernel loads zeros for padded columns.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <type_traits>
+#include <utility>
+
 #include "conv/cuda/common.cuh"
+#include "conv/cuda/dw_tuning.h"
 #include "conv/cuda/launch.h"
 #include "core/cuda_check.h"
 #include "cuda/device_info.h"
@@ -49,6 +55,11 @@ namespace rudnn::conv_detail::cuda {
 
 using rudnn::cuda::from_float;
 using rudnn::cuda::to_float;
+
+DwTuning& dw_tuning() {
+  static DwTuning tuning;
+  return tuning;
+}
 
 namespace {
 
@@ -565,6 +576,149 @@ __global__ void __launch_bounds__(kTileThreads, sizeof(T) == 2 ? 3 : 2)
   rudnn::cuda::tc::cp_async_wait<0>();
 }
 
+// The stream kernel (see the top): 3x3, stride 1, no dilation, channels-last, one filter per
+// channel. A thread owns 2 channels (a 4-byte pair in 16-bit types) of TC consecutive output
+// columns and walks a run of output rows: per input row it loads the TC + 2 pairs its
+// windows cover (2 rows ahead of their arithmetic, straight into registers: no shared
+// memory, no barrier), converts each element once and adds it into the three output rows it
+// reaches; the oldest is then complete and stored. Consecutive threads take consecutive
+// pairs of one pixel, so a warp's loads and stores are 128 contiguous bytes (two segments
+// where it wraps into the next strip). The columns two strips share are read twice, the
+// second time mostly from L1 (the strips of a pixel row are neighbouring threads); DRAM sees
+// each input byte about once. Blocks are small (kStreamThreads) so that the last wave is
+// spread evenly over the multiprocessors.
+constexpr int kStreamThreads = 64;
+
+struct StreamLaunch {
+  uint32_t threads = 0;  // pairs * strips * runs * batch (< 2^31, checked at launch)
+  int pairs = 0;         // channel pairs (C / 2)
+  int strips = 0;        // strips of TC output columns per output row
+  int runs = 0;          // runs of `run` output rows per image
+  int run = 0;
+};
+
+template <class T, int TC, int D>
+__global__ void __launch_bounds__(kStreamThreads, sizeof(T) == 2 ? 8 : 6)
+    depthwise_stream_kernel(Forward p, StreamLaunch L, const T* __restrict__ input,
+                            const T* __restrict__ weight, const T* __restrict__ bias,
+                            const T* __restrict__ residual, T* __restrict__ out) {
+  using Pair = rudnn::cuda::Pack<T, 2>;
+  constexpr int kIn = TC + 2;  // input columns a strip's windows cover
+  const uint32_t flat = blockIdx.x * uint32_t{kStreamThreads} + threadIdx.x;
+  if (flat >= L.threads) return;
+  uint32_t rest = flat;
+  const int pair = static_cast<int>(rest % static_cast<uint32_t>(L.pairs));
+  rest /= static_cast<uint32_t>(L.pairs);
+  const int strip = static_cast<int>(rest % static_cast<uint32_t>(L.strips));
+  rest /= static_cast<uint32_t>(L.strips);
+  const int run = static_cast<int>(rest % static_cast<uint32_t>(L.runs));
+  const int64_t n = rest / static_cast<uint32_t>(L.runs);
+  const ConvShape& s = p.s;
+  const int64_t c0 = 2 * int64_t{pair};
+  const int ox0 = strip * TC, oy0 = run * L.run;
+  const int out_cols = static_cast<int>(s.out[2]);
+  const int rows = min(L.run, static_cast<int>(s.out[1]) - oy0) + 2;  // input rows of the run
+  const int iy0 = oy0 - static_cast<int>(s.pad[1]), ix0 = ox0 - static_cast<int>(s.pad[2]);
+  const int in_h = static_cast<int>(s.in[1]), in_w = static_cast<int>(s.in[2]);
+  const int64_t row_st = p.input_st.sp[1], col_st = p.input_st.sp[2];
+  // Offset of (row 0, column ix0): negative where the window starts in the padding; only
+  // offsets of columns inside the input are ever dereferenced.
+  const int64_t base = n * p.input_st.n + c0 + int64_t{ix0} * col_st;
+  unsigned col_ok = 0;  // bit j: input column ix0 + j exists
+#pragma unroll
+  for (int j = 0; j < kIn; ++j) col_ok |= (ix0 + j >= 0 && ix0 + j < in_w ? 1u : 0u) << j;
+  const Pair zero = __builtin_bit_cast(Pair, rudnn::cuda::Pack<uint32_t, sizeof(Pair) / 4>{});
+
+  Pair raw[D + 1][kIn];  // input rows r to r + D (by r % (D + 1))
+  auto load_row = [&](int r, Pair (&dst)[kIn]) {
+    const int iy = iy0 + r;
+    const bool row_ok = r < rows && iy >= 0 && iy < in_h;
+    const int64_t row = base + int64_t{iy} * row_st;
+#pragma unroll
+    for (int j = 0; j < kIn; ++j) {
+      dst[j] = row_ok && (col_ok >> j & 1u)
+                   ? *reinterpret_cast<const Pair*>(input + row + int64_t{j} * col_st)
+                   : zero;
+    }
+  };
+#pragma unroll
+  for (int r = 0; r < D; ++r) load_row(r, raw[r]);
+  // Filter and bias while the first rows are in flight.
+  float w[9][2], b[2];
+#pragma unroll
+  for (int t = 0; t < 9; ++t)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      w[t][j] = to_float(weight[(c0 + j) * p.weight_st.n + t / 3 * p.weight_st.sp[1] +
+                                t % 3 * p.weight_st.sp[2]]);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) b[j] = bias != nullptr ? to_float(bias[c0 + j]) : 0.0f;
+
+  const int store_cols = min(TC, out_cols - ox0);
+  T* out_base = out + n * p.out_st.n + c0 + int64_t{ox0} * p.out_st.sp[2];
+  const T* res_base = residual != nullptr ? residual + n * p.residual_st.n + c0 +
+                                                int64_t{ox0} * p.residual_st.sp[2]
+                                          : nullptr;
+  // acc[o % 3]: output row o of the run (input row r reaches output rows r - 2, r - 1, r;
+  // the rows before the run's first are summed and never stored).
+  float acc[3][TC][2] = {};
+  // Input row r, with q = r % kUnroll known at compile time so that every index is static:
+  // its accumulators by r % 3, its input by r % (D + 1); row r + D is loaded into the slot
+  // of row r - 1.
+  constexpr int kUnroll = (D + 1) % 3 == 0 ? D + 1 : 3 * (D + 1);
+  auto step = [&](auto q_tag, int r) {
+    constexpr int q = decltype(q_tag)::value;
+    constexpr int k = q % 3, k1 = (q + 2) % 3, k2 = (q + 1) % 3;  // output rows r, r-1, r-2
+    constexpr int in = q % (D + 1), ahead = (q + D) % (D + 1);
+    if (r >= rows) return;
+    load_row(r + D, raw[ahead]);
+#pragma unroll
+    for (int c = 0; c < TC; ++c)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) acc[k][c][j] = b[j];
+#pragma unroll
+    for (int x = 0; x < kIn; ++x) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const float v = rudnn::cuda::pack_element<T, 2>(raw[in][x], j);
+#pragma unroll
+        for (int kx = 0; kx < 3; ++kx) {
+          const int c = x - kx;
+          if (c < 0 || c >= TC) continue;
+          acc[k][c][j] += v * w[kx][j];
+          acc[k1][c][j] += v * w[3 + kx][j];
+          acc[k2][c][j] += v * w[6 + kx][j];
+        }
+      }
+    }
+    if (r < 2) return;
+    const int64_t oy = oy0 + r - 2;
+    T* o = out_base + oy * p.out_st.sp[1];
+    const T* res = res_base != nullptr ? res_base + oy * p.residual_st.sp[1] : nullptr;
+#pragma unroll
+    for (int c = 0; c < TC; ++c) {
+      if (c >= store_cols) break;
+      float v[2] = {acc[k2][c][0], acc[k2][c][1]};
+      if (res != nullptr) {
+        float rv[2];
+        rudnn::cuda::load_pack<T, 2>(res + c * p.residual_st.sp[2], rv);
+        v[0] += rv[0];
+        v[1] += rv[1];
+      }
+      if (p.activation != Activation::None) {
+        v[0] = activate(p.activation, v[0]);
+        v[1] = activate(p.activation, v[1]);
+      }
+      rudnn::cuda::store_pack<T, 2>(o + c * p.out_st.sp[2], v);
+    }
+  };
+  for (int r = 0; r < rows; r += kUnroll) {
+    [&]<int... Q>(std::integer_sequence<int, Q...>) {
+      (step(std::integral_constant<int, Q>{}, r + Q), ...);
+    }(std::make_integer_sequence<int, kUnroll>{});
+  }
+}
+
 // Whether a channels-last operand's pixels start on pack boundaries: channel stride 1 and
 // every other stride a multiple of the pack, from an aligned base.
 bool packed_rows(const Strides& st, const void* data, int v, size_t bytes) {
@@ -671,6 +825,61 @@ bool launch_tile(const Forward& p, Device device, cudaStream_t stream) {
   return true;
 }
 
+// The stream kernel for this problem, when it applies (see the top); false otherwise.
+template <class T, int TC, int D>
+bool launch_stream(const Forward& p, Device device, cudaStream_t stream) {
+  const ConvShape& s = p.s;
+  if (s.kernel[1] != 3 || s.kernel[2] != 3 || s.dilation[1] != 1 || s.dilation[2] != 1 ||
+      s.stride[1] != 1 || s.stride[2] != 1 || s.out_channels % 2 != 0) {
+    return false;
+  }
+  if (s.batch <= 0 || s.out[1] <= 0 || s.out[2] <= 0 || s.out_channels <= 0) return false;
+  // The kernel's thread, row and column arithmetic is 32-bit.
+  constexpr int64_t kLimit = int64_t{1} << 30;
+  if (s.in[1] >= kLimit || s.in[2] >= kLimit || s.out[1] >= kLimit || s.out[2] >= kLimit ||
+      s.pad[1] >= kLimit || s.pad[2] >= kLimit || s.out_channels >= kLimit) {
+    return false;
+  }
+  StreamLaunch L;
+  L.pairs = static_cast<int>(s.out_channels / 2);
+  L.strips = static_cast<int>((s.out[2] + TC - 1) / TC);
+  const int64_t per_run = s.batch * L.pairs * L.strips;  // threads of one run of every image
+  static rudnn::cuda::PerDevice<int> occupancy;
+  const int64_t slots = int64_t{rudnn::cuda::resident_blocks(depthwise_stream_kernel<T, TC, D>,
+                                                             kStreamThreads, device, occupancy)} *
+                        kStreamThreads;
+  // Runs of output rows: long runs load the two rows between runs less often; more runs fill
+  // the device. Take the split whose waves take the least time, a thread's time being its
+  // input rows plus a few rows' worth of start-up (filter loads, the first rows' latency).
+  const int64_t out_rows = s.out[1];
+  int64_t best_run = out_rows;
+  if (dw_tuning().stream_run > 0) {
+    best_run = std::min<int64_t>(out_rows, dw_tuning().stream_run);
+  } else {
+    double best_cost = 0.0;
+    for (int64_t split = 1; split <= std::min<int64_t>(out_rows, 64); ++split) {
+      const int64_t run = (out_rows + split - 1) / split;
+      const int64_t threads = per_run * ((out_rows + run - 1) / run);
+      const double cost = static_cast<double>((threads + slots - 1) / slots) *
+                          static_cast<double>(run + 2 + 6);
+      if (split == 1 || cost < best_cost) {
+        best_cost = cost;
+        best_run = run;
+      }
+    }
+  }
+  L.run = static_cast<int>(best_run);
+  L.runs = static_cast<int>((out_rows + best_run - 1) / best_run);
+  const int64_t threads = per_run * L.runs;
+  if (threads <= 0 || threads >= (int64_t{1} << 31) - kStreamThreads) return false;
+  L.threads = static_cast<uint32_t>(threads);
+  const auto blocks = static_cast<unsigned>((threads + kStreamThreads - 1) / kStreamThreads);
+  depthwise_stream_kernel<T, TC, D><<<blocks, kStreamThreads, 0, stream>>>(
+      p, L, static_cast<const T*>(p.input), static_cast<const T*>(p.weight),
+      static_cast<const T*>(p.bias), static_cast<const T*>(p.residual), static_cast<T*>(p.out));
+  return true;
+}
+
 // The rows kernel for this problem, when it applies (see the top); false otherwise.
 template <class T, int V>
 bool launch_rows(const Forward& p, Device device, cudaStream_t stream) {
@@ -751,6 +960,10 @@ void depthwise_forward(const Forward& p, const Stream& stream) {
                         packed_rows(p.input_st, p.input, V, 16) &&
                         packed_rows(p.out_st, p.out, V, 16) &&
                         (p.residual == nullptr || packed_rows(p.residual_st, p.residual, V, 16));
+    const int choice = dw_tuning().depthwise_3x3;
+    if (packed && choice == 0 && launch_stream<T, 7, 2>(p, ctx.device, ctx.stream)) return;
+    if (packed && choice == 1 && launch_stream<T, 4, 2>(p, ctx.device, ctx.stream)) return;
+    if (packed && choice == 3 && launch_stream<T, 4, 3>(p, ctx.device, ctx.stream)) return;
     if (packed && launch_tile<T>(p, ctx.device, ctx.stream)) return;
     if (packed && launch_column<T, V>(p, ctx.stream)) return;
     if (packed && launch_rows<T, V>(p, ctx.device, ctx.stream)) return;

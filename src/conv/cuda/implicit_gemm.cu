@@ -178,6 +178,10 @@ void launch(const Forward& p, cudaStream_t stream) {
 }  // namespace
 
 void implicit_gemm_forward(const Forward& p, const Stream& stream) {
+  if (p.hopper_kernel) {
+    hopper_implicit_gemm_forward(p, stream);
+    return;
+  }
   const rudnn::cuda::LaunchContext ctx(stream);
   if (p.s.dtype == DType::bf16) {
     launch<__nv_bfloat16>(p, ctx.stream);

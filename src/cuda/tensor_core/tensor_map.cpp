@@ -113,6 +113,10 @@ CUtensorMap encode_tensor_map(const TensorMapSpec& s) {
           ": dims[", i, "] = ", s.dims[i], "; expected 1 .. 2^32");
     check(s.box[i] >= 1 && s.box[i] <= 256, ErrorCode::InvalidArgument, op, ": box[", i,
           "] = ", s.box[i], "; expected 1 .. 256");
+    check(s.element_strides[i] >= 1 && s.element_strides[i] <= 8 &&
+              (i > 0 || s.element_strides[0] == 1),
+          ErrorCode::InvalidArgument, op, ": element_strides[", i, "] = ", s.element_strides[i],
+          "; expected 1 .. 8 (1 for dimension 0)");
     if (i > 0) {
       check(s.strides[i - 1] % 16 == 0 && s.strides[i - 1] < (uint64_t{1} << 40),
             ErrorCode::InvalidArgument, op, ": stride of dimension ", i, " = ", s.strides[i - 1],
@@ -127,10 +131,9 @@ CUtensorMap encode_tensor_map(const TensorMapSpec& s) {
         ": box[0] is ", inner_bytes, " bytes, wider than the ", span, "-byte swizzle");
 
   CUtensorMap map{};
-  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   const CUresult r = encoder()(&map, s.type, static_cast<cuuint32_t>(s.rank),
                                const_cast<void*>(s.base), s.dims, s.strides,
-                               s.box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, s.swizzle,
+                               s.box, s.element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, s.swizzle,
                                s.l2_promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   check(r == CUDA_SUCCESS, ErrorCode::Cuda, op, ": cuTensorMapEncodeTiled failed with CUresult ",
         static_cast<int>(r), " (rank ", s.rank, ", dims[0] ", s.dims[0], ", box[0] ", s.box[0],

@@ -20,8 +20,7 @@
 
 namespace rudnn::cuda::tc {
 
-// What cuTensorMapEncodeTiled takes, with the element strides fixed at 1 and the
-// out-of-bounds fill at zeros.
+// What cuTensorMapEncodeTiled takes, with the out-of-bounds fill at zeros.
 struct TensorMapSpec {
   CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   int rank = 2;                // 1 .. 5
@@ -32,6 +31,10 @@ struct TensorMapSpec {
                                // element bytes a multiple of 16 (and <= the swizzle span)
   CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE;
   CUtensorMapL2promotion l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  // Traversal step per dimension, 1 .. 8 (element_strides[0] must stay 1 here): a box then
+  // holds box[i] / element_strides[i] elements along i (round up), every step-th one from the
+  // box's start. A strided convolution's input read straight by its output's stride.
+  cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
 };
 
 // Checks the spec (InvalidArgument naming the broken rule: these are the library's own

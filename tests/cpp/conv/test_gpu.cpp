@@ -8,6 +8,10 @@
 
 #include "conv_test_util.h"
 
+#if RUDNN_CONV_TUNING
+#include "conv/cuda/dw_tuning.h"
+#endif
+
 namespace rudnn::test {
 namespace {
 
@@ -382,6 +386,59 @@ TEST(ConvGpu, DepthwiseRowsKernelWalksSeveralGroups) {
   check_case<2>(rng, DType::bf16, c, Layout::Nhwc);
 }
 
+#if RUDNN_CONV_TUNING
+// The channels-last 3x3 stride-1 kernels (conv/cuda/dw_tuning.h): the stream kernel with 7
+// and with 4 output columns a thread (loading 2 and 3 rows ahead), and the tile kernel, each
+// against the reference, with
+// the stream kernel's runs of output rows chosen by the launch and forced to 5 and 1 rows
+// (several runs with a short last one, a run of one row). Widths that are not a multiple of
+// the strip (37, 17, 9), one and two columns, an input smaller than the filter, padding 0, 2
+// and asymmetric, channels of one 16-byte pack and not a multiple of 64 (72), several
+// images, the bench's channel count (256) with a short last run; with and without the
+// residual and activation epilogue, the dense and the channels-last-view strides.
+TEST(ConvGpu, DepthwiseStreamKernelMatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  namespace cc = rudnn::conv_detail::cuda;
+  struct Restore {
+    cc::DwTuning saved = cc::dw_tuning();
+    ~Restore() { cc::dw_tuning() = saved; }
+  } restore;
+  ConvOptions<2> asym = opts<2>({1, 1}, {0, 2}, {1, 1}, 64);
+  asym.padding_end = {2, 1};
+  const std::vector<Case<2>> cases = {
+      make<2>({2, 64, 9, 37}, {64, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 64)),
+      make<2>({1, 72, 6, 14}, {72, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 72)),
+      make<2>({1, 8, 5, 5}, {8, 1, 3, 3}, opts<2>({1, 1}, {0, 0}, {1, 1}, 8)),
+      make<2>({1, 24, 7, 9}, {24, 1, 3, 3}, opts<2>({1, 1}, {2, 2}, {1, 1}, 24)),
+      make<2>({1, 64, 10, 17}, {64, 1, 3, 3}, asym),
+      make<2>({1, 32, 1, 2}, {32, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 32)),
+      make<2>({1, 16, 12, 1}, {16, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 16)),
+      make<2>({3, 16, 41, 15}, {16, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 16)),
+      make<2>({2, 256, 23, 28}, {256, 1, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 256)),
+  };
+  const char* kernels[] = {"stream, 7 columns", "stream, 4 columns", "tile",
+                           "stream, 4 columns, 3 rows ahead"};
+  for (int kernel = 0; kernel < 4; ++kernel) {
+    for (int run : {0, 5, 1}) {
+      if (kernel == 2 && run != 0) continue;
+      SCOPED_TRACE(::testing::Message() << "kernel " << kernels[kernel] << ", rows per run "
+                                        << (run == 0 ? std::string("auto") : std::to_string(run)));
+      cc::dw_tuning() = restore.saved;
+      cc::dw_tuning().depthwise_3x3 = kernel;
+      cc::dw_tuning().stream_run = run;
+      for (DType dt : kDtypes) {
+        for (const auto& c : cases) {
+          check_case<2>(rng, dt, c, Layout::Nhwc);
+          check_case<2>(rng, dt, c, Layout::ChannelsLastView, ConvStrategy::Auto,
+                        ConvActivation::Silu, true);
+        }
+      }
+    }
+  }
+}
+#endif
+
 TEST(ConvGpu, StrategiesOnTheGpu) {
   RUDNN_REQUIRE_CUDA();
   const Tensor x = Tensor::zeros({1, 4, 8, 8}, DType::bf16, kGpu);
@@ -606,6 +663,34 @@ TEST(CausalConv1dGpu, PackedKernelsMatchReference) {
         check_causal(rng, dt, 1, 33, 70, W, bias, state, silu);
       }
 }
+
+#if RUDNN_CONV_TUNING
+// The packed forward's alternatives at W = 4 (conv/cuda/dw_tuning.h): runs of 8 and 32
+// positions, runs of 32 with 8-byte packs, BF16's SiLU in the logistic form (the default is
+// the tanh form), each against the reference: several runs per
+// row with a short last one, a row shorter than one run, the state starting the window,
+// varlen boundaries cutting runs, C of one pack and of several slices.
+TEST(CausalConv1dGpu, PackedForwardChoicesMatchReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  namespace cc = rudnn::conv_detail::cuda;
+  struct Restore {
+    cc::DwTuning saved = cc::dw_tuning();
+    ~Restore() { cc::dw_tuning() = saved; }
+  } restore;
+  for (int choice = 0; choice < 5; ++choice) {
+    SCOPED_TRACE(::testing::Message() << "DwTuning::causal_forward " << choice);
+    cc::dw_tuning() = restore.saved;
+    cc::dw_tuning().causal_forward = choice;
+    for (DType dt : kDtypes) {
+      check_causal(rng, dt, 3, 100, 64, 4, true, true, true);
+      check_causal(rng, dt, 1, 37, 288, 4, false, false, true);
+      check_causal(rng, dt, 2, 5, 8, 4, true, true, false);
+      check_causal(rng, dt, 1, 90, 64, 4, true, true, true, {0, 5, 5, 40, 41, 90});
+    }
+  }
+}
+#endif
 
 // Varlen sequences whose boundaries cut the packed kernels' runs (and runs inside one
 // sequence next to them), empty sequences, a one-position sequence, with and without state.
