@@ -293,10 +293,12 @@ void native_swiglu_backward_into(const Tensor& dgate_out, const Tensor& dup_out,
 //               or newer; otherwise Unsupported): grouped GEMMs for gate and up (two
 //               launches: no fused gate+up epilogue yet), native_swiglu's kernel for the
 //               activation, a grouped GEMM for down.
-//   Auto        forward: at most 512 dispatched rows (decode: T * k <= 512) take a streaming
-//               matrix-vector path on CUDA cores (each selected expert's weights read once,
-//               in 16-byte loads, FP32 accumulation, any float dtype); larger batches take
-//               TensorCore where the dtype and device allow it, else Scalar. Backward:
+//   Auto        forward: decode batches take a streaming matrix-vector path on CUDA cores
+//               (each selected expert's weights read once, in 16-byte loads, FP32
+//               accumulation, any float dtype): at most 64 dispatched rows (T * k <= 64)
+//               where TensorCore is allowed (beyond that its GEMMs stream the weights
+//               faster), at most 512 elsewhere; larger batches take TensorCore where the
+//               dtype and device allow it, else Scalar. Backward:
 //               TensorCore where allowed, else Scalar. Chosen from the shape and the
 //               device's capability only; a failed launch is an error, never retried.
 enum class GroupedStrategy { Scalar, TensorCore, Auto };
@@ -382,6 +384,12 @@ class SwiGluExperts {
       const Stream& stream = {}) const;
 
   // route -> dispatch -> experts -> combine for input [T, H] and logits [T, E].
+  // Auto on a CUDA device with a decode batch (as GroupedStrategy says) and E <= 4096 skips
+  // the dispatch: the kernels read the input rows in place (the dispatched path when they
+  // are not 16-byte aligned) and stream each selected expert's weights once; up to T = 4
+  // the combine is folded into the down projection. The result equals route -> dispatch ->
+  // forward_dispatched_with_strategy(Auto) -> combine bit for bit. Memory: [T*k, I] (and
+  // above T = 4, [T*k, H]) scratch besides the output.
   Tensor forward(const Tensor& input, const Tensor& logits, const RoutingOptions& options,
                  const Stream& stream = {}) const;
   Tensor forward_with_strategy(const Tensor& input, const Tensor& logits,

@@ -659,6 +659,21 @@ namespace {
 
 // The expert operands' checks against dispatched rows (`rows`, named `rows_name`), and the
 // path the strategy resolves to (by capability only).
+// Whether the grouped tensor-core GEMMs serve these experts on `device`.
+bool tensor_cores_serve(const SwiGluExperts& x, Device device) {
+  const bool half_type = x.gate().dtype() == DType::f16 || x.gate().dtype() == DType::bf16;
+  bool tensor_core_device = false;
+#if RUDNN_WITH_CUDA
+  if (device.is_cuda()) tensor_core_device = ::rudnn::cuda::device_info(device).compute_major >= 8;
+#endif
+  return half_type && tensor_core_device && x.experts() <= 1024;
+}
+
+// Auto's choice of the decode kernels for `rows` dispatched rows on a CUDA device.
+bool auto_decode(const SwiGluExperts& x, Device device, int64_t rows) {
+  return rows <= (tensor_cores_serve(x, device) ? kDecodeRowsWithTensorCores : kDecodeRows);
+}
+
 ExpertPath expert_path(const OpCall& call, const SwiGluExperts& x, const Tensor& rows,
                        const char* rows_name, GroupedStrategy strategy) {
   common::require_device(call, "gate", x.gate());
@@ -667,13 +682,7 @@ ExpertPath expert_path(const OpCall& call, const SwiGluExperts& x, const Tensor&
          cat(call.op, ": ", rows_name, " has dtype ", dtype_name(rows.dtype()),
              "; expected the experts' dtype ", dtype_name(x.gate().dtype())));
   }
-  const bool half_type = x.gate().dtype() == DType::f16 || x.gate().dtype() == DType::bf16;
-  bool tensor_core_device = false;
-#if RUDNN_WITH_CUDA
-  if (call.device.is_cuda())
-    tensor_core_device = ::rudnn::cuda::device_info(call.device).compute_major >= 8;
-#endif
-  const bool tensor_core_ok = half_type && tensor_core_device && x.experts() <= 1024;
+  const bool tensor_core_ok = tensor_cores_serve(x, call.device);
   if (strategy == GroupedStrategy::TensorCore) {
     if (!tensor_core_ok) {
       fail(
@@ -703,7 +712,8 @@ ExpertsForward experts_problem(OpCall& call, const SwiGluExperts& x, const Dispa
   ExpertsForward p;
   p.rows = rows.size(0);
   // Auto, small batches (decode): the weights are the traffic; stream them once.
-  p.path = strategy == GroupedStrategy::Auto && call.device.is_cuda() && p.rows <= kDecodeRows
+  p.path = strategy == GroupedStrategy::Auto && call.device.is_cuda() &&
+                   auto_decode(x, call.device, p.rows)
                ? ExpertPath::Decode
                : path;
   p.experts = x.experts();
@@ -832,6 +842,57 @@ void require_forward_operands(const char* op, const SwiGluExperts& experts, cons
   }
 }
 
+// The forward after routing. Auto on a CUDA device with a decode-sized batch (T * top_k rows
+// as auto_decode allows, E <= kDecodeMaxExperts) runs straight from the plan (decode.cu): no
+// dispatch, the combine folded in up to kDecodeFusedTokens tokens. Its kernels compute what
+// dispatch -> forward_dispatched(Auto) -> combine computes, in the same order: the same bits.
+Tensor experts_after_routing(const char* op, const SwiGluExperts& x, const Tensor& input,
+                             const RoutingPlan& plan, GroupedStrategy strategy,
+                             const Stream& stream) {
+  // Anything the dispatch would refuse takes that path, which names the rule.
+  const int64_t top_k = plan.top_k();
+  const bool decode =
+      strategy == GroupedStrategy::Auto && input.defined() && input.device().is_cuda() &&
+      input.dim() == 2 && input.dtype() == x.gate().dtype() &&
+      input.device() == x.gate().device() && input.size(1) == x.hidden() &&
+      input.size(0) == plan.expert_indices().size(0) &&
+      plan.expert_indices().device() == input.device() && input.size(0) > 0 &&
+      auto_decode(x, input.device(), input.size(0) * top_k) && x.experts() <= kDecodeMaxExperts;
+  std::optional<OpCall> call;
+  const void* data = nullptr;
+  if (decode) {
+    call.emplace(op, "input", input, stream);
+    data = common::dense_in(*call, input);
+  }
+  // The dispatched kernels read fresh (16-byte aligned) rows; an offset view takes that path.
+  if (!decode || reinterpret_cast<uintptr_t>(data) % 16 != 0) {
+    const DispatchedTokens dispatched = plan.dispatch(input, stream);
+    return dispatched.combine(x.forward_dispatched_with_strategy(dispatched, strategy, stream),
+                              stream);
+  }
+  const int64_t tokens = input.size(0);
+  DecodeForward p;
+  p.tokens = tokens;
+  p.top_k = top_k;
+  p.experts = x.experts();
+  p.hidden = x.hidden();
+  p.inter = x.inter();
+  p.dtype = x.gate().dtype();
+  p.weight_dtype = plan.weights().dtype();
+  p.input = data;
+  p.indices = static_cast<const uint32_t*>(common::dense_in(*call, plan.expert_indices()));
+  p.weights = common::dense_in(*call, plan.weights());
+  p.gate = common::dense_in(*call, x.gate());
+  p.up = common::dense_in(*call, x.up());
+  p.down = common::dense_in(*call, x.down());
+  Tensor out = call->empty({tokens, p.hidden}, p.dtype);
+  p.out = out.data();
+#if RUDNN_WITH_CUDA
+  cuda::decode_forward(p, call->stream);
+#endif
+  return out;
+}
+
 }  // namespace
 
 Tensor SwiGluExperts::forward(const Tensor& input, const Tensor& logits,
@@ -844,8 +905,7 @@ Tensor SwiGluExperts::forward_with_strategy(const Tensor& input, const Tensor& l
                                             const Stream& stream) const {
   require_forward_operands("forward", *this, input, logits, stream);
   const RoutingPlan plan = route(logits, options, stream);
-  const DispatchedTokens tokens = plan.dispatch(input, stream);
-  return tokens.combine(forward_dispatched_with_strategy(tokens, strategy, stream), stream);
+  return experts_after_routing("forward", *this, input, plan, strategy, stream);
 }
 
 Tensor SwiGluExperts::forward_sigmoid_grouped(const Tensor& input, const Tensor& logits,
@@ -855,8 +915,7 @@ Tensor SwiGluExperts::forward_sigmoid_grouped(const Tensor& input, const Tensor&
                                               const Stream& stream) const {
   require_forward_operands("forward_sigmoid_grouped", *this, input, logits, stream);
   const RoutingPlan plan = route_sigmoid_grouped(logits, bias, options, stream);
-  const DispatchedTokens tokens = plan.dispatch(input, stream);
-  return tokens.combine(forward_dispatched_with_strategy(tokens, strategy, stream), stream);
+  return experts_after_routing("forward_sigmoid_grouped", *this, input, plan, strategy, stream);
 }
 
 // ===========================================================================================
@@ -1073,9 +1132,8 @@ Tensor moe_inference(const Tensor& input, const Tensor& logits, const Tensor& bi
   const SwiGluExperts experts(gate, up, down);
   const RoutingPlan selection = select("moe_inference", logits, bias, options, stream);
   const RouterTrainingPlan weights(selection, logits, options.weights, stream);
-  const DispatchedTokens tokens = weights.routing().dispatch(input, stream);
-  return tokens.combine(experts.forward_dispatched_with_strategy(tokens, options.forward, stream),
-                        stream);
+  return experts_after_routing("moe_inference", experts, input, weights.routing(), options.forward,
+                               stream);
 }
 
 Tensor moe_route_indices(const MoeState& state) { return Internal::indices(state); }

@@ -58,6 +58,12 @@ struct Combine {
 // Decode: the streaming matrix-vector kernels of at most kDecodeRows rows (experts_decode.cuh).
 enum class ExpertPath { Scalar, TensorCore, Decode };
 constexpr int64_t kDecodeRows = 512;
+// Where the tensor cores serve (F16/BF16 on compute capability >= 8.0, E <= 1024), Auto takes
+// the decode kernels only up to this many rows: they compute on CUDA cores, and past about
+// 8 rows an expert (T = 16 at top-8 of 64) the grouped tensor-core GEMMs stream the weights
+// faster (H200 bf16 E64 top-8 H2048 I1408: T = 16 0.36 ms against 0.48, T = 64 0.38 against
+// 1.03; T = 4 0.18 ms on the decode kernels).
+constexpr int64_t kDecodeRowsWithTensorCores = 64;
 
 // SwiGLU experts over dispatched rows grouped by offsets.
 struct ExpertsForward {
@@ -74,6 +80,29 @@ struct ExpertsForward {
   void* gate_pre = nullptr;
   void* up_pre = nullptr;
   void* act = nullptr;
+};
+
+// The whole decode forward from a routing plan, without a dispatch (decode.cu): the
+// inference forward of Auto on a CUDA device when T * top_k <= kDecodeRows (or
+// kDecodeRowsWithTensorCores) and
+// E <= kDecodeMaxExperts (a bitmask of E bits per block), the input 16-byte aligned.
+// out[t] = sum over j in slot order of weights[t, j] * SwiGLU expert indices[t, j] of input[t].
+constexpr int64_t kDecodeMaxExperts = 4096;
+// Batches of at most this many tokens fold the combine into the down projection (one kernel
+// and the [T * top_k, H] expert output fewer); it streams the down rows token by token, so an
+// expert shared by several tokens is read once per token (the repeats from L2).
+constexpr int64_t kDecodeFusedTokens = 4;
+struct DecodeForward {
+  int64_t tokens = 0, top_k = 0, experts = 0, hidden = 0, inter = 0;
+  DType dtype = DType::f32;           // input, weights of the experts, out
+  DType weight_dtype = DType::f32;    // the routing weights
+  const void* input = nullptr;        // [tokens, hidden]
+  const uint32_t* indices = nullptr;  // [tokens, top_k], each < experts
+  const void* weights = nullptr;      // [tokens, top_k]
+  const void* gate = nullptr;         // [experts, inter, hidden]
+  const void* up = nullptr;           // [experts, inter, hidden]
+  const void* down = nullptr;         // [experts, hidden, inter]
+  void* out = nullptr;                // [tokens, hidden]
 };
 
 // The expert backward; a null output is not requested.

@@ -7,6 +7,8 @@
 //      ranking equal experts within a warp with __match_any_sync: slot s lands at
 //      offsets[e] + chunk_base[c][e] + (earlier slots of e in the chunk), i.e. token order.
 //   4. gather: row r = input[token_of_row[r]], 16-byte copies where the rows allow.
+//   With one chunk (T * k <= 4096: every decode batch), passes 1-3 run as one block of one
+//   kernel, with no scratch: two launches fewer on the path where launches are the cost.
 // And combine: one block per token summing its k rows in slot order, FP32, no atomics.
 #include <cstdint>
 
@@ -29,37 +31,23 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kChunk = 4096;  // slots per block in passes 1 and 3
 
-__global__ void __launch_bounds__(kThreads) chunk_counts_kernel(Dispatch p, int32_t* counts) {
-  extern __shared__ int32_t counter[];
+// counter[e] = the slots of chunk `chunk` that chose expert e (shared-memory integer
+// counters: exact, so the result does not depend on their order).
+__device__ void count_chunk(const Dispatch& p, int32_t* counter, int64_t chunk) {
   const int experts = static_cast<int>(p.experts);
   for (int e = threadIdx.x; e < experts; e += kThreads) counter[e] = 0;
   __syncthreads();
   const int64_t slots = p.tokens * p.top_k;
-  const int64_t begin = static_cast<int64_t>(blockIdx.x) * kChunk;
+  const int64_t begin = chunk * kChunk;
   const int64_t end = min(begin + kChunk, slots);
   for (int64_t s = begin + threadIdx.x; s < end; s += kThreads)
     atomicAdd(&counter[p.indices[s]], 1);
-  __syncthreads();
-  for (int e = threadIdx.x; e < experts; e += kThreads)
-    counts[static_cast<int64_t>(blockIdx.x) * experts + e] = counter[e];
 }
 
-// counts [chunks, E] becomes each chunk's exclusive prefix within its expert; offsets the
-// experts' exclusive prefix. One warp scans the totals: lane l owns a contiguous run of them.
-__global__ void __launch_bounds__(1024) scan_kernel(Dispatch p, int32_t* counts, int64_t chunks) {
-  extern __shared__ int32_t total[];
+// offsets = the exclusive prefix of the experts' totals. One warp: lane l owns a contiguous
+// run of them.
+__device__ void write_offsets(const Dispatch& p, const int32_t* total) {
   const int experts = static_cast<int>(p.experts);
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    int32_t running = 0;
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int32_t n = counts[c * experts + e];
-      counts[c * experts + e] = running;
-      running += n;
-    }
-    total[e] = running;
-  }
-  __syncthreads();
-  if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
   const int per_lane = (experts + 31) / 32;
   const int first = min(lane * per_lane, experts), last = min(first + per_lane, experts);
@@ -78,13 +66,9 @@ __global__ void __launch_bounds__(1024) scan_kernel(Dispatch p, int32_t* counts,
   if (lane == 31) p.offsets[experts] = prefix;
 }
 
-__global__ void __launch_bounds__(kThreads) place_kernel(Dispatch p, const int32_t* chunk_base) {
-  extern __shared__ int32_t next_row[];
-  const int experts = static_cast<int>(p.experts);
-  const int64_t chunk = blockIdx.x;
-  for (int e = threadIdx.x; e < experts; e += kThreads)
-    next_row[e] = p.offsets[e] + chunk_base[chunk * experts + e];
-  __syncthreads();
+// Walks chunk `chunk` in slot order, 256 slots at a time, warps in turn; next_row[e] is the
+// next free row of expert e (this chunk's first on entry).
+__device__ void place_chunk(const Dispatch& p, int32_t* next_row, int64_t chunk) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t slots = p.tokens * p.top_k;
   const int64_t begin = chunk * kChunk, end = min(begin + kChunk, slots);
@@ -110,6 +94,57 @@ __global__ void __launch_bounds__(kThreads) place_kernel(Dispatch p, const int32
       p.token_of_row[row] = static_cast<int32_t>(s / p.top_k);
     }
   }
+}
+
+__global__ void __launch_bounds__(kThreads) chunk_counts_kernel(Dispatch p, int32_t* counts) {
+  extern __shared__ int32_t counter[];
+  const int experts = static_cast<int>(p.experts);
+  count_chunk(p, counter, blockIdx.x);
+  __syncthreads();
+  for (int e = threadIdx.x; e < experts; e += kThreads)
+    counts[static_cast<int64_t>(blockIdx.x) * experts + e] = counter[e];
+}
+
+// counts [chunks, E] becomes each chunk's exclusive prefix within its expert; offsets the
+// experts' exclusive prefix. One warp scans the totals: lane l owns a contiguous run of them.
+__global__ void __launch_bounds__(1024) scan_kernel(Dispatch p, int32_t* counts, int64_t chunks) {
+  extern __shared__ int32_t total[];
+  const int experts = static_cast<int>(p.experts);
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    int32_t running = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int32_t n = counts[c * experts + e];
+      counts[c * experts + e] = running;
+      running += n;
+    }
+    total[e] = running;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) write_offsets(p, total);
+}
+
+__global__ void __launch_bounds__(kThreads) place_kernel(Dispatch p, const int32_t* chunk_base) {
+  extern __shared__ int32_t next_row[];
+  const int experts = static_cast<int>(p.experts);
+  const int64_t chunk = blockIdx.x;
+  for (int e = threadIdx.x; e < experts; e += kThreads)
+    next_row[e] = p.offsets[e] + chunk_base[chunk * experts + e];
+  __syncthreads();
+  place_chunk(p, next_row, chunk);
+}
+
+// Passes 1-3 for a single chunk, in one block: the counts stay in shared memory, become the
+// offsets, then the next free row of each expert.
+__global__ void __launch_bounds__(kThreads) single_chunk_kernel(Dispatch p) {
+  extern __shared__ int32_t counter[];
+  count_chunk(p, counter, 0);
+  __syncthreads();
+  if (threadIdx.x < 32) write_offsets(p, counter);
+  __syncthreads();  // the offsets are in global memory, visible to the block from here
+  const int experts = static_cast<int>(p.experts);
+  for (int e = threadIdx.x; e < experts; e += kThreads) counter[e] = p.offsets[e];
+  __syncthreads();
+  place_chunk(p, counter, 0);
 }
 
 // One warp per row, in words of type Word.
@@ -163,6 +198,12 @@ void dispatch(const Dispatch& p, const Stream& stream) {
   const int64_t slots = p.tokens * p.top_k;
   const int64_t chunks = (slots + kChunk - 1) / kChunk;
   const size_t counter_bytes = static_cast<size_t>(p.experts) * sizeof(int32_t);
+  if (chunks == 1) {
+    single_chunk_kernel<<<1, kThreads, counter_bytes, ctx.stream>>>(p);
+    gather_rows(p, stream);
+    detail::check_launch("dispatch");
+    return;
+  }
   // Chunk counts, then bases: chunks x E int32, freed stream-ordered after the passes.
   const Tensor scratch =
       Tensor::empty({chunks > 0 ? chunks * p.experts : 1}, DType::i32, ctx.device, stream);

@@ -15,6 +15,7 @@ void dispatch(const Dispatch& p, const Stream& stream);
 void gather_rows(const Dispatch& p, const Stream& stream);
 void combine(const Combine& p, const Stream& stream);
 void experts_forward(const ExpertsForward& p, const Stream& stream);
+void decode_forward(const DecodeForward& p, const Stream& stream);
 void expert_projection(const ExpertProjection& p, const Stream& stream);
 void experts_backward(const ExpertsBackward& p, const Stream& stream);
 void combine_backward(const CombineBackward& p, const Stream& stream);

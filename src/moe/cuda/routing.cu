@@ -4,6 +4,7 @@
 // passes; a row of E <= 1024 experts is at most 4 KiB.
 #include "core/cuda_check.h"
 #include "cuda/launch.cuh"
+#include "moe/cuda/dependent_launch.cuh"
 #include "moe/cuda/launch.h"
 #include "moe/cuda/routing.cuh"
 
@@ -21,6 +22,8 @@ constexpr int kWarps = 4;
 
 template <class T>
 __global__ void __launch_bounds__(kWarps * 32) route_softmax_kernel(RouteSoftmax p) {
+  // The decode kernels after routing start early and wait for this grid (decode.cu).
+  allow_dependents();
   const int lane = threadIdx.x % 32;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (t >= p.tokens) return;
@@ -72,6 +75,7 @@ constexpr int kMaxExperts = 1024, kMaxGroups = 128;
 
 template <class T>
 __global__ void __launch_bounds__(kWarps * 32) route_sigmoid_grouped_kernel(RouteSigmoidGrouped p) {
+  allow_dependents();  // as in route_softmax_kernel
   __shared__ float corrected_all[kWarps][kMaxExperts];
   __shared__ float group_score_all[kWarps][kMaxGroups];
   __shared__ bool group_selected_all[kWarps][kMaxGroups];

@@ -5,7 +5,9 @@
 // whole forward, and the device rules. Without a CUDA device every test here is skipped.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <set>
 
 #if RUDNN_TEST_CUDA
 #include <cuda_runtime_api.h>
@@ -106,9 +108,10 @@ TEST(MoeGpu, DispatchAndCombineMatchTheReferenceExactly) {
   struct Config {
     int64_t t, e, k, h;
   };
-  // Chunks of 4096 slots: the larger cases cross several; odd H takes the narrow copies.
+  // Chunks of 4096 slots: the larger cases cross several (up to 4096 slots, one kernel does
+  // the count, scan and placement); odd H takes the narrow copies.
   for (Config c : {Config{1, 4, 1, 8}, Config{37, 5, 2, 3}, Config{3000, 64, 8, 64},
-                   Config{700, 300, 6, 33}, Config{5000, 2, 2, 16}}) {
+                   Config{700, 300, 6, 33}, Config{5000, 2, 2, 16}, Config{512, 1024, 8, 16}}) {
     for (DType dt : kFloatTypes) {
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T " << c.t << " E " << c.e << " k "
                                         << c.k << " H " << c.h);
@@ -380,6 +383,151 @@ TEST(MoeGpu, DecodePathMatchesTheReference) {
   }
 }
 
+// The decode kernels over the shapes that stress them: one expert slot per selected expert
+// (T = 1 at top-1 .. top-8), more routed slots than experts (slots = E), rows per expert past
+// one pass of eight, E up to 4096 (the dispatched kernels' scan of the offsets takes one step
+// per 256 experts; decode.cu's bitmask of selected experts ends at kDecodeMaxExperts), H and
+// I off every tile (packed and 1-element loads), T on both sides of kDecodeFusedTokens (the
+// combine folded into the down projection, or not; F16/BF16 past 64 rows take the tensor
+// cores instead, F32 keeps the decode kernels up to 512). Auto's forward (decode.cu, no
+// dispatch) must equal route -> dispatch -> forward_dispatched(Auto) -> combine bit for bit.
+TEST(MoeGpu, DecodeKernelsMatchTheReferenceOnEveryShape) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  struct Case {
+    int64_t t, e, k, h, i;
+  };
+  // Also: T = 4 and 5 (kDecodeFusedTokens = 4: the last fused batch and the first not),
+  // top-5..7, E = 4096 (the decode kernels' bitmask is full) and 4097 (the dispatched path),
+  // T * k = 512 (kDecodeRows) at top-1 (an expert's rows over several passes of eight).
+  const Case cases[] = {{1, 8, 1, 72, 40},      {1, 64, 8, 264, 136},  {2, 256, 8, 136, 72},
+                        {3, 257, 2, 1032, 24},  {5, 16, 4, 100, 52},   {16, 64, 8, 264, 136},
+                        {17, 8, 2, 264, 136},   {64, 8, 8, 40, 24},    {64, 32, 8, 72, 200},
+                        {9, 12, 3, 37, 13},     {4, 64, 8, 264, 136},  {4, 24, 5, 48, 40},
+                        {6, 9, 6, 24, 16},      {7, 40, 7, 48, 40},    {2, 4096, 3, 16, 8},
+                        {2, 4097, 3, 16, 8},    {512, 16, 1, 24, 16},  {1, 32, 32, 24, 16}};
+  for (DType dt : kFloatTypes) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T " << c.t << " E " << c.e
+                                        << " top-" << c.k << " H " << c.h << " I " << c.i);
+      const float ws = 1.0f / std::sqrt(static_cast<float>(std::min(c.h, c.i)));
+      const Tensor input = random_tensor(rng, {c.t, c.h}, dt);
+      const Tensor logits = random_tensor(rng, {c.t, c.e}, DType::f32);
+      const Tensor gate = random_tensor(rng, {c.e, c.i, c.h}, dt, 0.0f, ws);
+      const Tensor up = random_tensor(rng, {c.e, c.i, c.h}, dt, 0.0f, ws);
+      const Tensor down = random_tensor(rng, {c.e, c.h, c.i}, dt, 0.0f, ws);
+      const moe::SwiGluExperts experts(on_gpu(gate), on_gpu(up), on_gpu(down));
+      const Tensor gin = on_gpu(input), glog = on_gpu(logits);
+      const RoutingOptions ro{c.k, true};
+      const Tensor got = experts.forward_with_strategy(gin, glog, ro, GroupedStrategy::Auto);
+      const Tensor want = moe::SwiGluExperts(gate, up, down).forward(input, logits, ro);
+      EXPECT_TRUE(all_close(got, want, 2 * tolerance(dt)));
+      EXPECT_TRUE(
+          bit_equal(got, experts.forward_with_strategy(gin, glog, ro, GroupedStrategy::Auto)));
+      const auto tokens = moe::route(glog, ro).dispatch(gin);
+      const Tensor unfused = tokens.combine(
+          experts.forward_dispatched_with_strategy(tokens, GroupedStrategy::Auto));
+      EXPECT_TRUE(bit_equal(got, unfused));
+      EXPECT_TRUE(bit_equal(gin, on_gpu(input)));
+    }
+  }
+}
+
+// The decode path reads the input in place when its rows are 16-byte aligned; an offset
+// view that is not takes the dispatched path. Both give the same bits, and match the
+// reference.
+TEST(MoeGpu, DecodeOfAnOffsetInputViewMatchesItsCopy) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const int64_t e = 16, k = 4, i = 40;
+  for (DType dt : kFloatTypes) {
+    for (int64_t h : {48, 37}) {
+      for (int64_t t : {1, 3, 9}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T " << t << " H " << h
+                                          << " (input rows 1.. of a [T + 1, H] tensor)");
+        const float ws = 1.0f / std::sqrt(static_cast<float>(h));
+        const Tensor whole = random_tensor(rng, {t + 1, h}, dt);
+        const Tensor logits = random_tensor(rng, {t, e}, DType::f32);
+        const Tensor gate = random_tensor(rng, {e, i, h}, dt, 0.0f, ws);
+        const Tensor up = random_tensor(rng, {e, i, h}, dt, 0.0f, ws);
+        const Tensor down = random_tensor(rng, {e, h, i}, dt, 0.0f, ws);
+        const moe::SwiGluExperts experts(on_gpu(gate), on_gpu(up), on_gpu(down));
+        const Tensor view = on_gpu(whole).slice(0, 1, t + 1), glog = on_gpu(logits);
+        const Tensor got = experts.forward_with_strategy(view, glog, {k, true},
+                                                         GroupedStrategy::Auto);
+        // A fresh (aligned) copy of the same rows.
+        const Tensor copy = experts.forward_with_strategy(on_gpu(whole.slice(0, 1, t + 1)), glog,
+                                                          {k, true}, GroupedStrategy::Auto);
+        EXPECT_TRUE(bit_equal(got, copy));
+        EXPECT_TRUE(all_close(got,
+                              moe::SwiGluExperts(gate, up, down)
+                                  .forward(whole.slice(0, 1, t + 1).contiguous(), logits,
+                                           {k, true}),
+                              2 * tolerance(dt)));
+      }
+    }
+  }
+}
+
+// [e, n, k] weights whose rows are windows of one random pool at random offsets: distinct
+// for every expert and row, without drawing e * n * k normals (the bench's shape has 553 M).
+Tensor windowed_weights(Rng& rng, int64_t e, int64_t n, int64_t k, DType dt, float sd) {
+  const int64_t pool = int64_t{1} << 20;
+  const Tensor source = random_tensor(rng, {pool + k}, dt, 0.0f, sd);
+  const Tensor w = Tensor::empty({e, n, k}, dt);
+  const size_t item = dtype_size(dt), row_bytes = static_cast<size_t>(k) * item;
+  auto* dst = static_cast<unsigned char*>(w.data());
+  const auto* src = static_cast<const unsigned char*>(source.data());
+  for (int64_t r = 0; r < e * n; ++r) {
+    const int64_t at = rng.integer(0, pool - 1);
+    std::memcpy(dst + static_cast<size_t>(r) * row_bytes, src + static_cast<size_t>(at) * item,
+                row_bytes);
+  }
+  return w;
+}
+
+// The bench's decode cases exactly (E 64, top-8, H 2048, I 1408, bf16 input and logits,
+// T 1/4/16/64): Auto (decode.cu's kernels at T 1 and 4, the tensor-core GEMMs at T 16 and
+// 64: auto_decode in moe.cpp), the unfused pipeline
+// route -> dispatch -> forward_dispatched(Auto) -> combine, and the Scalar strategy (the
+// bench's check), each against the float64 reference on a sample of tokens (the first, the
+// last and one between: routing is per token, so a token's reference needs only its row).
+TEST(MoeGpu, DecodeAtTheBenchShapeMatchesTheReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const DType dt = DType::bf16;
+  const int64_t e = 64, k = 8, h = 2048, i = 1408;
+  const Tensor gate = windowed_weights(rng, e, i, h, dt, 0.02f);
+  const Tensor up = windowed_weights(rng, e, i, h, dt, 0.02f);
+  const Tensor down = windowed_weights(rng, e, h, i, dt, 0.02f);
+  const moe::SwiGluExperts experts(on_gpu(gate), on_gpu(up), on_gpu(down));
+  const moe::SwiGluExperts reference(gate, up, down);
+  const RoutingOptions ro{k, true};
+  for (int64_t t : {1, 4, 16, 64}) {
+    SCOPED_TRACE(::testing::Message() << "bf16 T " << t << " E " << e << " top-" << k << " H "
+                                      << h << " I " << i);
+    const Tensor input = random_tensor(rng, {t, h}, dt);
+    const Tensor logits = random_tensor(rng, {t, e}, dt);
+    const Tensor gin = on_gpu(input), glog = on_gpu(logits);
+    const Tensor fused = experts.forward_with_strategy(gin, glog, ro, GroupedStrategy::Auto);
+    const auto tokens = moe::route(glog, ro).dispatch(gin);
+    const Tensor unfused = tokens.combine(
+        experts.forward_dispatched_with_strategy(tokens, GroupedStrategy::Auto));
+    const Tensor scalar = experts.forward_with_strategy(gin, glog, ro, GroupedStrategy::Scalar);
+    for (int64_t s : std::set<int64_t>{0, t / 2, t - 1}) {
+      SCOPED_TRACE(::testing::Message() << "token " << s);
+      const Tensor want = reference.forward(input.slice(0, s, s + 1).contiguous(),
+                                            logits.slice(0, s, s + 1).contiguous(), ro);
+      EXPECT_TRUE(all_close(fused.slice(0, s, s + 1), want, 2 * tolerance(dt))) << "Auto";
+      EXPECT_TRUE(all_close(unfused.slice(0, s, s + 1), want, 2 * tolerance(dt))) << "unfused";
+      EXPECT_TRUE(all_close(scalar.slice(0, s, s + 1), want, 2 * tolerance(dt))) << "Scalar";
+    }
+    EXPECT_TRUE(bit_equal(fused, experts.forward_with_strategy(gin, glog, ro,
+                                                               GroupedStrategy::Auto)));
+    EXPECT_TRUE(bit_equal(fused, unfused));
+  }
+}
+
 #if RUDNN_TEST_CUDA
 void check_cuda(cudaError_t status, const char* what) {
   ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
@@ -396,6 +544,7 @@ TEST(MoeGpu, WholeForwardCapturesIntoACudaGraph) {
                                    on_gpu(random_tensor(rng, {e, i, h}, dt, 0.0f, 0.125f)),
                                    on_gpu(random_tensor(rng, {e, h, i}, dt, 0.0f, 0.125f)));
   for (GroupedStrategy s : {GroupedStrategy::Scalar, GroupedStrategy::TensorCore}) {
+    SCOPED_TRACE(s == GroupedStrategy::Scalar ? "Scalar" : "TensorCore");
     const Stream stream = Stream::create(kGpu);
     current_stream(kGpu).synchronize();
     const auto native = reinterpret_cast<cudaStream_t>(stream.handle());
@@ -414,6 +563,42 @@ TEST(MoeGpu, WholeForwardCapturesIntoACudaGraph) {
     cudaGraphDestroy(graph);
   }
 }
+// Auto's decode path (fused combine at T = 3, unfused at T = 40) captured and replayed.
+TEST(MoeGpu, DecodeForwardCapturesIntoACudaGraph) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const DType dt = DType::bf16;
+  const int64_t e = 24, k = 6, h = 264, i = 72;
+  const moe::SwiGluExperts experts(on_gpu(random_tensor(rng, {e, i, h}, dt, 0.0f, 0.0625f)),
+                                   on_gpu(random_tensor(rng, {e, i, h}, dt, 0.0f, 0.0625f)),
+                                   on_gpu(random_tensor(rng, {e, h, i}, dt, 0.0f, 0.125f)));
+  for (int64_t t : {3, 40}) {
+    SCOPED_TRACE(::testing::Message() << "T " << t);
+    const Tensor input = on_gpu(random_tensor(rng, {t, h}, dt));
+    const Tensor logits = on_gpu(random_tensor(rng, {t, e}, DType::f32));
+    const Stream stream = Stream::create(kGpu);
+    current_stream(kGpu).synchronize();
+    const auto native = reinterpret_cast<cudaStream_t>(stream.handle());
+    const auto run = [&] {
+      return experts.forward_with_strategy(input, logits, {k, true}, GroupedStrategy::Auto,
+                                           stream);
+    };
+    const Tensor eager = run();
+    stream.synchronize();
+    cudaGraph_t graph = nullptr;
+    check_cuda(cudaStreamBeginCapture(native, cudaStreamCaptureModeThreadLocal), "begin capture");
+    Tensor captured = run();
+    check_cuda(cudaStreamEndCapture(native, &graph), "end capture");
+    cudaGraphExec_t exec = nullptr;
+    check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    check_cuda(cudaGraphLaunch(exec, native), "launch");
+    check_cuda(cudaStreamSynchronize(native), "synchronize");
+    EXPECT_TRUE(bit_equal(captured, eager));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+}
+
 // One training step: route, training weights, dispatch, experts, combine and every backward,
 // captured on one stream and replayed; it matches the eager step bit for bit.
 TEST(MoeGpu, TrainingStepCapturesIntoACudaGraph) {

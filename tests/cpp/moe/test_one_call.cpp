@@ -182,6 +182,33 @@ TEST(MoeOneCall, Errors) {
                    ErrorCode::InvalidArgument, {"selected_router_weights: scale"}));
 }
 
+// Decode batches (T 1..5, the combine folded into the down projection up to T = 4):
+// moe_inference with Auto (decode.cu) equals moe_forward's output (the dispatched kernels)
+// bit for bit, and the reference within tolerance.
+TEST(MoeOneCallGpu, DecodeInferenceIsTheForwardsBits) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    for (bool grouped : {false, true}) {
+      for (int64_t t : {1, 4, 5}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << (grouped ? " grouped" : " softmax")
+                                          << " T " << t);
+        const Problem hp = make(rng, dt, t, 8, 72, 40, grouped);
+        const Problem gp = on(hp, kGpu);
+        MoeOptions o = grouped ? grouped_options(3) : softmax_options(3);
+        o.forward = GroupedStrategy::Auto;
+        const auto gf = moe::moe_forward(gp.input, gp.logits, gp.bias, gp.gate, gp.up, gp.down, o);
+        const Tensor got =
+            moe::moe_inference(gp.input, gp.logits, gp.bias, gp.gate, gp.up, gp.down, o);
+        EXPECT_TRUE(bit_equal(got, gf.output));
+        EXPECT_TRUE(all_close(
+            got, moe::moe_inference(hp.input, hp.logits, hp.bias, hp.gate, hp.up, hp.down, o),
+            2 * tolerance(dt)));
+      }
+    }
+  }
+}
+
 TEST(MoeOneCallGpu, MatchesTheReference) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
@@ -198,6 +225,12 @@ TEST(MoeOneCallGpu, MatchesTheReference) {
         const auto hf = moe::moe_forward(hp.input, hp.logits, hp.bias, hp.gate, hp.up, hp.down, o);
         const auto gf = moe::moe_forward(gp.input, gp.logits, gp.bias, gp.gate, gp.up, gp.down, o);
         EXPECT_TRUE(all_close(gf.output, hf.output, 2 * tolerance(dt)));
+        // Inference through experts_after_routing (Auto at T * k = 360: decode.cu's kernels
+        // for F32, the tensor cores for BF16), the training forward the dispatched kernels:
+        // the same bits.
+        EXPECT_TRUE(bit_equal(
+            moe::moe_inference(gp.input, gp.logits, gp.bias, gp.gate, gp.up, gp.down, o),
+            gf.output));
         const auto hg = moe::moe_backward(hf.state, hp.grad),
                    gg = moe::moe_backward(gf.state, gp.grad);
         EXPECT_TRUE(all_close(gg.input, hg.input, 2 * tolerance(dt)));
