@@ -6,7 +6,12 @@
 // lengths and labels as they are (nothing carried between them); reduction none with a
 // gradient of ones (the reduction changes one tiny kernel, and per-sample results let the
 // check run the float64 reference on the first and last samples only).
-// GB/s counts log_probs read once and (with the backward) the gradient written once.
+// GB/s counts log_probs read once and (with the backward) the gradient written once. The
+// bwd row is ctc_loss_backward alone.
+// --variants times the backward rows with ctc/cuda/tuning.h's choices: the sequential
+// backward (recursions, then one gradient pass), and each phase or group of phases alone
+// (prepare + gather; + the recursions; the pass over every class alone; all but the rewrite
+// of the target's classes). A phase row leaves the gradient wrong: it is timed, not checked.
 #include <cuda_runtime.h>
 #include <rudnn/rudnn.h>
 
@@ -15,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "ctc/cuda/tuning.h"
 #include "harness.h"
 
 namespace {
@@ -72,6 +78,8 @@ void run_case(Bench& b, const Shape4& sh) {
   };
   // FP32 log-space recursions over T steps against float64 (see rudnn/ctc.h, Precision).
   const double tol = 1e-4;
+  const bool every_phase = ctc::cuda::kernel_tuning().backward_phases == ctc::cuda::kAllPhases;
+  const auto check_grad = [&]() { return every_phase ? check(true) : 0.0; };
   if (b.wanted(label("fwd", sh))) {
     b.run(
         label("fwd", sh), lp_shape, f32, lp_bytes, sets,
@@ -88,7 +96,20 @@ void run_case(Bench& b, const Shape4& sh) {
           ctc_loss_backward_into(grad[s], lp[s], targets, input_lengths, target_lengths, ones, o,
                                  b.stream);
         },
-        [&] { return check(true); }, tol);
+        check_grad, tol);
+  }
+  if (b.wanted(label("bwd", sh))) {
+    b.run(
+        label("bwd", sh), lp_shape, f32, 2 * lp_bytes, sets,
+        [&](int s) {
+          ctc_loss_backward_into(grad[s], lp[s], targets, input_lengths, target_lengths, ones, o,
+                                 b.stream);
+        },
+        [&] {
+          ctc_loss_into(loss[0], lp[0], targets, input_lengths, target_lengths, o, b.stream);
+          return check_grad();
+        },
+        tol);
   }
 }
 
@@ -98,6 +119,41 @@ void run_all(Bench& b) {
   run_case(b, {1000, 32, 5000, 200});
 }
 
+// ctc/cuda/tuning.h's alternatives on the backward rows, each against the default in one run.
+void run_variants(Bench& b) {
+  using ctc::cuda::kernel_tuning;
+  using ctc::cuda::KernelTuning;
+  const KernelTuning defaults = kernel_tuning();
+  struct Variant {
+    std::string label;
+    bool overlapped;
+    int phases;
+  };
+  const Variant variants[] = {
+      {"sequential", false, ctc::cuda::kAllPhases},
+      {"prepare+gather", true, ctc::cuda::kPhaseGather},
+      {"sequential recursions", false, ctc::cuda::kPhaseGather | ctc::cuda::kPhaseRecursions},
+      {"stream alone", true, ctc::cuda::kPhaseStream},
+      {"overlapped, no fixup", true, ctc::cuda::kAllPhases & ~ctc::cuda::kPhaseFixup},
+  };
+  for (const Variant& v : variants) {
+    kernel_tuning() = defaults;
+    kernel_tuning().overlapped_backward = v.overlapped;
+    kernel_tuning().backward_phases = v.phases;
+    b.variant = v.label;
+    b.variant_ops.clear();
+    for (const char* what : {"bwd", "fwd+bwd"}) {
+      b.variant_ops.push_back(std::string("ctc_loss T1000 N32 C5000 S200 ") + what);
+      b.variant_ops.push_back(label(what, {b.size("ctc-steps"), b.size("ctc-batch"),
+                                           b.size("ctc-classes"), b.size("ctc-labels")}));
+    }
+    run_all(b);
+  }
+  kernel_tuning() = defaults;
+  b.variant.clear();
+  b.variant_ops.clear();
+}
+
 rudnn::bench::Family ctc_family() {
   rudnn::bench::Family family;
   family.sizes = {{"ctc-steps", 200, "T of the first CTC case"},
@@ -105,6 +161,7 @@ rudnn::bench::Family ctc_family() {
                   {"ctc-classes", 32, "C of the first CTC case"},
                   {"ctc-labels", 50, "S of the first CTC case"}};
   family.run = run_all;
+  family.run_variants = run_variants;
   return family;
 }
 

@@ -36,10 +36,11 @@
 // dense [N, T, S' + 1] FP32 buffer (in base 2); then one block per sample for alpha (and one
 // for beta, concurrently, in the backward), the 2S+1 states across its threads, the gathered
 // values read in blocks of up to 32 steps, the next block loaded while the current one is
-// used; the recursions run in base 2 (the hardware's exp2/log2). Then one block per (t, n)
-// row writes the gradient of every class in a coalesced pass (g * exp(lp) for classes the
-// target lacks) and overwrites the target's classes. The mean and sum are taken in a fixed
-// order: results are identical run to run.
+// used; the recursions run in base 2 (the hardware's exp2/log2). The backward's pass over
+// every class (g * exp(lp), which needs no recursion) runs in the same launch as the
+// recursions, on the multiprocessors they leave free; a second pass, one block per (t, n)
+// row, then overwrites the target's classes from alpha + beta. The mean and sum are taken in
+// a fixed order and no result depends on an atomic: results are identical run to run.
 // Memory: CPU: O(T * (2 * S_max + 1)) float64 per sample on the host. GPU: the forward keeps
 // 40 bytes per sample and N * T * (S' + 1) * 4 bytes (rounded up to 16 per step) of gathered
 // log-probabilities (26 MB at T 1000, N 32, S 200); the backward also keeps

@@ -50,10 +50,11 @@ constexpr int64_t gathered_width(int64_t max_target) { return (max_target + 1 + 
 // 256-byte aligned). The forward needs the per-sample part and the gathered log-probabilities
 // of each sample's labels (FP32, base 2, [N, T, gathered_width]); the backward also keeps
 // both recursions' rows (alpha and beta, FP32, T * (2 * max_target + 1) per sample), their
-// per-step FP64 offsets and the per-sample chains of repeated labels.
+// per-step FP64 offsets, the per-sample chains of repeated labels and the counter through
+// which the overlapped backward's blocks take rows of the gradient.
 struct ScratchLayout {
   int64_t info = 0, nll = 0, gathered = 0;
-  int64_t alpha_offset = 0, beta_offset = 0, alpha = 0, beta = 0, chain = 0;
+  int64_t alpha_offset = 0, beta_offset = 0, alpha = 0, beta = 0, chain = 0, counter = 0;
   int64_t bytes = 0;
 };
 
@@ -75,6 +76,7 @@ inline ScratchLayout scratch_layout(const CtcProblem& p, bool backward) {
     l.alpha = take(p.batch * p.steps * states * 4);
     l.beta = take(p.batch * p.steps * states * 4);
     l.chain = take(p.batch * (p.max_target > 0 ? p.max_target : 1) * 4);
+    l.counter = take(8);
   }
   l.bytes = at;
   return l;

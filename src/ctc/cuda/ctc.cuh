@@ -27,9 +27,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda_check.h"
 #include "ctc/cuda/launch.h"
+#include "ctc/cuda/tuning.h"
 #include "cuda/launch.cuh"
 #include "cuda/reduce.cuh"
 #include "cuda/types.cuh"
@@ -80,6 +82,7 @@ struct Views {
   float* alpha = nullptr;
   float* beta = nullptr;     // [N, T, 2 * max_target + 1], relative to the offsets
   int32_t* chain = nullptr;  // [N, max_target]
+  unsigned* counter = nullptr;  // the overlapped backward's next unit of gradient rows
 };
 
 inline Views scratch_views(const CtcProblem& p, bool backward) {
@@ -95,6 +98,7 @@ inline Views scratch_views(const CtcProblem& p, bool backward) {
     v.alpha = reinterpret_cast<float*>(base + l.alpha);
     v.beta = reinterpret_cast<float*>(base + l.beta);
     v.chain = reinterpret_cast<int32_t*>(base + l.chain);
+    v.counter = reinterpret_cast<unsigned*>(base + l.counter);
   }
   return v;
 }
@@ -122,6 +126,7 @@ using rudnn::cuda::warp_sum;
 static __global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(CtcProblem p, Views v) {
   __shared__ int64_t warp_totals[kPrepareThreads / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (v.counter != nullptr && threadIdx.x == 0) *v.counter = 0;
   int64_t carried = 0;  // labels of the samples of earlier chunks
   for (int64_t base = 0; base < p.batch; base += kPrepareThreads) {
     const int64_t n = base + threadIdx.x;
@@ -211,12 +216,10 @@ struct RecursionShape {
 // Internal linkage, as prepare_kernel: ctc_{f32,f16,bf16}.cu each instantiate it, and one
 // kernel registered by three modules under one host stub is left to the runtime to resolve.
 template <bool kStore>
-static __global__ void __launch_bounds__(kMaxRecursionThreads)
-    recursion_kernel(CtcProblem p, Views v, int chunk) {
+__device__ __forceinline__ void recursion_body(const CtcProblem& p, const Views& v, int chunk,
+                                               int64_t n, bool beta) {
   extern __shared__ float4 shared_vectors[];
   __shared__ float block_max[kMaxRecursionThreads / 32];
-  const int64_t n = blockIdx.x;
-  const bool beta = blockIdx.y == 1;
   const int64_t cap = p.max_target, cap_states = 2 * cap + 1;
   const int W = static_cast<int>(gathered_width(cap));
   float* lp_chunk = reinterpret_cast<float*>(shared_vectors);  // [chunk][W]
@@ -374,6 +377,12 @@ static __global__ void __launch_bounds__(kMaxRecursionThreads)
   }
 }
 
+template <bool kStore>
+static __global__ void __launch_bounds__(kMaxRecursionThreads)
+    recursion_kernel(CtcProblem p, Views v, int chunk) {
+  recursion_body<kStore>(p, v, chunk, blockIdx.x, blockIdx.y == 1);
+}
+
 // The reduction's weight of sample n's loss (1 / (N * max(target length, 1)) for mean).
 __device__ __forceinline__ double reduction_factor(const CtcProblem& p, int64_t target_length) {
   if (p.reduction != CtcReduction::mean) return 1.0;
@@ -512,6 +521,183 @@ __global__ void __launch_bounds__(kGradThreads) grad_kernel(CtcProblem p, Views 
   }
 }
 
+// The overlapped backward (KernelTuning::overlapped_backward). The gradient of a class no
+// state of the row carries is g * exp(lp) whatever the recursions give (while the loss is
+// finite), so that pass over every class (all of log_probs read, all of grad written: the
+// backward's traffic) needs no recursion and runs beside them, in the same launch, on the
+// multiprocessors the 2N recursion blocks leave idle. fixup_kernel then rewrites the few
+// classes each row's target holds, and the rows of samples whose loss is not finite.
+constexpr int kUnitRows = 8;  // rows of [T * N, C] a stream block takes at a time
+
+// Shared memory the stream part of backward_kernel uses (at the start of the dynamic part):
+// the unit's ticket, then each row's factor or fill value and which of the two it is.
+constexpr size_t kStreamShared = 16 + 8 * kUnitRows;
+
+// Rows of the gradient, kUnitRows at a time from v.counter, until none are left: g * exp(x)
+// (NaN where x is -inf or NaN, as exp(occupancy + nll - x) is then NaN) for the steps of a
+// sample's input, 0 past them, NaN for a sample whose lengths are invalid.
+template <class T, bool kVector>
+__device__ __forceinline__ void stream_rows(const CtcProblem& p, const Views& v) {
+  extern __shared__ float4 shared_vectors[];
+  unsigned* ticket = reinterpret_cast<unsigned*>(shared_vectors);
+  float* factor = reinterpret_cast<float*>(shared_vectors) + 4;
+  int* fill = reinterpret_cast<int*>(factor + kUnitRows);
+  const int64_t rows = p.steps * p.batch, C = p.classes;
+  const int64_t units = (rows + kUnitRows - 1) / kUnitRows;
+  const T* grad_loss = static_cast<const T*>(p.grad_loss);
+  const int tid = threadIdx.x, threads = blockDim.x;
+  for (;;) {
+    if (tid == 0) *ticket = atomicAdd(v.counter, 1u);
+    __syncthreads();
+    const int64_t unit = *ticket;
+    if (unit >= units) return;  // the same in every thread
+    const int64_t r0 = unit * kUnitRows;
+    const int nr = static_cast<int>(rows - r0 < kUnitRows ? rows - r0 : kUnitRows);
+    if (tid < nr) {
+      const int64_t row = r0 + tid, t = row / p.batch, n = row - t * p.batch;
+      const SampleInfo info = v.info[n];
+      if (info.lengths_bad != 0 || t >= info.input_length) {
+        fill[tid] = 1;
+        factor[tid] = info.lengths_bad != 0 ? NAN : 0.0f;
+      } else {
+        fill[tid] = 0;
+        factor[tid] = to_float(grad_loss[p.reduction == CtcReduction::none ? n : 0]) *
+                      static_cast<float>(reduction_factor(p, info.target_length));
+      }
+    }
+    __syncthreads();
+    if constexpr (kVector) {
+      // C % 4 == 0 and both tensors 16-byte aligned: no vector straddles two rows.
+      const int c4 = static_cast<int>(C / 4);
+      const int total = nr * c4;
+      const float4* in = reinterpret_cast<const float4*>(p.log_probs) + r0 * c4;
+      float4* out = reinterpret_cast<float4*>(p.grad) + r0 * c4;
+#pragma unroll 4
+      for (int i = tid; i < total; i += threads) {
+        const int j = i / c4;
+        const float4 x = in[i];
+        const float f = factor[j];
+        float4 y;
+        if (fill[j] != 0) {
+          y = make_float4(f, f, f, f);
+        } else {
+          y.x = f * (expf(x.x) - (-x.x < INFINITY ? 0.0f : NAN));
+          y.y = f * (expf(x.y) - (-x.y < INFINITY ? 0.0f : NAN));
+          y.z = f * (expf(x.z) - (-x.z < INFINITY ? 0.0f : NAN));
+          y.w = f * (expf(x.w) - (-x.w < INFINITY ? 0.0f : NAN));
+        }
+        out[i] = y;
+      }
+    } else {
+      const int64_t total = nr * C;
+      const T* in = static_cast<const T*>(p.log_probs) + r0 * C;
+      T* out = static_cast<T*>(p.grad) + r0 * C;
+#pragma unroll 4
+      for (int64_t i = tid; i < total; i += threads) {
+        const int j = static_cast<int>(i / C);
+        const float x = to_float(in[i]);
+        const float f = factor[j];
+        out[i] = from_float<T>(fill[j] != 0 ? f : f * (expf(x) - (-x < INFINITY ? 0.0f : NAN)));
+      }
+    }
+    __syncthreads();  // the ticket and the factors are rewritten for the next unit
+  }
+}
+
+// Blocks [0, recursion_blocks) run the recursions (alpha of sample b for b < N, beta of
+// sample b - N after), the others stream_rows. The recursion blocks come first so that the
+// scheduler places them first (it hands out blocks in index order): the stream blocks fill
+// the rest of the machine, and take their rows from a counter, so that the ones placed late
+// (behind a recursion block) take fewer.
+template <class T, bool kVector>
+static __global__ void __launch_bounds__(kMaxRecursionThreads)
+    backward_kernel(CtcProblem p, Views v, int chunk, int recursion_blocks) {
+  const int b = static_cast<int>(blockIdx.x);
+  if (b < recursion_blocks) {
+    const bool beta = b >= p.batch;
+    recursion_body<true>(p, v, chunk, beta ? b - p.batch : b, beta);
+  } else {
+    stream_rows<T, kVector>(p, v);
+  }
+}
+
+// After backward_kernel: one block per (t, n) row (a grid-stride loop over rows) rewrites
+// the blank and each distinct label of the row's target from alpha + beta, and the whole row
+// of a sample whose labels are invalid (NaN) or whose loss is not finite (NaN, or 0 with
+// zero_infinity and an infinite loss). The log-probabilities of the target's classes are
+// read from the gathered (base-2) copy. Dynamic shared memory: alpha + beta of the row
+// (2 * max_target + 1 floats), its gathered values (max_target + 1) and its chains
+// (max_target).
+template <class T>
+__global__ void __launch_bounds__(kGradThreads) fixup_kernel(CtcProblem p, Views v) {
+  extern __shared__ float ab[];
+  __shared__ float scratch[32];
+  const int64_t rows = p.steps * p.batch, C = p.classes;
+  const int64_t cap = p.max_target, cap_states = 2 * cap + 1;
+  const int64_t W = gathered_width(cap);
+  float* xg = ab + cap_states;
+  int32_t* chain = reinterpret_cast<int32_t*>(xg + cap + 1);
+  const T* grad_loss = static_cast<const T*>(p.grad_loss);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t t = row / p.batch, n = row - t * p.batch;
+    T* out = static_cast<T*>(p.grad) + row * C;
+    const SampleInfo info = v.info[n];
+    if (info.lengths_bad != 0) continue;  // stream_rows wrote NaN
+    const double nll = v.nll[n];
+    if (info.labels_bad != 0 || (t < info.input_length && !isfinite(nll))) {
+      const T fill =
+          from_float<T>(info.labels_bad == 0 && p.zero_infinity && isinf(nll) ? 0.0f : NAN);
+      for (int64_t c = threadIdx.x; c < C; c += kGradThreads) out[c] = fill;
+      continue;
+    }
+    if (t >= info.input_length) continue;  // stream_rows wrote 0
+    const float g = to_float(grad_loss[p.reduction == CtcReduction::none ? n : 0]) *
+                    static_cast<float>(reduction_factor(p, info.target_length));
+    const int64_t at = (n * p.steps + t) * cap_states;
+    const float* a = v.alpha + at;
+    const float* b = v.beta + at;
+    const int64_t tl = info.target_length, states = 2 * tl + 1;
+    for (int64_t s = threadIdx.x; s < states; s += kGradThreads) ab[s] = a[s] + b[s];
+    const float* gathered_row = v.gathered + (n * p.steps + t) * W;
+    for (int64_t u = threadIdx.x; u <= tl; u += kGradThreads) xg[u] = gathered_row[u];
+    for (int64_t i = threadIdx.x; i < tl; i += kGradThreads) chain[i] = v.chain[n * cap + i];
+    const float shift2 = static_cast<float>(v.alpha_offset[n * p.steps + t] +
+                                            v.beta_offset[n * p.steps + t] + nll * kLog2e);
+    __syncthreads();
+    const float blank_occ = block_log2_occupancy(
+        ab, tl + 1, [](int64_t i) { return 2 * i; }, scratch);
+    if (threadIdx.x == 0) {
+      const float x = xg[0];
+      out[p.blank] = from_float<T>(g * (exp2f(x) - exp2f(blank_occ + shift2 - x)));
+    }
+    for (int64_t i = threadIdx.x; i < tl; i += kGradThreads) {
+      if (!(chain[i] & kFirstOfClass)) continue;
+      float m = rudnn::cuda::MaxOp::identity();
+      for (int64_t j = i;;) {
+        m = rudnn::cuda::MaxOp{}(m, ab[2 * j + 1]);
+        const int32_t next = chain[j] & (kFirstOfClass - 1);
+        if (next == 0) break;
+        j = next - 1;
+      }
+      float occ = m;
+      if (m == m && m != -INFINITY) {
+        float sum = 0.0f;
+        for (int64_t j = i;;) {
+          sum += exp2f(ab[2 * j + 1] - m);
+          const int32_t next = chain[j] & (kFirstOfClass - 1);
+          if (next == 0) break;
+          j = next - 1;
+        }
+        occ = m + log2f(sum);
+      }
+      const int64_t c = load_index(p.targets, p.target_dtype, info.first + i);
+      const float x = xg[i + 1];
+      out[c] = from_float<T>(g * (exp2f(x) - exp2f(occ + shift2 - x)));
+    }
+    __syncthreads();  // the shared row is rewritten for the next row
+  }
+}
+
 // The recursion's block size, block of steps and shared memory for max_target.
 RecursionShape recursion_shape(const CtcProblem& p, Device device);
 // Raises a kernel's dynamic shared memory limit to what the device's opt-in maximum leaves
@@ -530,13 +716,11 @@ void allow_shared(Kernel kernel, Device device, rudnn::cuda::PerDevice<int>& don
   });
 }
 
-// The launches every direction starts with: lengths checked, labels' log-probabilities
-// gathered.
+// The labels' log-probabilities gathered per step (after prepare_kernel).
 template <class T>
-void prepare_and_gather(const CtcProblem& p, const Views& v,
-                        const rudnn::cuda::LaunchContext& ctx) {
+void launch_gather(const CtcProblem& p, const Views& v,
+                   const rudnn::cuda::LaunchContext& ctx) {
   static rudnn::cuda::PerDevice<int> shared_allowed;
-  prepare_kernel<<<1, kPrepareThreads, 0, ctx.stream>>>(p, v);
   if (p.steps == 0) return;
   const size_t label_bytes = sizeof(int32_t) * static_cast<size_t>(p.max_target + 1);
   allow_shared(gather_kernel<T>, ctx.device, shared_allowed);
@@ -544,6 +728,15 @@ void prepare_and_gather(const CtcProblem& p, const Views& v,
   gather_kernel<T><<<dim3(static_cast<unsigned>(p.batch),
                           static_cast<unsigned>(step_blocks < 65535 ? step_blocks : 65535)),
                      kGatherThreads, label_bytes, ctx.stream>>>(p, v);
+}
+
+// The launches every direction starts with: lengths checked, labels' log-probabilities
+// gathered.
+template <class T>
+void prepare_and_gather(const CtcProblem& p, const Views& v,
+                        const rudnn::cuda::LaunchContext& ctx) {
+  prepare_kernel<<<1, kPrepareThreads, 0, ctx.stream>>>(p, v);
+  launch_gather<T>(p, v, ctx);
 }
 
 template <class T>
@@ -567,20 +760,76 @@ void ctc_loss_typed(const CtcProblem& p, const rudnn::cuda::LaunchContext& ctx) 
   detail::check_launch("ctc_loss");
 }
 
+// Resident blocks of a kernel per multiprocessor at `threads` and `shared` (a host-side
+// computation: no synchronisation).
+template <class Kernel>
+int resident_blocks(Kernel kernel, int threads, size_t shared) {
+  int blocks = 0;
+  detail::check_cuda(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, shared),
+      "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return blocks > 0 ? blocks : 1;
+}
+
+template <class T, bool kVector>
+void launch_overlapped(const CtcProblem& p, const Views& v, const RecursionShape& r, int phases,
+                       const rudnn::cuda::LaunchContext& ctx) {
+  static rudnn::cuda::PerDevice<int> shared_allowed;
+  const auto kernel = backward_kernel<T, kVector>;
+  allow_shared(kernel, ctx.device, shared_allowed);
+  const size_t shared = r.shared > kStreamShared ? r.shared : kStreamShared;
+  const int recursion_blocks = (phases & kPhaseRecursions) ? static_cast<int>(2 * p.batch) : 0;
+  int64_t stream_blocks = 0;
+  if (phases & kPhaseStream) {
+    const int64_t units = (p.steps * p.batch + kUnitRows - 1) / kUnitRows;
+    const int64_t slots = static_cast<int64_t>(resident_blocks(kernel, r.threads, shared)) *
+                          rudnn::cuda::device_info(ctx.device).multiprocessors;
+    stream_blocks = units < slots ? units : slots;
+  }
+  const int64_t blocks = recursion_blocks + stream_blocks;
+  if (blocks == 0) return;
+  kernel<<<static_cast<unsigned>(blocks), r.threads, shared, ctx.stream>>>(p, v, r.chunk,
+                                                                          recursion_blocks);
+}
+
 template <class T>
 void ctc_loss_backward_typed(const CtcProblem& p, const rudnn::cuda::LaunchContext& ctx) {
-  static rudnn::cuda::PerDevice<int> shared_allowed, grad_shared_allowed;
+  static rudnn::cuda::PerDevice<int> shared_allowed, grad_shared_allowed, fixup_shared_allowed;
+  const KernelTuning& tuning = kernel_tuning();
+  const int phases = tuning.backward_phases;
   const Views v = scratch_views(p, true);
-  prepare_and_gather<T>(p, v, ctx);
+  prepare_kernel<<<1, kPrepareThreads, 0, ctx.stream>>>(p, v);
+  if (phases & kPhaseGather) launch_gather<T>(p, v, ctx);
   const RecursionShape r = recursion_shape(p, ctx.device);
-  allow_shared(recursion_kernel<true>, ctx.device, shared_allowed);
-  recursion_kernel<true>
-      <<<dim3(static_cast<unsigned>(p.batch), 2), r.threads, r.shared, ctx.stream>>>(p, v, r.chunk);
   const int64_t rows = p.steps * p.batch;
-  const size_t ab_bytes = sizeof(float) * static_cast<size_t>(2 * p.max_target + 1);
-  allow_shared(grad_kernel<T>, ctx.device, grad_shared_allowed);
-  grad_kernel<T><<<static_cast<unsigned>(rows < (1 << 24) ? rows : (1 << 24)), kGradThreads,
-                   ab_bytes, ctx.stream>>>(p, v);
+  const unsigned row_blocks = static_cast<unsigned>(rows < (1 << 24) ? rows : (1 << 24));
+  if (tuning.overlapped_backward) {
+    const bool vector = std::is_same_v<T, float> && p.classes % 4 == 0 &&
+                        p.classes < (int64_t{1} << 28) &&
+                        reinterpret_cast<uintptr_t>(p.log_probs) % 16 == 0 &&
+                        reinterpret_cast<uintptr_t>(p.grad) % 16 == 0;
+    if (vector) {
+      launch_overlapped<T, true>(p, v, r, phases, ctx);
+    } else {
+      launch_overlapped<T, false>(p, v, r, phases, ctx);
+    }
+    if (phases & kPhaseFixup) {
+      const size_t bytes = sizeof(float) * static_cast<size_t>(4 * p.max_target + 2);
+      allow_shared(fixup_kernel<T>, ctx.device, fixup_shared_allowed);
+      fixup_kernel<T><<<row_blocks, kGradThreads, bytes, ctx.stream>>>(p, v);
+    }
+  } else {
+    if (phases & kPhaseRecursions) {
+      allow_shared(recursion_kernel<true>, ctx.device, shared_allowed);
+      recursion_kernel<true><<<dim3(static_cast<unsigned>(p.batch), 2), r.threads, r.shared,
+                               ctx.stream>>>(p, v, r.chunk);
+    }
+    if (phases & kPhaseFixup) {
+      const size_t ab_bytes = sizeof(float) * static_cast<size_t>(2 * p.max_target + 1);
+      allow_shared(grad_kernel<T>, ctx.device, grad_shared_allowed);
+      grad_kernel<T><<<row_blocks, kGradThreads, ab_bytes, ctx.stream>>>(p, v);
+    }
+  }
   detail::check_launch("ctc_loss_backward");
 }
 

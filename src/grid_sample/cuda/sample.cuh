@@ -333,6 +333,48 @@ constexpr int kPlaneLocations = 4;  // per thread
 constexpr int64_t kPlaneChunk = int64_t{kPlaneThreads} * kPlaneLocations;
 constexpr int kPlaneStage = 16;  // plane cells each thread stages
 
+// The cells [first, first + count) of a plane that hold every row a block's taps read (the
+// rows lo..hi of the block, -1 / -1 for none), widened to whole 16-byte vectors within the
+// plane: only those are staged. A random grid's block reads the whole plane; an affine warp's
+// reads a band of rows (a third to a half of a [128, 128] plane at the bench's rotations).
+struct PlaneSpan {
+  int first = 0, count = 0;
+};
+// Every thread of the block calls it with its own lo / hi (barriers inside).
+__device__ __forceinline__ PlaneSpan block_plane_span(int lo, int hi, int in_w, int in_spatial,
+                                                      int* shared_rows) {
+  if (threadIdx.x == 0) {
+    shared_rows[0] = INT_MAX;
+    shared_rows[1] = -1;
+  }
+  __syncthreads();
+  lo = warp_min_int(lo);
+  hi = warp_max_int(hi);
+  if ((threadIdx.x & 31) == 0) {
+    atomicMin(&shared_rows[0], lo);
+    atomicMax(&shared_rows[1], hi);
+  }
+  __syncthreads();
+  PlaneSpan span;
+  if (shared_rows[1] >= 0) {
+    span.first = shared_rows[0] * in_w / 4 * 4;
+    span.count = min(in_spatial, ((shared_rows[1] + 1) * in_w + 3) / 4 * 4) - span.first;
+  }
+  return span;
+}
+
+// The rows a location's taps read (mask bits j * 2 + i for tap (i, j); first row y0).
+__device__ __forceinline__ void widen_rows(int mask, int y0, int& lo, int& hi) {
+  if (mask & 3) {
+    lo = min(lo, y0);
+    hi = max(hi, y0);
+  }
+  if (mask & 12) {
+    lo = min(lo, y0 + 1);
+    hi = max(hi, y0 + 1);
+  }
+}
+
 template <class T, int kMode>
 __global__ void __launch_bounds__(kPlaneThreads, 1)
     plane_forward_kernel(SampleShape s, const T* __restrict__ input, const T* __restrict__ grid,
@@ -347,8 +389,10 @@ __global__ void __launch_bounds__(kPlaneThreads, 1)
 
   // Per location: code = (offset of tap (0, 0) + in_w + 1) << 4 | inside bits (bit j*2+i for
   // tap (i, j)); the per-axis weights, multiplied at use as location_taps multiplies them.
+  __shared__ int span_rows[2];
   int code[kPlaneLocations];
   float wx[kPlaneLocations][kPer], wy[kPlaneLocations][kPer];
+  int row_lo = INT_MAX, row_hi = -1;
 #pragma unroll
   for (int l = 0; l < kPlaneLocations; ++l) {
     code[l] = 0;
@@ -377,16 +421,18 @@ __global__ void __launch_bounds__(kPlaneThreads, 1)
     }
     // With any tap inside, x0 >= -1 and y0 >= -1, so the biased offset is >= 0.
     code[l] = mask != 0 ? ((y0 * in_w + x0 + in_w + 1) << 4) | mask : 0;
+    widen_rows(mask, y0, row_lo, row_hi);
   }
+  const PlaneSpan span = block_plane_span(row_lo, row_hi, in_w, in_spatial, span_rows);
 
-  const T* src = input + b * s.c * static_cast<int64_t>(in_spatial);
+  const T* src = input + b * s.c * static_cast<int64_t>(in_spatial) + span.first;
   float staged[kPlaneStage];
   const auto load_plane = [&](int64_t ch) {
     const T* plane = src + ch * in_spatial;
 #pragma unroll
     for (int r = 0; r < kPlaneStage; ++r) {
       const int e = tid + r * kPlaneThreads;
-      if (e < in_spatial) staged[r] = to_float(__ldg(plane + e));
+      if (e < span.count) staged[r] = to_float(__ldg(plane + e));
     }
   };
   load_plane(0);
@@ -397,14 +443,14 @@ __global__ void __launch_bounds__(kPlaneThreads, 1)
 #pragma unroll
     for (int r = 0; r < kPlaneStage; ++r) {
       const int e = tid + r * kPlaneThreads;
-      if (e < in_spatial) buf[e] = staged[r];
+      if (e < span.count) buf[e] = staged[r];
     }
     __syncthreads();
     if (ch + 1 < s.c) load_plane(ch + 1);
 #pragma unroll
     for (int l = 0; l < kPlaneLocations; ++l) {
       if (chunk * kPlaneChunk + l * kPlaneThreads + tid >= out_spatial) continue;
-      const int base = (code[l] >> 4) - in_w - 1;
+      const int base = (code[l] >> 4) - in_w - 1 - span.first;
       float acc = 0.0f;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
@@ -472,7 +518,7 @@ template <class T>
 __global__ void __launch_bounds__(kPlaneBackThreads, 1)
     plane_backward_kernel(SampleShape s, const T* __restrict__ dout, const T* __restrict__ input,
                           const T* __restrict__ grid, float* __restrict__ dinput_f32,
-                          T* __restrict__ dgrid, int64_t chunks) {
+                          T* __restrict__ dgrid, int64_t chunks, bool vector_flush) {
   // [in_spatial] input, [in_spatial] dinput, [2][kPlaneChunk] the locations' grid gradient
   // (in shared memory rather than registers, which the taps fill).
   extern __shared__ float plane_backward_shared[];
@@ -486,9 +532,11 @@ __global__ void __launch_bounds__(kPlaneBackThreads, 1)
 
   // Per location: as plane_forward_kernel's code and weights, and each axis' weight slope
   // (bilinear: -m for tap 0, +m for tap 1; location_taps' dx = dwx * wy, dy = wx * dwy).
+  __shared__ int span_rows[2];
   int code[kPlaneBackLocations];
   float wx[kPlaneBackLocations][2], wy[kPlaneBackLocations][2], mx[kPlaneBackLocations],
       my[kPlaneBackLocations];
+  int row_lo = INT_MAX, row_hi = -1;
 #pragma unroll
   for (int l = 0; l < kPlaneBackLocations; ++l) {
     code[l] = 0;
@@ -519,10 +567,13 @@ __global__ void __launch_bounds__(kPlaneBackThreads, 1)
     mx[l] = static_cast<float>(tx.dweight[1]);
     my[l] = static_cast<float>(ty.dweight[1]);
     code[l] = mask != 0 ? ((y0 * in_w + x0 + in_w + 1) << 4) | mask : 0;
+    widen_rows(mask, y0, row_lo, row_hi);
   }
+  // buf and dplane hold the span's cells only (the block's taps touch no others).
+  const PlaneSpan span = block_plane_span(row_lo, row_hi, in_w, in_spatial, span_rows);
 
   const int64_t plane_base = b * s.c * static_cast<int64_t>(in_spatial);
-  const T* src = input + plane_base;
+  const T* src = input + plane_base + span.first;
   // Plane ch into buf. F32: asynchronous copies (no registers: the taps of 8 locations hold
   // most of them), completed at the next barrier's wait; 16-bit types: converted through
   // registers 8 cells at a time.
@@ -530,7 +581,7 @@ __global__ void __launch_bounds__(kPlaneBackThreads, 1)
     const T* plane = src + ch * in_spatial;
     if constexpr (std::is_same_v<T, float>) {
 #pragma unroll 4
-      for (int e = tid; e < in_spatial; e += kPlaneBackThreads) copy_async_4(buf + e, plane + e);
+      for (int e = tid; e < span.count; e += kPlaneBackThreads) copy_async_4(buf + e, plane + e);
       copy_async_commit();
     } else {
 #pragma unroll
@@ -539,18 +590,18 @@ __global__ void __launch_bounds__(kPlaneBackThreads, 1)
 #pragma unroll
         for (int r = 0; r < 8; ++r) {
           const int e = tid + (r0 + r) * kPlaneBackThreads;
-          if (e < in_spatial) v[r] = to_float(__ldg(plane + e));
+          if (e < span.count) v[r] = to_float(__ldg(plane + e));
         }
 #pragma unroll
         for (int r = 0; r < 8; ++r) {
           const int e = tid + (r0 + r) * kPlaneBackThreads;
-          if (e < in_spatial) buf[e] = v[r];
+          if (e < span.count) buf[e] = v[r];
         }
       }
     }
   };
   if (dgrid != nullptr && s.c > 0) fill_plane(0);
-  for (int e = tid; e < in_spatial; e += kPlaneBackThreads) dplane[e] = 0.0f;
+  for (int e = tid; e < span.count; e += kPlaneBackThreads) dplane[e] = 0.0f;
   const T* go_base = dout + b * s.c * out_spatial + chunk * kPlaneChunk + tid;
 #pragma unroll
   for (int l = 0; l < kPlaneBackLocations; ++l) {
@@ -566,7 +617,7 @@ __global__ void __launch_bounds__(kPlaneBackThreads, 1)
     for (int l = 0; l < kPlaneBackLocations; ++l) {
       if (chunk * kPlaneChunk + l * kPlaneBackThreads + tid >= out_spatial) continue;
       const float go = to_float(__ldg(go_base + ch * out_spatial + l * kPlaneBackThreads));
-      const int base = (code[l] >> 4) - in_w - 1;
+      const int base = (code[l] >> 4) - in_w - 1 - span.first;
       float gx = 0.0f, gy = 0.0f;
       if (dgrid != nullptr) {
         gx = gxy[l * kPlaneBackThreads + tid];
@@ -595,12 +646,31 @@ __global__ void __launch_bounds__(kPlaneBackThreads, 1)
     __syncthreads();  // buf is read and the channel's shared atomics are complete
     if (dgrid != nullptr && ch + 1 < s.c) fill_plane(ch + 1);
     if (dinput_f32 != nullptr) {
-      float* dst = dinput_f32 + plane_base + ch * in_spatial;
+      float* dst = dinput_f32 + plane_base + ch * in_spatial + span.first;
+      bool flushed = false;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      if (vector_flush) {
+        // One 16-byte atomic per 4 cells: the flush is bound by the L2's atomic operations,
+        // not its bytes (out_spatial / kPlaneChunk blocks add every cell of each plane).
+        float4* dst4 = reinterpret_cast<float4*>(dst);
+        float4* dplane4 = reinterpret_cast<float4*>(dplane);
+        const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 4
-      for (int e = tid; e < in_spatial; e += kPlaneBackThreads) {
-        const float v = dplane[e];
-        if (v != 0.0f) atomicAdd(dst + e, v);  // dinput_f32 starts at 0: adding 0 is a no-op
-        dplane[e] = 0.0f;
+        for (int e = tid; e < span.count / 4; e += kPlaneBackThreads) {
+          const float4 v = dplane4[e];
+          if (v.x != 0.0f || v.y != 0.0f || v.z != 0.0f || v.w != 0.0f) atomicAdd(dst4 + e, v);
+          dplane4[e] = zero;
+        }
+        flushed = true;
+      }
+#endif
+      if (!flushed) {
+#pragma unroll 4
+        for (int e = tid; e < span.count; e += kPlaneBackThreads) {
+          const float v = dplane[e];
+          if (v != 0.0f) atomicAdd(dst + e, v);  // dinput_f32 starts at 0: adding 0 is a no-op
+          dplane[e] = 0.0f;
+        }
       }
     }
   }
@@ -920,7 +990,8 @@ void sample_backward_typed(const SampleBackward& p, cudaStream_t stream) {
     plane_backward_kernel<T><<<static_cast<unsigned>(s.n * chunks), kPlaneBackThreads,
                                plane_backward_shared_bytes(s.in_spatial()), stream>>>(
         s, static_cast<const T*>(p.dout), static_cast<const T*>(p.input),
-        static_cast<const T*>(p.grid), dinput_f32, static_cast<T*>(p.dgrid), chunks);
+        static_cast<const T*>(p.grid), dinput_f32, static_cast<T*>(p.dgrid), chunks,
+        s.in_spatial() % 4 == 0 && reinterpret_cast<uintptr_t>(dinput_f32) % 16 == 0);
     detail::check_launch("grid_sample backward");
   } else if (s.locations() > 0) {
     with_mode(s, [&](auto mode, auto dims) {

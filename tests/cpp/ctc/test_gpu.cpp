@@ -12,6 +12,10 @@
 #include "rudnn/ctc.h"
 #include "support/test_support.h"
 
+#if RUDNN_CTC_TUNING
+#include "ctc/cuda/tuning.h"
+#endif
+
 namespace rudnn::test {
 namespace {
 
@@ -134,9 +138,7 @@ TEST(CtcGpu, MatchesReferenceEveryReductionAndTargetForm) {
 
 // Targets too long for their inputs (more labels than steps, or repeats needing a blank
 // between them): infinite loss and NaN gradient, or 0 and 0 with zero_infinity.
-TEST(CtcGpu, ImpossibleAlignmentsAndZeroInfinity) {
-  RUDNN_REQUIRE_CUDA();
-  RUDNN_SEEDED_RNG(rng);
+void check_impossible_alignments(Rng& rng) {
   const int64_t T = 6, N = 4, C = 5;
   // Sample 0: [1 1 1] in 4 steps (needs 5); 1: 7 labels in 6 steps; 2: fine; 3: [2 2] in 3
   // steps (exactly one alignment: 2, blank, 2).
@@ -152,6 +154,12 @@ TEST(CtcGpu, ImpossibleAlignmentsAndZeroInfinity) {
       check_case(rng, k, DType::f32);
     }
   }
+}
+
+TEST(CtcGpu, ImpossibleAlignmentsAndZeroInfinity) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  check_impossible_alignments(rng);
 }
 
 // S up to 1024 (2049 states: two per thread of a 1024-thread block) and C >= 5000 (the
@@ -210,9 +218,7 @@ TEST(CtcGpu, StridedLogProbsAndI32Indices) {
 
 // Lengths and labels live on the device, so the GPU checks them there: a bad sample gets a
 // NaN loss and a NaN gradient at every step, and the other samples are unaffected.
-TEST(CtcGpu, InvalidLengthsAndLabelsGiveNaNForTheirSample) {
-  RUDNN_REQUIRE_CUDA();
-  RUDNN_SEEDED_RNG(rng);
+void check_invalid_samples(Rng& rng) {
   const int64_t T = 8, C = 6, S = 3;
   struct Bad {
     const char* what;
@@ -271,6 +277,52 @@ TEST(CtcGpu, InvalidLengthsAndLabelsGiveNaNForTheirSample) {
   EXPECT_TRUE(std::isfinite(loss[0]));
   EXPECT_TRUE(std::isnan(loss[1]));
 }
+
+TEST(CtcGpu, InvalidLengthsAndLabelsGiveNaNForTheirSample) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  check_invalid_samples(rng);
+}
+
+#if RUDNN_CTC_TUNING
+// The backward's two paths (ctc/cuda/tuning.h): overlapped (the recursions and the pass over
+// every class in one launch, then the target's classes and the non-finite samples' rows
+// rewritten) and sequential (the recursions, then one gradient pass), each against the
+// reference: the vector pass (F32, C % 4 == 0) and the scalar one (odd C, 16-bit types),
+// more units of rows than stream blocks (each block takes several from the counter), more
+// recursion blocks than the GPU holds at once (the stream blocks start behind them),
+// impossible alignments with and without zero_infinity, invalid lengths and labels.
+TEST(CtcGpu, BackwardPathsMatchReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  struct Restore {
+    ctc::cuda::KernelTuning saved = ctc::cuda::kernel_tuning();
+    ~Restore() { ctc::cuda::kernel_tuning() = saved; }
+  } restore;
+  const CtcReduction none = CtcReduction::none, mean = CtcReduction::mean,
+                     sum = CtcReduction::sum;
+  for (bool overlapped : {true, false}) {
+    SCOPED_TRACE(overlapped ? "overlapped backward" : "sequential backward");
+    ctc::cuda::kernel_tuning() = restore.saved;
+    ctc::cuda::kernel_tuning().overlapped_backward = overlapped;
+    check_case(rng, make_case(rng, DType::f32, 60, 5, 36, 9, true, {0, none, false}), DType::f32);
+    check_case(rng, make_case(rng, DType::f32, 45, 3, 37, 8, false, {36, mean, false}),
+               DType::f32);
+    check_case(rng, make_case(rng, DType::f16, 50, 4, 13, 6, false, {4, mean, false}),
+               DType::f16);
+    check_case(rng, make_case(rng, DType::bf16, 40, 3, 20, 5, true, {19, sum, false}),
+               DType::bf16);
+    check_case(rng, make_case(rng, DType::f32, 300, 160, 40, 5, true, {0, sum, false}),
+               DType::f32);
+    check_case(rng, make_case(rng, DType::f32, 16, 2500, 8, 3, true, {7, none, true}),
+               DType::f32);
+    check_case(rng, make_case(rng, DType::f32, 400, 3, 5000, 120, true, {0, none, false}),
+               DType::f32);
+    check_impossible_alignments(rng);
+    check_invalid_samples(rng);
+  }
+}
+#endif
 
 // The mean and sum are fixed-order reductions and no kernel uses atomics: identical bits.
 TEST(CtcGpu, RunsAreBitIdentical) {

@@ -96,6 +96,91 @@ TEST(GridSampleGpu, PlaneBackwardOnRandomGrids) {
   }
 }
 
+// The forward and both gradients for a given (host) grid. offset_dinput: the input gradient
+// is written into a view one element into its buffer (not 16-byte aligned: the plane
+// backward's flush then adds cell by cell instead of 16-byte vectors).
+void check_with_grid(Rng& rng, DType dt, const Shape& in_shape, const Tensor& grid,
+                     const GridSampleOptions& o, bool offset_dinput, const char* what) {
+  SCOPED_TRACE(::testing::Message()
+               << what << ": " << dtype_name(dt) << " padding " << static_cast<int>(o.padding)
+               << " align_corners " << o.align_corners << " input " << shape_str(in_shape)
+               << " grid " << shape_str(grid.shape()) << " offset dinput " << offset_dinput);
+  const Tensor input = random_tensor(rng, in_shape, dt);
+  const Tensor expected = grid_sample(input, grid, o);
+  const Tensor dout = random_tensor(rng, expected.shape(), dt);
+  const GridSampleGrads expected_grads = grid_sample_backward(dout, input, grid, o);
+  const Tensor d_input = input.to(kGpu), d_grid = grid.to(kGpu), d_dout = dout.to(kGpu);
+  const Tensor out = poisoned(expected.shape(), dt, kGpu);
+  grid_sample_into(out, d_input, d_grid, o);
+  EXPECT_TRUE(all_close(out.to_host(), expected)) << "forward";
+  const int64_t count = shape_numel(in_shape);
+  const Tensor dinput = offset_dinput
+                            ? poisoned({count + 1}, dt, kGpu).slice(0, 1, count + 1).view(in_shape)
+                            : poisoned(in_shape, dt, kGpu);
+  const Tensor dgrid = poisoned(grid.shape(), dt, kGpu);
+  grid_sample_backward_into(dinput, dgrid, d_dout, d_input, d_grid, o);
+  EXPECT_TRUE(all_close(dinput.to_host(), expected_grads.dinput)) << "dinput";
+  EXPECT_TRUE(all_close(dgrid.to_host(), expected_grads.dgrid, tolerance(dt), 1e-3)) << "dgrid";
+}
+
+// An affine grid (rotation up to 0.6 rad, zoom 0.5 to 1.3, a shift) for [N, Ho, Wo].
+Tensor smooth_grid(Rng& rng, int64_t N, int64_t Ho, int64_t Wo, bool ac, DType dt) {
+  std::vector<double> theta(static_cast<size_t>(N) * 6);
+  for (int64_t b = 0; b < N; ++b) {
+    const double angle = rng.uniform(-0.6f, 0.6f), zoom = rng.uniform(0.5f, 1.3f);
+    const double t[6] = {zoom * std::cos(angle),   -zoom * std::sin(angle),
+                         rng.uniform(-0.3f, 0.3f), zoom * std::sin(angle),
+                         zoom * std::cos(angle),   rng.uniform(-0.3f, 0.3f)};
+    for (int j = 0; j < 6; ++j) theta[b * 6 + j] = t[j];
+  }
+  return host_tensor(
+      to_doubles(affine_grid(host_tensor(theta, {N, 2, 3}, DType::f64), {N, 1, Ho, Wo}, ac)),
+      {N, Ho, Wo, 2}, dt);
+}
+
+Tensor uniform_grid(Rng& rng, const Shape& shape, DType dt) {
+  std::vector<double> g(static_cast<size_t>(shape_numel(shape)));
+  for (double& v : g) v = rng.uniform(-1.2f, 1.2f);
+  return host_tensor(g, shape, dt);
+}
+
+// The whole-plane kernels stage only the rows a block's taps read (a band of the plane for an
+// affine grid, the whole plane for a random one) and the backward flushes the input gradient
+// of those rows with 16-byte atomics where the plane is a whole number of vectors and the
+// gradient 16-byte aligned, else cell by cell: smooth grids forward and backward (bands of
+// rows, some blocks whose taps all fall outside), planes of 99 x 101 cells (odd: cell by
+// cell), an input gradient one element into its buffer, every padding.
+TEST(GridSampleGpu, PlaneKernelsOnSmoothGridsAndFlushForms) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (auto pad :
+         {GridSamplePadding::zeros, GridSamplePadding::border, GridSamplePadding::reflection}) {
+      for (bool ac : {false, true}) {
+        const auto o = options(GridSampleMode::bilinear, pad, ac);
+        check_with_grid(rng, dt, {2, 3, 128, 128}, smooth_grid(rng, 2, 128, 128, ac, dt), o, false,
+                        "smooth, [128, 128] planes");
+        check_with_grid(rng, dt, {1, 4, 100, 120}, smooth_grid(rng, 1, 70, 90, ac, dt), o, false,
+                        "smooth, partial block of locations");
+        check_with_grid(rng, dt, {1, 3, 99, 101}, uniform_grid(rng, {1, 60, 80, 2}, dt), o, false,
+                        "random, odd plane");
+        check_with_grid(rng, dt, {1, 3, 99, 101}, smooth_grid(rng, 1, 60, 80, ac, dt), o, false,
+                        "smooth, odd plane");
+        check_with_grid(rng, dt, {1, 2, 64, 64}, uniform_grid(rng, {1, 64, 64, 2}, dt), o, true,
+                        "random, offset input gradient");
+      }
+    }
+  }
+  // A grid that shifts the whole image out of the input for one batch entry (no block of it
+  // reads a row) and zooms out for the other.
+  const auto zeros = options(GridSampleMode::bilinear, GridSamplePadding::zeros, false);
+  std::vector<double> theta = {1.0, 0.0, 3.0, 0.0, 1.0, 0.0, 0.4, 0.0, 0.0, 0.0, 0.4, 0.0};
+  const Tensor grid = host_tensor(
+      to_doubles(affine_grid(host_tensor(theta, {2, 2, 3}, DType::f64), {2, 1, 64, 64}, false)),
+      {2, 64, 64, 2}, DType::f32);
+  check_with_grid(rng, DType::f32, {2, 5, 64, 64}, grid, zeros, false, "outside and zoomed out");
+}
+
 // Taps outside the input are skipped, not weighted by zero: an infinity in the input must
 // not reach outputs that sample only outside it.
 TEST(GridSampleGpu, OutsideTapsReadNothing) {
