@@ -564,6 +564,50 @@ def attention_cases():
              lambda: cudnn_sdpa(q, k, v, enable_gqa=True), "torch SDPA cuDNN, dense K/V", check)
 
 
+def mla_cases():
+    """Paged MLA decode at ANCHORS.md's shape (absorbed, H128 R512 P64, B64, 4096 keys; one
+    query per sequence at its last position) against the torch einsum composition of
+    ANCHORS.md over the same keys stored densely. Ours reads pages of 64 keys in shuffled
+    order; bytes: the latent + positional cache read once."""
+    bf = torch.bfloat16
+    have = rudnn is not None
+    torch.manual_seed(5)
+    B, H, R, P, S, ps = 64, 128, 512, 64, 4096, 64
+    q = torch.randn(B, H, R + P, dtype=bf, device=DEV)
+    kv = torch.randn(B, S, R + P, dtype=bf, device=DEV)
+    scale = 1.0 / 192**0.5
+    shape = f"B{B} H{H} R{R} P{P} S{S}"
+
+    def einsum_mla():
+        s = torch.einsum("bhd,bsd->bhs", q, kv) * scale
+        p = s.float().softmax(-1).to(bf)
+        return torch.einsum("bhs,bsr->bhr", p, kv[..., :R])
+
+    npages = B * (S // ps)
+    perm = torch.randperm(npages, device=DEV)
+    cache = torch.empty(npages, ps, 1, R + P, dtype=bf, device=DEV)
+    cache[perm] = kv.reshape(npages, ps, 1, R + P)
+    latent, kp = cache[..., :R].contiguous(), cache[..., R:].contiguous()
+    del cache
+    q_lat, q_pos = q[..., :R].contiguous(), q[..., R:].contiguous()
+    ours = None
+    if have:
+        tables = perm.view(B, S // ps).cpu().tolist()
+        host = rudnn.paged.HostPlan(ps, npages, tables, [S] * B, list(range(B)), [S - 1] * B)
+        plan = rudnn.paged.DevicePlan.upload(host, q_lat)
+
+        def ours():
+            return plan.mla(q_lat, q_pos, latent, kp, scale, True)
+
+    def check():
+        s = torch.einsum("bhd,bsd->bhs", q.float(), kv.float()) * scale
+        ref = torch.einsum("bhs,bsr->bhr", s.softmax(-1), kv[..., :R].float())
+        return rel_err(ours(), ref), tol_of(bf)
+    run_case("paged MLA decode (pages of 64)", shape, bf, kv.numel() * 2, have and ours, einsum_mla,
+             "torch einsum composition, dense", check)
+    del q, kv, latent, kp, q_lat, q_pos
+
+
 def pool_interp_cases():
     """Pooling and interpolation at ANCHORS.md's f32 [32,64,128,128] (bytes as anchors.py
     counts them: the input read and the output written once; max pooling's int64 indices,
@@ -742,8 +786,8 @@ def moe_cases():
     """The routed MoE forward (softmax top-8 of 64 experts, renormalised; SwiGLU experts; no
     token dropped) against the torch._grouped_mm pipeline of ANCHORS.md (route, sort, three
     grouped GEMMs, combine), T 8192, H 2048, I 1408, bf16 (no bytes: compare the times); and
-    decode T = 1, 16, 64 (bytes: the selected experts' weights read once). ruDNN runs its
-    tensor-core expert strategy; the check is against a float32 per-expert loop."""
+    decode T = 1, 16, 64 (bytes: the selected experts' weights read once). ruDNN runs its Auto
+    expert strategy; the check is against a float32 per-expert loop."""
     gm = getattr(torch, "_grouped_mm", None)
     if gm is None:
         raise RuntimeError("torch._grouped_mm is missing")
@@ -780,8 +824,10 @@ def moe_cases():
         return y
 
     def ours_for(x, logits):
+        # Auto: the tensor-core GEMMs for the full batch, decode.cu's streaming kernels for
+        # the decode batches (T * K <= 512).
         return lambda: rudnn.moe_inference(x, logits, gate, up, down, top_k=K, renormalize=True,
-                                           forward="tensor_core")
+                                           forward="auto")
 
     for t in (T, 1, 16, 64):
         x = torch.randn(t, H, dtype=bf, device=DEV)
@@ -870,7 +916,7 @@ def main(argv=None):
 
     copy_ms, copy_gbs = copy_case()
     print(f"  copy {ARGS.copy_mib} MiB d2d: {copy_ms:.4f} ms, {copy_gbs:.1f} GB/s", file=sys.stderr, flush=True)
-    for group in (norm_cases, cross_entropy_cases, rope_cases, glu_cases, attention_cases, pool_interp_cases,
+    for group in (norm_cases, cross_entropy_cases, rope_cases, glu_cases, attention_cases, mla_cases, pool_interp_cases,
                   grid_sample_ctc_cases, conv_cases, moe_cases):
         try:
             group()

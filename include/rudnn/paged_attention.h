@@ -155,6 +155,12 @@ class DevicePlan {
   // MLA over a shared latent cache. q [queries, H, R], qp [queries, H, P], latent
   // [pages, page_size, 1, R], kp [pages, page_size, 1, P]; returns [queries, H, R]. R in
   // 1..1024, P in 1..256. `scale` is the model's QK scale. Same splitting rule as attention.
+  // F16/BF16 with R = 512, P = 64 (DeepSeek) and 16-byte-aligned rows run a tensor-core
+  // kernel (all H heads of a query share each latent row, so a tile of 64 keys is a GEMM;
+  // FP32 logits and softmax, probabilities rounded to the input dtype for P·V, as
+  // FlashAttention does): warpgroup MMAs on sm_90a builds on Hopper, mma.sync elsewhere when
+  // the device grants its 226 KiB of shared memory per block (sm_90), else the general
+  // CUDA-core kernel. Its internal split fills the multiprocessors with one block each.
   Tensor mla(const Tensor& q, const Tensor& qp, const Tensor& latent, const Tensor& kp,
              float scale, bool causal) const;
   void mla_into(const Tensor& out, const Tensor& q, const Tensor& qp, const Tensor& latent,
