@@ -1,5 +1,9 @@
 #include "support/test_support.h"
 
+#if RUDNN_TEST_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -229,6 +233,20 @@ Tensor poisoned(const Shape& shape, DType dtype, Device device) {
   // the tensor on other streams, so wait for it here.
   current_stream(device).synchronize();
   return t;
+}
+
+bool device_is_sm90() {
+#if RUDNN_TEST_CUDA
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
 }
 
 }  // namespace rudnn::test

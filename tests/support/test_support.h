@@ -36,6 +36,10 @@ class Rng {
                                     << " (replay: RUDNN_TEST_SEED=" << rng.seed() << ")")
 
 // Skips the current test, reported as skipped, when no CUDA device is usable.
+// Whether device 0 is a compute capability 9.0 part (what the sm_90a kernels need); false in
+// builds without CUDA and when the query fails.
+bool device_is_sm90();
+
 #define RUDNN_REQUIRE_CUDA()                                                            \
   do {                                                                                  \
     if (!::rudnn::cuda_available()) GTEST_SKIP() << "no CUDA device: GPU test skipped"; \

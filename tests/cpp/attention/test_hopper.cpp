@@ -14,27 +14,10 @@
 #include "support/poison.h"
 #include "support/test_support.h"
 
-#if RUDNN_TEST_CUDA
-#include <cuda_runtime.h>
-#endif
-
 namespace rudnn::test {
 namespace {
 
 constexpr Device kGpu = Device::cuda(0);
-
-// Whether device 0 is an sm_90 part (the build under test holds sm_90a code: the lead's
-// builds do, RUDNN_CUDA_ARCHS=90a).
-bool device_is_hopper() {
-#if RUDNN_TEST_CUDA
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess)
-    return false;
-  return major == 9;
-#else
-  return false;
-#endif
-}
 
 struct Case {
   int64_t b, hq, hkv, lq, lk, d;
@@ -66,7 +49,7 @@ void expect_hopper_plan(const Tensor& q, const Tensor& k, const Tensor& v,
                         const AttentionOptions& o, AttentionStrategy st) {
   const AttentionPlan plan = plan_attention(q.shape(), k.shape(), v.shape(), q.dtype(), o, st);
   EXPECT_EQ(plan.kernel, AttentionKernel::Flash);
-  EXPECT_EQ(plan.flash_wgmma, device_is_hopper()) << "the plan's choice of the Hopper kernel";
+  EXPECT_EQ(plan.flash_wgmma, device_is_sm90()) << "the plan's choice of the Hopper kernel";
 }
 
 // Flash (and Auto) on the GPU against the CPU reference: out and lse, inputs unchanged.
@@ -92,7 +75,7 @@ void expect_matches_reference(const Case& c, const Tensor& q, const Tensor& k, c
 TEST(AttentionHopper, PlanChoosesTheKernelOnlyForPlainOptions) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
-  const bool hopper = device_is_hopper();
+  const bool hopper = device_is_sm90();
   const Shape q{2, 8, 300, 128}, k{2, 2, 300, 128};
   for (DType dt : {DType::bf16, DType::f16}) {
     SCOPED_TRACE(dtype_name(dt));

@@ -14,25 +14,10 @@
 
 #include "support/test_support.h"
 
-#if RUDNN_TEST_CUDA
-#include <cuda_runtime.h>
-#endif
-
 namespace rudnn::test {
 namespace {
 
 constexpr Device kGpu = Device::cuda(0);
-
-bool device_is_hopper() {
-#if RUDNN_TEST_CUDA
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess)
-    return false;
-  return major == 9;
-#else
-  return false;
-#endif
-}
 
 struct Case {
   int64_t b, hq, hkv, lq, lk;
@@ -82,7 +67,7 @@ void expect_backward_matches(const Tensor& q, const Tensor& k, const Tensor& v,
     const AttentionPlan plan =
         plan_attention_backward(q.shape(), k.shape(), v.shape(), q.dtype(), og, st, kGpu);
     EXPECT_EQ(plan.kernel, AttentionKernel::Flash);
-    EXPECT_EQ(plan.flash_wgmma, hopper && device_is_hopper())
+    EXPECT_EQ(plan.flash_wgmma, hopper && device_is_sm90())
         << "the plan's choice of the Hopper backward";
     for (bool det : {false, true}) {
       SCOPED_TRACE(det ? "deterministic" : "default mode");
@@ -120,7 +105,7 @@ void expect_backward_matches(const Tensor& q, const Tensor& k, const Tensor& v,
 TEST(AttentionHopperBackward, PlanChoosesTheKernelOnlyWhereItRuns) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
-  const bool hopper = device_is_hopper();
+  const bool hopper = device_is_sm90();
   const Shape q{2, 8, 300, 128}, k{2, 2, 300, 128};
   for (DType dt : {DType::bf16, DType::f16}) {
     SCOPED_TRACE(dtype_name(dt));

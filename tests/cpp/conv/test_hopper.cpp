@@ -4,10 +4,6 @@
 // 3x3x3, widths and heights off the tile, N = 1, C = 8 .. 256 (C % 64 != 0 included), K =
 // 64 / 96 / 256, both 16-bit dtypes, the fused epilogue; and the cases that must fall back
 // to the mma.sync kernel still right. Skipped without a compute capability 9.0 device.
-#if RUDNN_TEST_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 #include <sstream>
 
 #include "conv_test_util.h"
@@ -18,24 +14,10 @@ namespace {
 using conv::opts;
 const Device kGpu = Device::cuda(0);
 
-bool hopper_device() {
-#if RUDNN_TEST_CUDA
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return major == 9 && minor == 0;
-#else
-  return false;  // a build without CUDA: every test here skips at RUDNN_REQUIRE_CUDA first
-#endif
-}
-
 #define RUDNN_REQUIRE_HOPPER()                                                        \
   do {                                                                                \
     RUDNN_REQUIRE_CUDA();                                                             \
-    if (!hopper_device()) GTEST_SKIP() << "not a compute capability 9.0 device";      \
+    if (!device_is_sm90()) GTEST_SKIP() << "not a compute capability 9.0 device";      \
   } while (0)
 
 template <int N>
