@@ -29,11 +29,15 @@
 #   PY_MODULE=1         build the Python module (0: off); off by itself when python/ lacks it
 #   TIME_BUDGET=570     seconds for the whole round; each step is capped by what is left
 #   BUILD_TIMEOUT=330 CTEST_TIMEOUT=240 BENCH_TIMEOUT=150 SIDE_TIMEOUT=210
-#   MEMCHECK_TIMEOUT=150 RACECHECK_TIMEOUT=100 PIP_TIMEOUT=300   per-step caps, seconds
+#   MEMCHECK_TIMEOUT=150 RACECHECK_TIMEOUT=180 PIP_TIMEOUT=300   per-step caps, seconds
 #   CTEST_ARGS=""       more ctest arguments (e.g. "-R NormGpu")
-#   MEMCHECK_FILTER='*Gpu*-*TensorsBeyondTwoToThe31Elements*'   gtest filter for memcheck
+#   MEMCHECK_FILTER='*Gpu*:AttentionHopper*:PagedMlaTc*-*TensorsBeyondTwoToThe31Elements*'
+#                       gtest filter for memcheck (the Hopper suites' names lack "Gpu")
 #   MEMCHECK_CORE=1     also memcheck rudnn_core_tests with MEMCHECK_CORE_FILTER='*Gpu*'
 #   RACECHECK_FILTER='NormGpu.SoftmaxAndLogSumExp:NormGpu.RmsNormBackward:NormGpu.LayerNormBackward:NormGpu.CrossEntropyForwardBackwardAndFused'
+#   RACECHECK_MORE='attention|AttentionHopper.StridedViewsAndOutputs paged_attention|PagedMlaTcWgmma.DecodeMatchesTheReference'
+#                       more racecheck runs, "family|filter" each: the kernels whose warpgroups
+#                       hand shared memory over through mbarriers and named barriers
 #   BENCH_ARGS=""       more rudnn_bench arguments (e.g. "--quick")
 #   SIDE_ARGS=""        more side_by_side.py arguments (e.g. "--filter cross")
 #   RUDNN_PYTHONPATH    where `import rudnn` comes from (default: the build tree's python/)
@@ -72,10 +76,11 @@ PYTHON="${PYTHON:-python3}"
 PY_MODULE="${PY_MODULE:-1}"
 TIME_BUDGET="${TIME_BUDGET:-570}"
 RESERVE=8   # seconds kept for the summary
-MEMCHECK_FILTER="${MEMCHECK_FILTER:-*Gpu*-*TensorsBeyondTwoToThe31Elements*}"
+MEMCHECK_FILTER="${MEMCHECK_FILTER:-*Gpu*:AttentionHopper*:PagedMlaTc*-*TensorsBeyondTwoToThe31Elements*}"
 MEMCHECK_CORE="${MEMCHECK_CORE:-1}"
 MEMCHECK_CORE_FILTER="${MEMCHECK_CORE_FILTER:-*Gpu*}"
 RACECHECK_FILTER="${RACECHECK_FILTER:-NormGpu.SoftmaxAndLogSumExp:NormGpu.RmsNormBackward:NormGpu.LayerNormBackward:NormGpu.CrossEntropyForwardBackwardAndFused}"
+RACECHECK_MORE="${RACECHECK_MORE-attention|AttentionHopper.StridedViewsAndOutputs paged_attention|PagedMlaTcWgmma.DecodeMatchesTheReference}"
 
 STEPS="${STEPS:-build ctest bench side memcheck racecheck}"
 STEPS=" ${STEPS//,/ } "
@@ -384,8 +389,12 @@ if want memcheck; then
   fi
 fi
 if want racecheck; then
-  if start_step racecheck "${RACECHECK_TIMEOUT:-100}"; then
-    san_step racecheck racecheck "${RACECHECK_TIMEOUT:-100}" "$BUILD/tests/cpp/normalization/rudnn_normalization_tests|$RACECHECK_FILTER"
+  if start_step racecheck "${RACECHECK_TIMEOUT:-180}"; then
+    specs=("$BUILD/tests/cpp/normalization/rudnn_normalization_tests|$RACECHECK_FILTER")
+    for more in $RACECHECK_MORE; do
+      specs+=("$BUILD/tests/cpp/${more%%|*}/rudnn_${more%%|*}_tests|${more#*|}")
+    done
+    san_step racecheck racecheck "${RACECHECK_TIMEOUT:-180}" "${specs[@]}"
   fi
 fi
 
