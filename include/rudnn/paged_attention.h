@@ -49,9 +49,15 @@
 // cut into the fewest partitions that reach that count, at most 32 and at least 256 keys
 // each (a multiple of 128 keys), with FP32 partial records in a stream-ordered scratch
 // allocation of queries · Hq · splits · (Dv + 2 rounded up to 4) floats and a merge pass.
-// Tensor-core paths for prefill (D in {64, 128, 256}) and MLA (R = 512 as a GEMM) are not
-// implemented yet: the general CUDA-core kernel runs those shapes.
-// Backward (spec 000 §11) is not implemented yet.
+// MLA with R = 512, P = 64 runs a tensor-core kernel (see mla). A tensor-core path for
+// prefill (D in {64, 128, 256}) is not implemented yet: the general CUDA-core kernel runs it.
+// Backward (spec 000 §11): attention_backward and mla_backward (and their _selected_into
+// forms) run on the CPU only, as the float64 reference (probabilities recomputed per query
+// row, no score matrix kept; F32/F16/BF16 inputs widened to float64 and every gradient
+// rounded once; a float64 host accumulator per requested cache gradient, of its size). A GPU tensor
+// gets rudnn::Error ErrorCode::Unsupported ("no CUDA kernel yet") after the argument checks
+// and before anything is allocated or written. Not implemented yet: the CUDA kernels with
+// FP32 atomic history accumulation and OrderedBackwardWorkspace.
 #pragma once
 
 #include <cstddef>
@@ -119,6 +125,18 @@ struct AppendResult {
   Tensor key_cache, value_cache;
 };
 
+// The gradients of DevicePlan::attention: dq [queries, Hq, D], dk [pages, page_size, Hkv, D]
+// and dv [pages, page_size, Hkv, Dv], shaped like q and the caches, in q's dtype.
+struct AttentionBackward {
+  Tensor dq, dk, dv;
+};
+// The gradients of DevicePlan::mla: dq [queries, H, R], dqp [queries, H, P], dlatent
+// [pages, page_size, 1, R] (the latent is both keys and values: both contributions summed)
+// and dkp [pages, page_size, 1, P].
+struct MlaBackward {
+  Tensor dq, dqp, dlatent, dkp;
+};
+
 // A HostPlan on a device and stream. Reuse it only while the schedule is unchanged (a new
 // schedule needs a new HostPlan and upload). Copies of a DevicePlan share its storage.
 class DevicePlan {
@@ -165,6 +183,37 @@ class DevicePlan {
              float scale, bool causal) const;
   void mla_into(const Tensor& out, const Tensor& q, const Tensor& qp, const Tensor& latent,
                 const Tensor& kp, float scale, bool causal) const;
+
+  // Backward of attention(q, k_cache, v_cache, scale, causal) for the upstream gradient
+  // grad_out [queries, Hq, Dv] (q's dtype, contiguous, on the plan's device). Shapes, dtypes
+  // and scale follow attention's rules; errors as in the common contract, before anything is
+  // written. Cache gradients cover every physical page: a page no query reads gets zeros, a
+  // page shared by several sequences (a shared prefix) sums the gradients of all its readers,
+  // and GQA sums the Hq / Hkv query heads of each KV head. CPU only (see "Backward" above):
+  // returns new tensors; scratch: float64 host buffers of dk's and dv's element counts.
+  // GPU tensors: ErrorCode::Unsupported.
+  AttentionBackward attention_backward(const Tensor& q, const Tensor& k_cache,
+                                       const Tensor& v_cache, const Tensor& grad_out,
+                                       float scale, bool causal) const;
+  // The same into the caller's buffers, each independently optional: an undefined tensor
+  // omits that gradient with its accumulation and scratch (the inputs are still read as the
+  // other gradients need them). A defined one must have the shape and dtype that
+  // attention_backward returns, be contiguous and on the plan's device, and overlap no input
+  // (q, caches, grad_out) and no other output (InvalidArgument naming both). Every element
+  // of a given output is written. Not atomics-based on the CPU: deterministic.
+  void attention_backward_selected_into(const AttentionBackward& grads, const Tensor& q,
+                                        const Tensor& k_cache, const Tensor& v_cache,
+                                        const Tensor& grad_out, float scale, bool causal) const;
+
+  // Backward of mla(q, qp, latent, kp, scale, causal) for grad_out [queries, H, R]: dq, dqp,
+  // dlatent (key and value contributions) and dkp, with attention_backward's rules (and its
+  // _selected_into form's: undefined outputs omitted, no aliasing).
+  MlaBackward mla_backward(const Tensor& q, const Tensor& qp, const Tensor& latent,
+                           const Tensor& kp, const Tensor& grad_out, float scale,
+                           bool causal) const;
+  void mla_backward_selected_into(const MlaBackward& grads, const Tensor& q, const Tensor& qp,
+                                  const Tensor& latent, const Tensor& kp, const Tensor& grad_out,
+                                  float scale, bool causal) const;
 
   // The same with a caller's split workspace: exactly workspace.splits() partitions of the
   // longest history (FP32 partial results, merged in partition order), no allocation. The

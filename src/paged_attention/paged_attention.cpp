@@ -461,14 +461,21 @@ Schedule plan_schedule(const DevicePlan::State& st) {
   return s;
 }
 
-void attention_impl(const DevicePlan::State& st, const char* op, const Tensor* out_given,
-                    Tensor* out_made, const Tensor& q, const Tensor& k, const Tensor& v,
-                    float scale, bool causal, SplitWorkspace* ws) {
+// The call of a DevicePlan op on q: the plan's stream, q's device (which must be the plan's).
+OpCall plan_call(const DevicePlan::State& st, const char* op, const Tensor& q) {
   OpCall call(op, "q", q, st.stream);
   if (call.device != st.device) {
     fail(ErrorCode::DeviceMismatch,
          cat(op, ": q is on ", call.device.str(), ", the plan on ", st.device.str()));
   }
+  return call;
+}
+
+// The checks of attention(q, k_cache, v_cache, scale, causal) and its problem (all but the
+// output), shared by the forward and the backward.
+PagedForward attention_problem(const DevicePlan::State& st, const OpCall& call, const Tensor& q,
+                               const Tensor& k, const Tensor& v, float scale, bool causal) {
+  const char* op = call.op;
   common::require_float(call, "q", q);
   require_same_dtype(call, "k_cache", k, q);
   require_same_dtype(call, "v_cache", v, q);
@@ -496,16 +503,6 @@ void attention_impl(const DevicePlan::State& st, const char* op, const Tensor* o
   require_contiguous(call, "q", q);
   require_contiguous(call, "k_cache", k);
   require_contiguous(call, "v_cache", v);
-  if (ws) require_workspace(call, *ws, st.stream, queries, heads_q, dim_v);
-  const Shape out_shape{queries, heads_q, dim_v};
-  Tensor out;
-  if (out_given) {
-    require_out_contiguous(call, *out_given, out_shape, q.dtype(),
-                           {{"q", &q}, {"k_cache", &k}, {"v_cache", &v}});
-    out = *out_given;
-  } else {
-    out = call.empty(out_shape, q.dtype());
-  }
   PagedForward p;
   p.dtype = q.dtype();
   p.sched = plan_schedule(st);
@@ -517,22 +514,38 @@ void attention_impl(const DevicePlan::State& st, const char* op, const Tensor* o
   p.q = rows3_in(q);
   p.k = plan_cache(k);
   p.v = plan_cache(v);
-  p.out = rows3_out(out);
   p.scale = scale;
   p.causal = causal;
   p.max_keys = h.max_keys(causal);
+  return p;
+}
+
+void attention_impl(const DevicePlan::State& st, const char* op, const Tensor* out_given,
+                    Tensor* out_made, const Tensor& q, const Tensor& k, const Tensor& v,
+                    float scale, bool causal, SplitWorkspace* ws) {
+  OpCall call = plan_call(st, op, q);
+  PagedForward p = attention_problem(st, call, q, k, v, scale, causal);
+  if (ws) require_workspace(call, *ws, st.stream, p.queries, p.heads_q, p.dim_v);
+  const Shape out_shape{p.queries, p.heads_q, p.dim_v};
+  Tensor out;
+  if (out_given) {
+    require_out_contiguous(call, *out_given, out_shape, q.dtype(),
+                           {{"q", &q}, {"k_cache", &k}, {"v_cache", &v}});
+    out = *out_given;
+  } else {
+    out = call.empty(out_shape, q.dtype());
+  }
+  p.out = rows3_out(out);
   run_forward(call, p, ws);
   if (out_made) *out_made = out;
 }
 
-void mla_impl(const DevicePlan::State& st, const char* op, const Tensor* out_given,
-              Tensor* out_made, const Tensor& q, const Tensor& qp, const Tensor& latent,
-              const Tensor& kp, float scale, bool causal, SplitWorkspace* ws) {
-  OpCall call(op, "q", q, st.stream);
-  if (call.device != st.device) {
-    fail(ErrorCode::DeviceMismatch,
-         cat(op, ": q is on ", call.device.str(), ", the plan on ", st.device.str()));
-  }
+// The checks of mla(q, qp, latent, kp, scale, causal) and its problem (all but the output),
+// shared by the forward and the backward.
+PagedForward mla_problem(const DevicePlan::State& st, const OpCall& call, const Tensor& q,
+                         const Tensor& qp, const Tensor& latent, const Tensor& kp, float scale,
+                         bool causal) {
+  const char* op = call.op;
   common::require_float(call, "q", q);
   require_same_dtype(call, "qp", qp, q);
   require_same_dtype(call, "latent", latent, q);
@@ -563,16 +576,6 @@ void mla_impl(const DevicePlan::State& st, const char* op, const Tensor* out_giv
   require_contiguous(call, "qp", qp);
   require_contiguous(call, "latent", latent);
   require_contiguous(call, "kp", kp);
-  if (ws) require_workspace(call, *ws, st.stream, queries, heads, rank);
-  const Shape out_shape{queries, heads, rank};
-  Tensor out;
-  if (out_given) {
-    require_out_contiguous(call, *out_given, out_shape, q.dtype(),
-                           {{"q", &q}, {"qp", &qp}, {"latent", &latent}, {"kp", &kp}});
-    out = *out_given;
-  } else {
-    out = call.empty(out_shape, q.dtype());
-  }
   PagedForward p;
   p.dtype = q.dtype();
   p.sched = plan_schedule(st);
@@ -587,10 +590,28 @@ void mla_impl(const DevicePlan::State& st, const char* op, const Tensor* out_giv
   p.k = plan_cache(latent);
   p.kp = plan_cache(kp);
   p.v = p.k;
-  p.out = rows3_out(out);
   p.scale = scale;
   p.causal = causal;
   p.max_keys = h.max_keys(causal);
+  return p;
+}
+
+void mla_impl(const DevicePlan::State& st, const char* op, const Tensor* out_given,
+              Tensor* out_made, const Tensor& q, const Tensor& qp, const Tensor& latent,
+              const Tensor& kp, float scale, bool causal, SplitWorkspace* ws) {
+  OpCall call = plan_call(st, op, q);
+  PagedForward p = mla_problem(st, call, q, qp, latent, kp, scale, causal);
+  if (ws) require_workspace(call, *ws, st.stream, p.queries, p.heads_q, p.dim_v);
+  const Shape out_shape{p.queries, p.heads_q, p.dim_v};
+  Tensor out;
+  if (out_given) {
+    require_out_contiguous(call, *out_given, out_shape, q.dtype(),
+                           {{"q", &q}, {"qp", &qp}, {"latent", &latent}, {"kp", &kp}});
+    out = *out_given;
+  } else {
+    out = call.empty(out_shape, q.dtype());
+  }
+  p.out = rows3_out(out);
   run_forward(call, p, ws);
   if (out_made) *out_made = out;
 }
@@ -645,6 +666,161 @@ Tensor DevicePlan::mla_with_workspace(SplitWorkspace& workspace, const Tensor& q
   mla_impl(require_plan(state_, op), op, nullptr, &out, q, qp, latent, kp, scale, causal,
            &workspace);
   return out;
+}
+
+// ---- Backward -------------------------------------------------------------------------------
+
+namespace {
+
+struct GradSpec {
+  const char* name;
+  const Tensor* t;
+  Shape shape;
+};
+
+// Given outputs: each defined one of its shape and dtype, contiguous, on the call's device,
+// overlapping no input and no other output; all checked before anything is written.
+void require_grads(const OpCall& call, DType dtype, std::initializer_list<GradSpec> grads,
+                   std::initializer_list<std::pair<const char*, const Tensor*>> inputs) {
+  for (const GradSpec& g : grads) {
+    if (!g.t->defined()) continue;
+    common::require_out(call, g.name, *g.t, g.shape, dtype);
+    require_contiguous(call, g.name, *g.t);
+    common::require_no_overlap(call, g.name, *g.t, inputs);
+  }
+  for (auto a = grads.begin(); a != grads.end(); ++a) {
+    if (!a->t->defined()) continue;
+    for (auto b = a + 1; b != grads.end(); ++b) {
+      if (b->t->defined()) common::require_no_overlap(call, a->name, *a->t, {{b->name, b->t}});
+    }
+  }
+}
+
+// The backward has no CUDA kernel yet: refused once the arguments are known to be valid,
+// before any output is allocated or written.
+void require_cpu_backward(const OpCall& call) {
+  if (!call.device.is_cpu()) {
+    fail(ErrorCode::Unsupported,
+         cat(call.op, ": paged attention backward has no CUDA kernel yet (the float64 CPU ",
+             "reference only); move the tensors to the CPU"));
+  }
+}
+
+BshdOut rows3_out_opt(const Tensor& t) { return t.defined() ? rows3_out(t) : BshdOut{}; }
+CacheOut cache_out_opt(const Tensor& t) {
+  if (!t.defined()) return {};
+  return {t.data(), t.size(1) * t.size(2) * t.size(3), t.size(2) * t.size(3), t.size(3)};
+}
+
+// grad_out's rules: the forward output's shape (`what` names its axes), q's dtype, contiguous.
+void require_grad_out(const OpCall& call, const Tensor& go, const Tensor& q,
+                      const PagedForward& p, const char* what) {
+  require_same_dtype(call, "grad_out", go, q);
+  common::require_shape(call, "grad_out", go, {p.queries, p.heads_q, p.dim_v}, what);
+  require_contiguous(call, "grad_out", go);
+}
+
+void attention_backward_impl(const DevicePlan::State& st, const char* op,
+                             const AttentionBackward* given, AttentionBackward* made,
+                             const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& go,
+                             float scale, bool causal) {
+  OpCall call = plan_call(st, op, q);
+  PagedBackward b;
+  b.fwd = attention_problem(st, call, q, k, v, scale, causal);
+  require_grad_out(call, go, q, b.fwd, "[queries, Hq, Dv]");
+  const Shape q_shape = q.shape(), k_shape = k.shape(), v_shape = v.shape();
+  AttentionBackward grads;
+  if (given) {
+    require_grads(
+        call, q.dtype(),
+        {{"dq", &given->dq, q_shape}, {"dk", &given->dk, k_shape}, {"dv", &given->dv, v_shape}},
+        {{"q", &q}, {"k_cache", &k}, {"v_cache", &v}, {"grad_out", &go}});
+    require_cpu_backward(call);
+    grads = *given;
+  } else {
+    require_cpu_backward(call);
+    grads = {call.empty(q_shape, q.dtype()), call.empty(k_shape, q.dtype()),
+             call.empty(v_shape, q.dtype())};
+  }
+  b.dout = rows3_in(go);
+  b.dq = rows3_out_opt(grads.dq);
+  b.dk = cache_out_opt(grads.dk);
+  b.dv = cache_out_opt(grads.dv);
+  if (b.dq.data || b.dk.data || b.dv.data) reference::backward(b);
+  if (made) *made = std::move(grads);
+}
+
+void mla_backward_impl(const DevicePlan::State& st, const char* op, const MlaBackward* given,
+                       MlaBackward* made, const Tensor& q, const Tensor& qp, const Tensor& latent,
+                       const Tensor& kp, const Tensor& go, float scale, bool causal) {
+  OpCall call = plan_call(st, op, q);
+  PagedBackward b;
+  b.fwd = mla_problem(st, call, q, qp, latent, kp, scale, causal);
+  require_grad_out(call, go, q, b.fwd, "[queries, H, R]");
+  const Shape q_shape = q.shape(), qp_shape = qp.shape();
+  const Shape latent_shape = latent.shape(), kp_shape = kp.shape();
+  MlaBackward grads;
+  if (given) {
+    require_grads(call, q.dtype(),
+                  {{"dq", &given->dq, q_shape},
+                   {"dqp", &given->dqp, qp_shape},
+                   {"dlatent", &given->dlatent, latent_shape},
+                   {"dkp", &given->dkp, kp_shape}},
+                  {{"q", &q}, {"qp", &qp}, {"latent", &latent}, {"kp", &kp}, {"grad_out", &go}});
+    require_cpu_backward(call);
+    grads = *given;
+  } else {
+    require_cpu_backward(call);
+    grads = {call.empty(q_shape, q.dtype()), call.empty(qp_shape, q.dtype()),
+             call.empty(latent_shape, q.dtype()), call.empty(kp_shape, q.dtype())};
+  }
+  b.dout = rows3_in(go);
+  b.dq = rows3_out_opt(grads.dq);
+  b.dqp = rows3_out_opt(grads.dqp);
+  b.dk = cache_out_opt(grads.dlatent);
+  b.dkp = cache_out_opt(grads.dkp);
+  if (b.dq.data || b.dqp.data || b.dk.data || b.dkp.data) reference::backward(b);
+  if (made) *made = std::move(grads);
+}
+
+}  // namespace
+
+AttentionBackward DevicePlan::attention_backward(const Tensor& q, const Tensor& k_cache,
+                                                 const Tensor& v_cache, const Tensor& grad_out,
+                                                 float scale, bool causal) const {
+  const char* op = "paged_attention::DevicePlan::attention_backward";
+  AttentionBackward grads;
+  attention_backward_impl(require_plan(state_, op), op, nullptr, &grads, q, k_cache, v_cache,
+                          grad_out, scale, causal);
+  return grads;
+}
+
+void DevicePlan::attention_backward_selected_into(const AttentionBackward& grads, const Tensor& q,
+                                                  const Tensor& k_cache, const Tensor& v_cache,
+                                                  const Tensor& grad_out, float scale,
+                                                  bool causal) const {
+  const char* op = "paged_attention::DevicePlan::attention_backward_selected_into";
+  attention_backward_impl(require_plan(state_, op), op, &grads, nullptr, q, k_cache, v_cache,
+                          grad_out, scale, causal);
+}
+
+MlaBackward DevicePlan::mla_backward(const Tensor& q, const Tensor& qp, const Tensor& latent,
+                                     const Tensor& kp, const Tensor& grad_out, float scale,
+                                     bool causal) const {
+  const char* op = "paged_attention::DevicePlan::mla_backward";
+  MlaBackward grads;
+  mla_backward_impl(require_plan(state_, op), op, nullptr, &grads, q, qp, latent, kp, grad_out,
+                    scale, causal);
+  return grads;
+}
+
+void DevicePlan::mla_backward_selected_into(const MlaBackward& grads, const Tensor& q,
+                                            const Tensor& qp, const Tensor& latent,
+                                            const Tensor& kp, const Tensor& grad_out, float scale,
+                                            bool causal) const {
+  const char* op = "paged_attention::DevicePlan::mla_backward_selected_into";
+  mla_backward_impl(require_plan(state_, op), op, &grads, nullptr, q, qp, latent, kp, grad_out,
+                    scale, causal);
 }
 
 // ---- Cache writes ---------------------------------------------------------------------------

@@ -94,6 +94,24 @@ struct PagedForward {
   bool decode = false;  // run the decode kernel (decode_takes), else the general one
 };
 
+// A paged gradient cache, laid out like CacheView (written, never read).
+struct CacheOut {
+  void* data = nullptr;
+  int64_t page_stride = 0, row_stride = 0, head_stride = 0;
+};
+
+// One backward call (spec 000 §11), plan form only: the forward's inputs in `fwd` (its `out`
+// unused), the output gradient, and the gradients to write; a null `data` omits that output.
+// dk / dv / dkp cover every physical page (pages no query reads get zeros; a page shared by
+// sequences sums every reader's contribution). MLA (fwd.dim_pos > 0): fwd.v is fwd.k and
+// dk is dlatent, holding both the key and the value contributions (dv unused).
+struct PagedBackward {
+  PagedForward fwd;
+  BshdIn dout;
+  BshdOut dq, dqp;
+  CacheOut dk, dv, dkp;
+};
+
 // Cache writes: row t of `src` (heads × dim, contiguous rows of `dim`) to slot slots[t]
 // (page slot / page_size, row slot % page_size) of `cache`; slots outside 0 .. pages ·
 // page_size - 1 are skipped.

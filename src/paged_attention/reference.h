@@ -8,5 +8,8 @@ namespace rudnn::paged::reference {
 
 void forward(const PagedForward& p);
 void write(const PagedWrite& p);
+// Recomputes each query's probabilities in float64 and writes every requested gradient,
+// rounded once; history gradients accumulate in float64 host buffers of the caches' size.
+void backward(const PagedBackward& p);
 
 }  // namespace rudnn::paged::reference
