@@ -56,13 +56,17 @@
 // row, no score matrix kept; F32/F16/BF16 inputs widened to float64 and every gradient
 // rounded once; a float64 host accumulator per requested cache gradient, of its size). A GPU tensor
 // gets rudnn::Error ErrorCode::Unsupported ("no CUDA kernel yet") after the argument checks
-// and before anything is allocated or written. Not implemented yet: the CUDA kernels with
-// FP32 atomic history accumulation and OrderedBackwardWorkspace.
+// and before anything is allocated or written. The _ordered_into forms take an
+// OrderedBackwardWorkspace (below); on the CPU they compute exactly what the _selected_into
+// forms compute, since the reference already reduces in a fixed order without atomics. Not
+// implemented yet: the CUDA kernels (FP32 atomic history accumulation and the ordered one).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "rudnn/stream.h"
@@ -118,6 +122,7 @@ class HostPlan {
 };
 
 class SplitWorkspace;
+class OrderedBackwardWorkspace;
 
 // DevicePlan::append's result: the caches to keep using (the given ones written in place, or
 // written copies of them where another handle shares their storage).
@@ -215,6 +220,25 @@ class DevicePlan {
                                   const Tensor& latent, const Tensor& kp, const Tensor& grad_out,
                                   float scale, bool causal) const;
 
+  // The atomic-free ordered backward: the _selected_into forms' rules (shapes, dtypes,
+  // optional outputs, no aliasing, errors before anything is written) plus the workspace's:
+  // it must have been made for a compatible plan (the same scheduling metadata: page size,
+  // physical pages and packed schedule), for q's query and head counts, on the plan's device
+  // and stream (else InvalidArgument naming what differs), and no output may overlap its
+  // storage. On the CPU the result is bit for bit the _selected_into forms' (the float64
+  // reference is atomic-free and fixed-order); the workspace's options are recorded for the
+  // GPU kernels and change nothing there. A fixed order promises neither equal bits across
+  // devices nor equality with the atomic path. GPU tensors: ErrorCode::Unsupported after the
+  // checks (no CUDA kernel yet), nothing written.
+  void attention_backward_ordered_into(OrderedBackwardWorkspace& workspace,
+                                       const AttentionBackward& grads, const Tensor& q,
+                                       const Tensor& k_cache, const Tensor& v_cache,
+                                       const Tensor& grad_out, float scale, bool causal) const;
+  void mla_backward_ordered_into(OrderedBackwardWorkspace& workspace, const MlaBackward& grads,
+                                 const Tensor& q, const Tensor& qp, const Tensor& latent,
+                                 const Tensor& kp, const Tensor& grad_out, float scale,
+                                 bool causal) const;
+
   // The same with a caller's split workspace: exactly workspace.splits() partitions of the
   // longest history (FP32 partial results, merged in partition order), no allocation. The
   // workspace must have been made for this call's (queries, heads, value_dim), on the plan's
@@ -266,6 +290,67 @@ class SplitWorkspace {
   size_t bytes_;
   Stream stream_;
   Tensor storage_;
+};
+
+// State of the atomic-free ordered backward (spec 000 §11), made for a DevicePlan and the q
+// it will be used with: records q's query and head counts ([queries, heads, D] rank 3, the
+// plan's query count, else InvalidArgument), the plan's device and stream and a copy of its
+// host scheduling metadata (reuse needs identical metadata: the compaction index describes
+// it). Options (recorded for the GPU kernels; the CPU reference ignores them):
+// - query pruning (default on): skip queries causally invisible to a history row, keeping
+//   the surviving summation order;
+// - history row cache (default off): keep history-row values in thread-local storage;
+// - history compaction (default off): compute history gradients only for active physical
+//   pages (those reachable through the lengths of sequences that have queries: not table
+//   capacity, not sequences without queries, not nonzero gradients) and zero the others.
+//   The first enable builds an int32 index of physical_pages entries (4 bytes each: the
+//   page's rank among active pages, -1 if inactive) on the plan's device and stream; later
+//   toggles reuse it and disabling keeps it (bytes() counts it).
+// Environment, read once at construction (later changes do not affect the workspace):
+// RUDA_PAGED_ORDERED_CACHE_ROWS and RUDA_PAGED_ORDERED_COMPACT_HISTORY select the row cache
+// and compaction: unset or "0" off, "1" on, any other value InvalidArgument naming the
+// variable and the value. All storage (statistics and inverse metadata of the kernels, the
+// compaction index) shares kWorkspaceBudget (64 MiB); the CPU holds only the index. Not
+// thread-safe: one workspace per ordered stream of calls.
+class OrderedBackwardWorkspace {
+ public:
+  OrderedBackwardWorkspace(const DevicePlan& plan, const Tensor& q);
+
+  void set_query_pruning(bool on) noexcept { query_pruning_ = on; }
+  bool query_pruning() const noexcept { return query_pruning_; }
+  void set_history_row_cache(bool on) noexcept { history_row_cache_ = on; }
+  bool history_row_cache() const noexcept { return history_row_cache_; }
+  // Enabling builds the index if none exists yet; an index over the budget (physical_pages ·
+  // 4 bytes > 64 MiB) is InvalidArgument naming the bytes, and then the previous mode and
+  // bytes() are unchanged. Disabling never fails and keeps the index.
+  void set_history_compaction(bool on);
+  bool history_compaction() const noexcept { return history_compaction_; }
+  // (active pages, inactive pages) while compaction is on; their sum is the plan's
+  // physical pages. std::nullopt while it is off.
+  std::optional<std::pair<int64_t, int64_t>> history_compaction_pages() const;
+  // Bytes of device (CPU: host) storage held, retained index included.
+  size_t bytes() const noexcept;
+
+  int64_t queries() const noexcept { return queries_; }
+  int64_t heads() const noexcept { return heads_; }
+  Device device() const noexcept { return device_; }
+  const Stream& stream() const noexcept { return stream_; }
+  int64_t page_size() const noexcept { return page_size_; }
+  int64_t pages() const noexcept { return pages_; }
+  // The plan's packed metadata it was made for (HostPlan::packed).
+  const std::vector<int32_t>& schedule() const noexcept { return schedule_; }
+  // The compaction index (undefined until compaction was first enabled).
+  const Tensor& storage() const noexcept { return index_; }
+
+ private:
+  int64_t queries_ = 0, heads_ = 0, page_size_ = 1, pages_ = 0, sequences_ = 0;
+  Device device_;
+  Stream stream_;
+  std::vector<int32_t> schedule_;
+  bool query_pruning_ = true, history_row_cache_ = false, history_compaction_ = false;
+  bool index_built_ = false;
+  int64_t active_pages_ = 0;
+  Tensor index_;
 };
 
 // ---------------------------------------------------------------------------------------

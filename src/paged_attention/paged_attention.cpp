@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -247,6 +248,96 @@ SplitWorkspace::SplitWorkspace(const Tensor& q, int64_t queries, int64_t heads, 
   bytes_ = static_cast<size_t>(rows * splits * record_floats(value_dim)) * sizeof(float);
   stream_ = call.stream;
   storage_ = call.empty({static_cast<int64_t>(bytes_ / sizeof(float))}, DType::f32);
+}
+
+// ---- OrderedBackwardWorkspace ---------------------------------------------------------------
+
+namespace {
+
+// An environment switch: unset or "0" off, "1" on, anything else an error naming both.
+bool env_switch(const char* op, const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || std::strcmp(value, "0") == 0) return false;
+  if (std::strcmp(value, "1") == 0) return true;
+  fail(ErrorCode::InvalidArgument, cat(op, ": environment variable ", name, " is \"", value,
+                                       "\"; expected unset, \"0\" (off) or \"1\" (on)"));
+}
+
+}  // namespace
+
+OrderedBackwardWorkspace::OrderedBackwardWorkspace(const DevicePlan& plan, const Tensor& q) {
+  const char* op = "paged_attention::OrderedBackwardWorkspace";
+  const HostPlan& host = plan.host();  // InvalidArgument for an undefined plan
+  OpCall call(op, "q", q, plan.stream());
+  if (call.device != plan.device()) {
+    fail(ErrorCode::DeviceMismatch,
+         cat(op, ": q is on ", call.device.str(), ", the plan on ", plan.device().str()));
+  }
+  if (q.dim() != 3 || q.size(0) != host.queries()) {
+    fail(ErrorCode::InvalidArgument,
+         cat(op, ": q is ", shape_str(q.shape()), "; expected [queries, heads, dim] with the ",
+             "plan's ", host.queries(), " queries"));
+  }
+  queries_ = q.size(0);
+  heads_ = q.size(1);
+  device_ = call.device;
+  stream_ = call.stream;
+  page_size_ = host.page_size();
+  pages_ = host.pages();
+  sequences_ = host.sequences();
+  schedule_ = host.packed();
+  // Read once: a later change of the environment leaves this workspace as it is.
+  history_row_cache_ = env_switch(op, "RUDA_PAGED_ORDERED_CACHE_ROWS");
+  if (env_switch(op, "RUDA_PAGED_ORDERED_COMPACT_HISTORY")) set_history_compaction(true);
+}
+
+void OrderedBackwardWorkspace::set_history_compaction(bool on) {
+  if (!on || index_built_) {
+    history_compaction_ = on;
+    return;
+  }
+  const char* op = "paged_attention::OrderedBackwardWorkspace::set_history_compaction";
+  // Nothing else is held yet on the CPU, so the index alone meets the budget.
+  const double want = static_cast<double>(pages_) * sizeof(int32_t);
+  if (want > static_cast<double>(kWorkspaceBudget - bytes())) {
+    fail(ErrorCode::InvalidArgument,
+         cat(op, ": the compaction index of ", pages_, " physical pages * 4 bytes needs ", want,
+             " bytes; with the ", bytes(), " bytes held the budget is ", kWorkspaceBudget,
+             " bytes (64 MiB); compaction stays off"));
+  }
+  // Active pages: those inside the lengths of sequences that have queries (packed layout,
+  // see paged_attention/problem.h).
+  const int64_t nq = queries_, ns = sequences_;
+  const PackedLayout layout{nq, ns, 0, 0};
+  std::vector<char> has_query(static_cast<size_t>(ns), 0);
+  for (int64_t i = 0; i < nq; ++i)
+    has_query[static_cast<size_t>(schedule_[static_cast<size_t>(layout.seq_ids() + i)])] = 1;
+  std::vector<int32_t> index(static_cast<size_t>(pages_), -1);
+  for (int64_t seq = 0; seq < ns; ++seq) {
+    if (!has_query[static_cast<size_t>(seq)]) continue;
+    const int64_t len = schedule_[static_cast<size_t>(layout.lengths() + seq)];
+    const int64_t first = schedule_[static_cast<size_t>(layout.table_offsets() + seq)];
+    for (int64_t k = 0; k < (len + page_size_ - 1) / page_size_; ++k)
+      index[static_cast<size_t>(schedule_[static_cast<size_t>(layout.tables() + first + k)])] = 0;
+  }
+  int32_t rank = 0;
+  for (int32_t& e : index)
+    if (e == 0) e = rank++;
+  // Assigned only once built: a failed allocation leaves the mode and bytes() unchanged.
+  index_ = Tensor::from_host(index, {pages_}, device_, stream_);
+  active_pages_ = rank;
+  index_built_ = true;
+  history_compaction_ = true;
+}
+
+std::optional<std::pair<int64_t, int64_t>> OrderedBackwardWorkspace::history_compaction_pages()
+    const {
+  if (!history_compaction_) return std::nullopt;
+  return std::pair<int64_t, int64_t>{active_pages_, pages_ - active_pages_};
+}
+
+size_t OrderedBackwardWorkspace::bytes() const noexcept {
+  return index_built_ ? static_cast<size_t>(pages_) * sizeof(int32_t) : 0;
 }
 
 // ---- Forward --------------------------------------------------------------------------------
@@ -712,6 +803,38 @@ CacheOut cache_out_opt(const Tensor& t) {
   return {t.data(), t.size(1) * t.size(2) * t.size(3), t.size(2) * t.size(3), t.size(3)};
 }
 
+// An ordered workspace's rules: made for this plan's schedule, q's counts, device and stream.
+void require_ordered_workspace(const OpCall& call, const DevicePlan::State& st,
+                               const OrderedBackwardWorkspace& ws, const Tensor& q) {
+  const auto refuse = [&](const std::string& what) {
+    fail(ErrorCode::InvalidArgument,
+         cat(call.op, ": workspace ", what, "; an OrderedBackwardWorkspace is reused only with ",
+             "the plan, query and head counts, device and stream it was made for"));
+  };
+  if (ws.device() != call.device)
+    refuse(cat("was made on ", ws.device().str(), ", the plan is on ", call.device.str()));
+  if (!(ws.stream() == st.stream)) refuse("was made for another stream than the plan's");
+  if (ws.queries() != q.size(0) || ws.heads() != q.size(1)) {
+    refuse(cat("was made for (queries, heads) = (", ws.queries(), ", ", ws.heads(), "); q has (",
+               q.size(0), ", ", q.size(1), ")"));
+  }
+  if (ws.page_size() != st.host.page_size() || ws.pages() != st.host.pages() ||
+      ws.schedule() != st.host.packed()) {
+    refuse(
+        "was made for another plan's scheduling metadata (page size, pages or tables, "
+        "lengths, query sequences and positions differ)");
+  }
+}
+
+// No given output may overlap the workspace's storage.
+void require_clear_of_workspace(const OpCall& call, const OrderedBackwardWorkspace* ws,
+                                std::initializer_list<std::pair<const char*, const Tensor*>> outs) {
+  if (!ws || !ws->storage().defined()) return;
+  for (const auto& [name, t] : outs) {
+    if (t->defined()) common::require_no_overlap(call, name, *t, {{"workspace", &ws->storage()}});
+  }
+}
+
 // grad_out's rules: the forward output's shape (`what` names its axes), q's dtype, contiguous.
 void require_grad_out(const OpCall& call, const Tensor& go, const Tensor& q,
                       const PagedForward& p, const char* what) {
@@ -723,11 +846,13 @@ void require_grad_out(const OpCall& call, const Tensor& go, const Tensor& q,
 void attention_backward_impl(const DevicePlan::State& st, const char* op,
                              const AttentionBackward* given, AttentionBackward* made,
                              const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& go,
-                             float scale, bool causal) {
+                             float scale, bool causal,
+                             const OrderedBackwardWorkspace* ws = nullptr) {
   OpCall call = plan_call(st, op, q);
   PagedBackward b;
   b.fwd = attention_problem(st, call, q, k, v, scale, causal);
   require_grad_out(call, go, q, b.fwd, "[queries, Hq, Dv]");
+  if (ws) require_ordered_workspace(call, st, *ws, q);
   const Shape q_shape = q.shape(), k_shape = k.shape(), v_shape = v.shape();
   AttentionBackward grads;
   if (given) {
@@ -735,6 +860,8 @@ void attention_backward_impl(const DevicePlan::State& st, const char* op,
         call, q.dtype(),
         {{"dq", &given->dq, q_shape}, {"dk", &given->dk, k_shape}, {"dv", &given->dv, v_shape}},
         {{"q", &q}, {"k_cache", &k}, {"v_cache", &v}, {"grad_out", &go}});
+    require_clear_of_workspace(call, ws,
+                               {{"dq", &given->dq}, {"dk", &given->dk}, {"dv", &given->dv}});
     require_cpu_backward(call);
     grads = *given;
   } else {
@@ -752,11 +879,13 @@ void attention_backward_impl(const DevicePlan::State& st, const char* op,
 
 void mla_backward_impl(const DevicePlan::State& st, const char* op, const MlaBackward* given,
                        MlaBackward* made, const Tensor& q, const Tensor& qp, const Tensor& latent,
-                       const Tensor& kp, const Tensor& go, float scale, bool causal) {
+                       const Tensor& kp, const Tensor& go, float scale, bool causal,
+                       const OrderedBackwardWorkspace* ws = nullptr) {
   OpCall call = plan_call(st, op, q);
   PagedBackward b;
   b.fwd = mla_problem(st, call, q, qp, latent, kp, scale, causal);
   require_grad_out(call, go, q, b.fwd, "[queries, H, R]");
+  if (ws) require_ordered_workspace(call, st, *ws, q);
   const Shape q_shape = q.shape(), qp_shape = qp.shape();
   const Shape latent_shape = latent.shape(), kp_shape = kp.shape();
   MlaBackward grads;
@@ -767,6 +896,11 @@ void mla_backward_impl(const DevicePlan::State& st, const char* op, const MlaBac
                    {"dlatent", &given->dlatent, latent_shape},
                    {"dkp", &given->dkp, kp_shape}},
                   {{"q", &q}, {"qp", &qp}, {"latent", &latent}, {"kp", &kp}, {"grad_out", &go}});
+    require_clear_of_workspace(call, ws,
+                               {{"dq", &given->dq},
+                                {"dqp", &given->dqp},
+                                {"dlatent", &given->dlatent},
+                                {"dkp", &given->dkp}});
     require_cpu_backward(call);
     grads = *given;
   } else {
@@ -821,6 +955,27 @@ void DevicePlan::mla_backward_selected_into(const MlaBackward& grads, const Tens
   const char* op = "paged_attention::DevicePlan::mla_backward_selected_into";
   mla_backward_impl(require_plan(state_, op), op, &grads, nullptr, q, qp, latent, kp, grad_out,
                     scale, causal);
+}
+
+// The CPU reference is the ordered backward already (fixed order, no atomics): the workspace
+// is checked and its options recorded for the kernels, and the reference runs.
+void DevicePlan::attention_backward_ordered_into(OrderedBackwardWorkspace& workspace,
+                                                 const AttentionBackward& grads, const Tensor& q,
+                                                 const Tensor& k_cache, const Tensor& v_cache,
+                                                 const Tensor& grad_out, float scale,
+                                                 bool causal) const {
+  const char* op = "paged_attention::DevicePlan::attention_backward_ordered_into";
+  attention_backward_impl(require_plan(state_, op), op, &grads, nullptr, q, k_cache, v_cache,
+                          grad_out, scale, causal, &workspace);
+}
+
+void DevicePlan::mla_backward_ordered_into(OrderedBackwardWorkspace& workspace,
+                                           const MlaBackward& grads, const Tensor& q,
+                                           const Tensor& qp, const Tensor& latent, const Tensor& kp,
+                                           const Tensor& grad_out, float scale, bool causal) const {
+  const char* op = "paged_attention::DevicePlan::mla_backward_ordered_into";
+  mla_backward_impl(require_plan(state_, op), op, &grads, nullptr, q, qp, latent, kp, grad_out,
+                    scale, causal, &workspace);
 }
 
 // ---- Cache writes ---------------------------------------------------------------------------
