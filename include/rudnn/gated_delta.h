@@ -44,9 +44,10 @@
 // Every op has an _into form writing preallocated outputs: each of the result's shape and
 // dtype, contiguous, on the inputs' device, overlapping no input and no other output.
 //
-// Chunked prefill (chunk_gated_delta_rule, spec 000's form): the WY / UT-transform algorithm
-// over chunks of chunk_size steps, the same results as gated_delta_rule up to rounding (see
-// its declaration below).
+// Chunked prefill (chunk_gated_delta_rule, spec 000's form; chunk_gated_delta and
+// chunk_gated_delta_slots, spec 003's, CPU only for now): the WY / UT-transform algorithm
+// over chunks of chunk_size steps, the same results as the recurrence up to rounding (see
+// chunk_gated_delta_rule's declaration below).
 //
 // Slot ids on the device (gated_delta_slots*) cannot raise an error without a host
 // synchronisation: a sequence whose id is outside the pool or named by another sequence too
@@ -55,10 +56,10 @@
 // non-decreasing, so bad offsets cannot address outside the inputs either.
 //
 // NOT IMPLEMENTED YET (later work of issue 14): the backward of the chunked form, GPU
-// Dk > 256 and a varlen gated_delta_steps.
+// Dk > 256, a varlen gated_delta_steps, and spec 003's chunked form on the GPU.
 //
 // Errors (rudnn::Error, message "op: argument ...; expected ..."): a chunk_size that is not
-// positive or whose workspace exceeds the shared-memory limit (chunk_gated_delta_rule), an
+// positive or whose workspace exceeds the shared-memory limit (chunk_gated_delta*), an
 // undefined operand, a non-floating dtype (F64 only on the CPU), operands on different devices, a shape that does not
 // match the rules above, q/k/v of different dtypes, Hv not a multiple of Hk, a non-finite
 // query_scale, log_decay or initial_state not F32 (spec 000's form), slot ids not integers, out of
@@ -109,6 +110,44 @@ Tensor gated_delta_slots(const Tensor& q, const Tensor& k, const Tensor& v, cons
 void gated_delta_slots_into(const Tensor& y_out, const Tensor& q, const Tensor& k,
                             const Tensor& v, const Tensor& g, const Tensor& beta,
                             const Tensor& pool, const Tensor& slots, const Stream& stream = {});
+
+// Spec 003's chunked prefill: chunk_gated_delta_rule's WY / UT-transform algorithm (see its
+// declaration below) over gated_delta's operands, equal to gated_delta up to rounding. q, k
+// [B,T,Hk,Dk], v [B,T,Hv,Dv], g and beta [B,T,Hv], state [B,Hv,Dv,Dk] (any floating dtype,
+// F64 on the CPU too); decay = g itself (g = 0, a reset, is exact: decays are multiplied, never
+// logged), scale 1, value head h reads key head h / (Hv / Hk). Returns y [B,T,Hv,Dv] in q's
+// dtype and the final state in the state's shape and dtype; `state` is never written.
+// chunk_size: the rule and errors of chunk_gated_delta_rule (positive, 4 x (chunk_size^2 +
+// chunk_size) bytes within the host limit of 227 KiB), checked after the shapes.
+// Precision: the algorithm in float64 on the CPU (results differ from gated_delta's at the
+// 1e-15 level), y and the state rounded once. Memory: y and the final state, plus float64
+// host copies of the operands and per-chunk work arrays (O(chunk_size^2 + chunk_size x (Dk +
+// Dv))).
+// Errors: gated_delta's (shapes, dtypes, Hv not a multiple of Hk, outputs) and chunk_size's.
+// GPU tensors: ErrorCode::Unsupported (no CUDA kernel for spec 003's layout yet; the GPU
+// chunked kernels take only spec 000's [B,H,T,D] operands, log decay and [K,V] F32 state),
+// raised after every argument check, before anything is written.
+GatedDeltaResult chunk_gated_delta(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& g, const Tensor& beta, const Tensor& state,
+                                   int64_t chunk_size, const Stream& stream = {});
+// Into preallocated outputs, as gated_delta_into.
+void chunk_gated_delta_into(const Tensor& y_out, const Tensor& state_out, const Tensor& q,
+                            const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                            const Tensor& state, int64_t chunk_size, const Stream& stream = {});
+
+// chunk_gated_delta over states kept in a pool, as gated_delta_slots: sequence b starts from
+// pool[slots[b]] and its final state is written back there, in place; pool [S,Hv,Dv,Dk]
+// (floating, contiguous), slots [B] (i32 or i64, distinct, in [0, S)); entries not named are
+// untouched. Returns y [B,T,Hv,Dv]; each sequence's results equal chunk_gated_delta's on its
+// state alone. Errors: gated_delta_slots' and chunk_size's, all raised before the pool or y is
+// written. GPU tensors: ErrorCode::Unsupported, as chunk_gated_delta.
+Tensor chunk_gated_delta_slots(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& g, const Tensor& beta, const Tensor& pool,
+                               const Tensor& slots, int64_t chunk_size, const Stream& stream = {});
+void chunk_gated_delta_slots_into(const Tensor& y_out, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& g, const Tensor& beta,
+                                  const Tensor& pool, const Tensor& slots, int64_t chunk_size,
+                                  const Stream& stream = {});
 
 // Spec 000's input (see the top of this file for the layouts and dtypes).
 struct GatedDeltaInput {
@@ -192,6 +231,32 @@ void gated_delta_slots_varlen_into(const Tensor& y_out, const Tensor& q, const T
                                    const Tensor& v, const Tensor& g, const Tensor& beta,
                                    const Tensor& pool, const Tensor& slots,
                                    const Tensor& cu_seqlens, const Stream& stream = {});
+
+// chunk_gated_delta over N packed sequences (layouts as gated_delta_varlen; cu_seqlens [N+1]
+// I32, checked on the host): each sequence is chunked on its own (no chunk spans two), its
+// results equal a separate chunk_gated_delta call on it. Returns y [1,T,Hv,Dv] and the final
+// states [N,Hv,Dv,Dk]. CPU only: GPU tensors get ErrorCode::Unsupported, as chunk_gated_delta.
+GatedDeltaResult chunk_gated_delta_varlen(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& g, const Tensor& beta, const Tensor& state,
+                                          const Tensor& cu_seqlens, int64_t chunk_size,
+                                          const Stream& stream = {});
+void chunk_gated_delta_varlen_into(const Tensor& y_out, const Tensor& state_out, const Tensor& q,
+                                   const Tensor& k, const Tensor& v, const Tensor& g,
+                                   const Tensor& beta, const Tensor& state,
+                                   const Tensor& cu_seqlens, int64_t chunk_size,
+                                   const Stream& stream = {});
+
+// chunk_gated_delta_slots over N packed sequences: sequence n starts from pool[slots[n]] and
+// its final state is written back there; slots [N]. Returns y [1,T,Hv,Dv]. CPU only, as above.
+Tensor chunk_gated_delta_slots_varlen(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& g, const Tensor& beta, const Tensor& pool,
+                                      const Tensor& slots, const Tensor& cu_seqlens,
+                                      int64_t chunk_size, const Stream& stream = {});
+void chunk_gated_delta_slots_varlen_into(const Tensor& y_out, const Tensor& q, const Tensor& k,
+                                         const Tensor& v, const Tensor& g, const Tensor& beta,
+                                         const Tensor& pool, const Tensor& slots,
+                                         const Tensor& cu_seqlens, int64_t chunk_size,
+                                         const Stream& stream = {});
 
 // gated_delta_rule over N packed sequences: query, key [1,H,T,K], value [1,H,T,V], beta,
 // log_decay [1,H,T], initial_state [N,H,K,V] F32. Returns output [1,H,T,V] and final_state

@@ -319,9 +319,25 @@ class Outputs {
   std::vector<std::pair<const char*, Tensor>> taken_;
 };
 
+void check_chunk_size(const OpCall& call, int64_t chunk_size);
+
+// Spec 003's chunked form (chunk_gated_delta*) has no CUDA kernel: the GPU chunked kernels
+// take spec 000's [B,H,T,D] operands with one head count, a log decay and a [K,V] state.
+void require_no_gpu_chunked_bthd(const OpCall& call) {
+  if (!call.device.is_cpu()) {
+    fail(ErrorCode::Unsupported,
+         cat(call.op, ": no CUDA kernel for spec 003's layout ([B,T,H,D] operands, gate g, "
+                      "[B,Hv,Dv,Dk] state) yet; the chunked form runs on the CPU only (or use "
+                      "chunk_gated_delta_rule, spec 000's form, on the GPU)"));
+  }
+}
+
+// chunk_size 0: the recurrence (gated_delta*); positive: the chunked algorithm
+// (chunk_gated_delta*, CPU only), chunk_size validated once the shapes are.
 GatedDeltaResult gated_delta_impl(OpCall& call, Outputs& outs, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& g, const Tensor& beta,
-                                  const Tensor& state, bool every_step, const Tensor& cu) {
+                                  const Tensor& state, bool every_step, const Tensor& cu,
+                                  int64_t chunk_size = 0, bool chunked = false) {
   Dims d = check_bthd_inputs(call, q, k, v, g, beta);
   const int64_t entries = d.batch;
   const int64_t states = leading(call, "state", state, 4, "[B, Hv, Dv, Dk]");
@@ -329,6 +345,7 @@ GatedDeltaResult gated_delta_impl(OpCall& call, Outputs& outs, const Tensor& q, 
       resolve_sequences(call, d, cu, states, "q [B, T, Hk, Dk]");
   common::require_shape(call, "state", state, {d.batch, d.value_heads, d.value_dim, d.key_dim},
                         cu.defined() ? "[N, Hv, Dv, Dk]" : "[B, Hv, Dv, Dk]");
+  if (chunked) check_chunk_size(call, chunk_size);
   if (!call.device.is_cpu()) require_gpu_key_dim(call, d.key_dim);
   GatedDeltaResult r;
   r.y = outs.take("y_out", {entries, d.steps, d.value_heads, d.value_dim}, q.dtype());
@@ -343,6 +360,16 @@ GatedDeltaResult gated_delta_impl(OpCall& call, Outputs& outs, const Tensor& q, 
                        {"beta", &beta},
                        {"state", &state},
                        {"cu_seqlens", &cu}});
+  if (chunked) {
+    require_no_gpu_chunked_bthd(call);
+    std::vector<double> s = host_doubles(state), y;
+    gdn::reference::gated_delta_bthd_chunked(d, host_doubles(q), host_doubles(k),
+                                             host_doubles(v), host_doubles(g),
+                                             host_doubles(beta), chunk_size, s, y, seqs);
+    store_doubles(r.y, y);
+    store_doubles(r.state, s);
+    return r;
+  }
   if (!call.device.is_cpu()) {
     gdn::Recurrence p = bthd_problem(call, d, q, k, v, g, beta);
     p.y = r.y.data();
@@ -368,7 +395,8 @@ GatedDeltaResult gated_delta_impl(OpCall& call, Outputs& outs, const Tensor& q, 
 
 Tensor gated_delta_slots_impl(OpCall& call, Outputs& outs, const Tensor& q, const Tensor& k,
                               const Tensor& v, const Tensor& g, const Tensor& beta,
-                              const Tensor& pool, const Tensor& slots, const Tensor& cu) {
+                              const Tensor& pool, const Tensor& slots, const Tensor& cu,
+                              int64_t chunk_size = 0, bool chunked = false) {
   Dims d = check_bthd_inputs(call, q, k, v, g, beta);
   const int64_t entries = d.batch;
   const int64_t pool_slots = leading(call, "pool", pool, 4, "[slots, Hv, Dv, Dk]");
@@ -413,6 +441,7 @@ Tensor gated_delta_slots_impl(OpCall& call, Outputs& outs, const Tensor& q, cons
       ids[static_cast<size_t>(b)] = id;
     }
   }
+  if (chunked) check_chunk_size(call, chunk_size);
   if (!call.device.is_cpu()) require_gpu_key_dim(call, d.key_dim);
   Tensor y = outs.take("y_out", {entries, d.steps, d.value_heads, d.value_dim}, q.dtype());
   outs.check_overlaps({{"q", &q},
@@ -423,6 +452,7 @@ Tensor gated_delta_slots_impl(OpCall& call, Outputs& outs, const Tensor& q, cons
                        {"pool", &pool},
                        {"slots", &slots},
                        {"cu_seqlens", &cu}});
+  if (chunked) require_no_gpu_chunked_bthd(call);
   if (!call.device.is_cpu()) {
     gdn::Recurrence p = bthd_problem(call, d, q, k, v, g, beta);
     p.y = y.data();
@@ -446,8 +476,14 @@ Tensor gated_delta_slots_impl(OpCall& call, Outputs& outs, const Tensor& q, cons
     std::copy_n(pd.begin() + ids[size_t(b)] * state_elems, state_elems,
                 s.begin() + b * state_elems);
   }
-  gdn::reference::gated_delta_bthd(d, host_doubles(q), host_doubles(k), host_doubles(v),
-                                   host_doubles(g), host_doubles(beta), s, ys, nullptr, seqs);
+  if (chunked) {
+    gdn::reference::gated_delta_bthd_chunked(d, host_doubles(q), host_doubles(k),
+                                             host_doubles(v), host_doubles(g),
+                                             host_doubles(beta), chunk_size, s, ys, seqs);
+  } else {
+    gdn::reference::gated_delta_bthd(d, host_doubles(q), host_doubles(k), host_doubles(v),
+                                     host_doubles(g), host_doubles(beta), s, ys, nullptr, seqs);
+  }
   store_doubles(y, ys);
   for (int64_t b = 0; b < d.batch; ++b) {
     store_doubles(pool,
@@ -857,6 +893,88 @@ void gated_delta_slots_into(const Tensor& y_out, const Tensor& q, const Tensor& 
   const std::vector<Tensor> given{y_out};
   Outputs outs(call, &given);
   gated_delta_slots_impl(call, outs, q, k, v, g, beta, pool, slots, Tensor());
+}
+
+GatedDeltaResult chunk_gated_delta(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& g, const Tensor& beta, const Tensor& state,
+                                   int64_t chunk_size, const Stream& stream) {
+  OpCall call("chunk_gated_delta", "q", q, stream);
+  Outputs outs(call, nullptr);
+  return gated_delta_impl(call, outs, q, k, v, g, beta, state, false, Tensor(), chunk_size, true);
+}
+
+void chunk_gated_delta_into(const Tensor& y_out, const Tensor& state_out, const Tensor& q,
+                            const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                            const Tensor& state, int64_t chunk_size, const Stream& stream) {
+  OpCall call("chunk_gated_delta", "q", q, stream);
+  const std::vector<Tensor> given{y_out, state_out};
+  Outputs outs(call, &given);
+  gated_delta_impl(call, outs, q, k, v, g, beta, state, false, Tensor(), chunk_size, true);
+}
+
+Tensor chunk_gated_delta_slots(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& g, const Tensor& beta, const Tensor& pool,
+                               const Tensor& slots, int64_t chunk_size, const Stream& stream) {
+  OpCall call("chunk_gated_delta_slots", "q", q, stream);
+  Outputs outs(call, nullptr);
+  return gated_delta_slots_impl(call, outs, q, k, v, g, beta, pool, slots, Tensor(), chunk_size,
+                                true);
+}
+
+void chunk_gated_delta_slots_into(const Tensor& y_out, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& g, const Tensor& beta,
+                                  const Tensor& pool, const Tensor& slots, int64_t chunk_size,
+                                  const Stream& stream) {
+  OpCall call("chunk_gated_delta_slots", "q", q, stream);
+  const std::vector<Tensor> given{y_out};
+  Outputs outs(call, &given);
+  gated_delta_slots_impl(call, outs, q, k, v, g, beta, pool, slots, Tensor(), chunk_size, true);
+}
+
+GatedDeltaResult chunk_gated_delta_varlen(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& g, const Tensor& beta, const Tensor& state,
+                                          const Tensor& cu_seqlens, int64_t chunk_size,
+                                          const Stream& stream) {
+  OpCall call("chunk_gated_delta_varlen", "q", q, stream);
+  common::require_defined(call, "cu_seqlens", cu_seqlens);
+  Outputs outs(call, nullptr);
+  return gated_delta_impl(call, outs, q, k, v, g, beta, state, false, cu_seqlens, chunk_size,
+                          true);
+}
+
+void chunk_gated_delta_varlen_into(const Tensor& y_out, const Tensor& state_out, const Tensor& q,
+                                   const Tensor& k, const Tensor& v, const Tensor& g,
+                                   const Tensor& beta, const Tensor& state,
+                                   const Tensor& cu_seqlens, int64_t chunk_size,
+                                   const Stream& stream) {
+  OpCall call("chunk_gated_delta_varlen", "q", q, stream);
+  common::require_defined(call, "cu_seqlens", cu_seqlens);
+  const std::vector<Tensor> given{y_out, state_out};
+  Outputs outs(call, &given);
+  gated_delta_impl(call, outs, q, k, v, g, beta, state, false, cu_seqlens, chunk_size, true);
+}
+
+Tensor chunk_gated_delta_slots_varlen(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& g, const Tensor& beta, const Tensor& pool,
+                                      const Tensor& slots, const Tensor& cu_seqlens,
+                                      int64_t chunk_size, const Stream& stream) {
+  OpCall call("chunk_gated_delta_slots_varlen", "q", q, stream);
+  common::require_defined(call, "cu_seqlens", cu_seqlens);
+  Outputs outs(call, nullptr);
+  return gated_delta_slots_impl(call, outs, q, k, v, g, beta, pool, slots, cu_seqlens,
+                                chunk_size, true);
+}
+
+void chunk_gated_delta_slots_varlen_into(const Tensor& y_out, const Tensor& q, const Tensor& k,
+                                         const Tensor& v, const Tensor& g, const Tensor& beta,
+                                         const Tensor& pool, const Tensor& slots,
+                                         const Tensor& cu_seqlens, int64_t chunk_size,
+                                         const Stream& stream) {
+  OpCall call("chunk_gated_delta_slots_varlen", "q", q, stream);
+  common::require_defined(call, "cu_seqlens", cu_seqlens);
+  const std::vector<Tensor> given{y_out};
+  Outputs outs(call, &given);
+  gated_delta_slots_impl(call, outs, q, k, v, g, beta, pool, slots, cu_seqlens, chunk_size, true);
 }
 
 GatedDeltaOutput gated_delta_rule(const GatedDeltaInput& in, const Stream& stream) {

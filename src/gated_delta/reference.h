@@ -52,6 +52,16 @@ void gated_delta_bhtd_chunked(const Dims& dims, const std::vector<double>& q,
                               std::int64_t chunk_size, std::vector<double>& state,
                               std::vector<double>& y, const SeqLens& cu_seqlens = {});
 
+// The same chunked algorithm over spec 003's operands and layouts (those of
+// gated_delta_bthd: decay = gate itself, scale 1, value head h reads key head h / (Hv / Hk),
+// state [B,Hv,Dv,Dk] updated in place): the CPU backend of chunk_gated_delta, equal to
+// gated_delta_bthd up to rounding. A gate of 0 is exact (decays are multiplied, not logged).
+void gated_delta_bthd_chunked(const Dims& dims, const std::vector<double>& q,
+                              const std::vector<double>& k, const std::vector<double>& v,
+                              const std::vector<double>& gate, const std::vector<double>& beta,
+                              std::int64_t chunk_size, std::vector<double>& state,
+                              std::vector<double>& y, const SeqLens& cu_seqlens = {});
+
 // Gradients of a loss L(y, final state) with respect to every input, in the inputs' layouts.
 // dgate is dL/dg (spec 003) or dL/dlog_decay (spec 000); dstate is dL/d(initial state).
 struct Grads {
