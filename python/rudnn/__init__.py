@@ -126,6 +126,8 @@ from .conv import (
 )
 from .ctc import ctc_loss, ctc_loss_backward
 from .gated_delta import (
+    chunk_gated_delta,
+    chunk_gated_delta_slots,
     gated_delta,
     gated_delta_backward,
     gated_delta_rule,
@@ -255,6 +257,8 @@ __all__ = [
     "gated_delta",
     "gated_delta_steps",
     "gated_delta_slots",
+    "chunk_gated_delta",
+    "chunk_gated_delta_slots",
     "gated_delta_rule",
     "gated_delta_backward",
     "gated_delta_rule_backward",

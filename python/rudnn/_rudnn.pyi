@@ -206,6 +206,14 @@ def gated_delta_slots(
     q: Any, k: Any, v: Any, g: Any, beta: Any, pool: Any, slots: Any, *, cu_seqlens: Any = None,
     stream: Any = None, out: Any = None,
 ) -> Any: ...
+def chunk_gated_delta(
+    q: Any, k: Any, v: Any, g: Any, beta: Any, state: Any, chunk_size: int = 64, *,
+    cu_seqlens: Any = None, stream: Any = None, out: Any = None,
+) -> Any: ...
+def chunk_gated_delta_slots(
+    q: Any, k: Any, v: Any, g: Any, beta: Any, pool: Any, slots: Any, chunk_size: int = 64, *,
+    cu_seqlens: Any = None, stream: Any = None, out: Any = None,
+) -> Any: ...
 def gated_delta_rule(
     query: Any, key: Any, value: Any, beta: Any, log_decay: Any, initial_state: Any,
     query_scale: float = 1.0, *, cu_seqlens: Any = None, chunk_size: Optional[int] = None,
@@ -427,6 +435,16 @@ class PagedSplitWorkspace:
     splits: int
     bytes: int
 
+class PagedOrderedBackwardWorkspace:
+    def __init__(self, plan: PagedDevicePlan, q: Any) -> None: ...
+    query_pruning: bool
+    history_row_cache: bool
+    history_compaction: bool
+    history_compaction_pages: Optional[Tuple[int, int]]
+    queries: int
+    heads: int
+    bytes: int
+
 class PagedDevicePlan:
     @staticmethod
     def upload(host: PagedHostPlan, q: Any, *, stream: Any = None) -> PagedDevicePlan: ...
@@ -445,6 +463,14 @@ class PagedDevicePlan:
         self, workspace: PagedSplitWorkspace, q: Any, qp: Any, latent: Any, kp: Any, scale: float,
         causal: bool = True,
     ) -> Tensor: ...
+    def attention_backward(
+        self, q: Any, k_cache: Any, v_cache: Any, grad_out: Any, scale: float, causal: bool = True, *,
+        out: Any = None, workspace: Optional[PagedOrderedBackwardWorkspace] = None,
+    ) -> Any: ...
+    def mla_backward(
+        self, q: Any, qp: Any, latent: Any, kp: Any, grad_out: Any, scale: float, causal: bool = True, *,
+        out: Any = None, workspace: Optional[PagedOrderedBackwardWorkspace] = None,
+    ) -> Any: ...
     def append(self, k: Any, v: Any, key_cache: Any, value_cache: Any) -> Tuple[Tensor, Tensor]: ...
 
 def paged_attention(

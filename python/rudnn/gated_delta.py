@@ -34,7 +34,10 @@ deterministic kernel over float32 checkpoints on the GPU). The torch custom ops
 :func:`gated_delta_rule` with ``chunk_size=`` runs the chunked prefill (C++
 ``chunk_gated_delta_rule``: the WY / UT-transform form on tensor cores, equal to the recurrence
 up to rounding); its gradient is the recurrence's backward (the same function's gradient: a
-chunked backward kernel is not implemented). Slot ids on the GPU cannot raise without a host
+chunked backward kernel is not implemented). :func:`chunk_gated_delta` /
+:func:`chunk_gated_delta_slots` are spec 003's chunked prefill over :func:`gated_delta`'s
+operands (CPU only for now: the float64 WY / UT-transform algorithm, equal to gated_delta up to
+rounding; GPU arrays raise rudnn.Unsupported). Slot ids on the GPU cannot raise without a host
 synchronisation: a sequence whose id is outside the pool or shared with another sequence leaves
 the pool untouched and gets NaN outputs; device cu_seqlens are clamped into [0, T]. ``out=`` reaches the C++ ``_into`` forms. Under ``torch.compile``
 :func:`gated_delta` and :func:`gated_delta_rule` called without ``out=``/``stream=`` call their
@@ -61,6 +64,8 @@ __all__ = [
     "gated_delta",
     "gated_delta_steps",
     "gated_delta_slots",
+    "chunk_gated_delta",
+    "chunk_gated_delta_slots",
     "gated_delta_rule",
     "gated_delta_backward",
     "gated_delta_rule_backward",
@@ -169,6 +174,75 @@ def gated_delta_slots(
     r = _rudnn.gated_delta_slots(
         *_inputs(q, k, v, g, beta), io.as_output(pool), io.as_input(slots), cu_seqlens=io.as_input(cu_seqlens),
         stream=stream, out=io.as_output(out),
+    )
+    return out if out is not None else io.result(kind, r)
+
+
+def chunk_gated_delta(
+    q: Array,
+    k: Array,
+    v: Array,
+    g: Array,
+    beta: Array,
+    state: Array,
+    chunk_size: int = 64,
+    *,
+    cu_seqlens: Optional[Array] = None,
+    out: Optional[Tuple[Array, Array]] = None,
+    stream: StreamLike = None,
+) -> Tuple[Array, Array]:
+    """Spec 003's chunked prefill: :func:`gated_delta` computed chunk by chunk (the WY /
+    UT-transform form), equal to it up to rounding; ``state`` is read, never written.
+
+    Args:
+        q, k, v, g, beta, state, cu_seqlens: as for :func:`gated_delta` (with cu_seqlens each
+            packed sequence is chunked on its own).
+        chunk_size: steps per chunk, positive, with ``4 * (chunk_size**2 + chunk_size)`` bytes
+            within 227 KiB (checked after the shapes).
+        out: optional ``(y_out, state_out)``, written in place and returned.
+        stream: CUDA stream; ignored on the CPU.
+
+    Returns:
+        ``(y, state)`` as :func:`gated_delta`: y ``[B, T, Hv, Dv]`` in q's dtype, the final
+        state in the input state's shape and dtype. Precision: float64 on the CPU (results
+        differ from gated_delta's at the 1e-15 level), each output rounded once. Memory: the
+        results plus float64 host copies of the operands and per-chunk work arrays.
+
+    Raises: :func:`gated_delta`'s errors; InvalidArgument for a bad chunk_size; Unsupported for
+    GPU arrays (no CUDA kernel for this layout yet), before anything is written.
+    """
+    kind, stream = io.context(q, stream)
+    r = _rudnn.chunk_gated_delta(
+        *_inputs(q, k, v, g, beta, state), chunk_size, cu_seqlens=io.as_input(cu_seqlens), stream=stream,
+        out=io.as_output(out),
+    )
+    return out if out is not None else io.results(kind, r)
+
+
+def chunk_gated_delta_slots(
+    q: Array,
+    k: Array,
+    v: Array,
+    g: Array,
+    beta: Array,
+    pool: Array,
+    slots: Array,
+    chunk_size: int = 64,
+    *,
+    cu_seqlens: Optional[Array] = None,
+    out: Optional[Array] = None,
+    stream: StreamLike = None,
+) -> Array:
+    """:func:`chunk_gated_delta` over states kept in a pool, as :func:`gated_delta_slots`:
+    sequence b starts from ``pool[slots[b]]`` and its final state is written back there, in
+    place (entries not named untouched). Args, pool and slots rules as
+    :func:`gated_delta_slots`, chunk_size as :func:`chunk_gated_delta`. Returns y ``[B, T, Hv,
+    Dv]`` (``[1, T, Hv, Dv]`` with cu_seqlens) in q's dtype. Errors: gated_delta_slots' and
+    chunk_size's, all raised before the pool or y is written; Unsupported for GPU arrays."""
+    kind, stream = io.context(q, stream)
+    r = _rudnn.chunk_gated_delta_slots(
+        *_inputs(q, k, v, g, beta), io.as_output(pool), io.as_input(slots), chunk_size,
+        cu_seqlens=io.as_input(cu_seqlens), stream=stream, out=io.as_output(out),
     )
     return out if out is not None else io.result(kind, r)
 

@@ -33,8 +33,16 @@ Errors are :class:`rudnn.Error` subclasses naming the op and the argument: Inval
 writes in :meth:`DevicePlan.append`, a workspace of other shapes or stream, budgets),
 ShapeMismatch, DTypeMismatch, DeviceMismatch, Unsupported.
 
-Not implemented yet (C++ and Python): the backward (spec 000 §11) and tensor-core paths;
-the CUDA-core kernels run every shape.
+Backward (spec 000 §11): :meth:`DevicePlan.attention_backward` and
+:meth:`DevicePlan.mla_backward` run on the CPU only, as the float64 reference (probabilities
+recomputed per query row; every gradient rounded once to q's dtype); with ``out=`` they write
+the caller's arrays (None for a gradient not wanted), and with an
+:class:`OrderedBackwardWorkspace` as well the atomic-free ordered form (on the CPU bit for bit
+the same result). GPU tensors raise rudnn.Unsupported (no CUDA kernel yet) after the argument
+checks, before anything is written.
+
+Not implemented yet (C++ and Python): the backward's CUDA kernels and tensor-core paths;
+the CUDA-core kernels run every forward shape.
 """
 
 from __future__ import annotations
@@ -45,7 +53,15 @@ from . import _interop as io
 from . import _rudnn
 from ._interop import Array, StreamLike
 
-__all__ = ["HostPlan", "DevicePlan", "SplitWorkspace", "paged_attention", "paged_write", "paged_write_"]
+__all__ = [
+    "HostPlan",
+    "DevicePlan",
+    "SplitWorkspace",
+    "OrderedBackwardWorkspace",
+    "paged_attention",
+    "paged_write",
+    "paged_write_",
+]
 
 
 class HostPlan:
@@ -196,6 +212,74 @@ class DevicePlan:
         )
         return io.result(self._kind, r)
 
+    def attention_backward(
+        self,
+        q: Array,
+        k_cache: Array,
+        v_cache: Array,
+        grad_out: Array,
+        scale: float,
+        causal: bool = True,
+        *,
+        out: Optional[Tuple[Optional[Array], Optional[Array], Optional[Array]]] = None,
+        workspace: Optional["OrderedBackwardWorkspace"] = None,
+    ) -> Tuple[Array, Array, Array]:
+        """Gradients of :meth:`attention` (same q, caches, scale, causal) for ``grad_out``
+        ``[queries, Hq, Dv]`` (q's dtype, contiguous). CPU only: the float64 reference.
+
+        Args:
+            q, k_cache, v_cache, scale, causal: as for :meth:`attention`.
+            grad_out: the upstream gradient ``[queries, Hq, Dv]``.
+            out: optional ``(dq, dk, dv)`` arrays (contiguous, the returned shapes and q's
+                dtype, overlapping no input nor each other), each may be None to skip that
+                gradient; every element of a given one is written. Returned.
+            workspace: optional :class:`OrderedBackwardWorkspace` (needs ``out``): the
+                atomic-free ordered form (the same values on the CPU).
+
+        Returns:
+            ``(dq, dk, dv)``: dq ``[queries, Hq, D]``, dk ``[pages, page_size, Hkv, D]``, dv
+            ``[pages, page_size, Hkv, Dv]`` in q's dtype. Cache gradients cover every physical
+            page (zeros where no query reads; shared pages and GQA heads summed). Memory: the
+            results plus float64 host scratch of dk's and dv's sizes.
+
+        Raises:
+            attention's errors, ShapeMismatch / DTypeMismatch for grad_out or an output,
+            InvalidArgument for aliasing outputs or a workspace of another plan / q;
+            Unsupported for GPU tensors.
+        """
+        ws = None if workspace is None else workspace._native
+        r = self._native.attention_backward(
+            io.as_input(q), io.as_input(k_cache), io.as_input(v_cache), io.as_input(grad_out), scale, causal,
+            out=io.as_output(out), workspace=ws,
+        )
+        return out if out is not None else io.results(self._kind, r)
+
+    def mla_backward(
+        self,
+        q: Array,
+        qp: Array,
+        latent: Array,
+        kp: Array,
+        grad_out: Array,
+        scale: float,
+        causal: bool = True,
+        *,
+        out: Optional[Tuple[Optional[Array], ...]] = None,
+        workspace: Optional["OrderedBackwardWorkspace"] = None,
+    ) -> Tuple[Array, Array, Array, Array]:
+        """Gradients of :meth:`mla` for ``grad_out [queries, H, R]``: ``(dq, dqp, dlatent,
+        dkp)`` shaped like q ``[queries, H, R]``, qp ``[queries, H, P]``, latent ``[pages,
+        page_size, 1, R]`` (its key and value contributions summed) and kp ``[pages,
+        page_size, 1, P]``, in q's dtype. ``out`` (four arrays or None each) and
+        ``workspace`` as for :meth:`attention_backward`; the same rules, errors and
+        precision (CPU only; GPU tensors raise Unsupported)."""
+        ws = None if workspace is None else workspace._native
+        r = self._native.mla_backward(
+            io.as_input(q), io.as_input(qp), io.as_input(latent), io.as_input(kp), io.as_input(grad_out), scale,
+            causal, out=io.as_output(out), workspace=ws,
+        )
+        return out if out is not None else io.results(self._kind, r)
+
     def append(self, k: Array, v: Array, key_cache: Array, value_cache: Array) -> Tuple[Array, Array]:
         """Writes query i's new key ``k[i]`` and value ``v[i]`` (``k [queries, Hkv, D]``,
         ``v [queries, Hkv, Dv]``) at its position's slot of the caches and returns the caches
@@ -206,6 +290,46 @@ class DevicePlan:
 
     def __repr__(self) -> str:
         return f"<rudnn.paged.DevicePlan of {self.host!r}>"
+
+
+class OrderedBackwardWorkspace:
+    """State of the atomic-free ordered backward, for one :class:`DevicePlan` and the q it will
+    be used with (``[queries, heads, D]``, the plan's query count), on the plan's device and
+    stream. Pass it as ``workspace=`` to :meth:`DevicePlan.attention_backward` /
+    :meth:`DevicePlan.mla_backward` (with ``out=``). Options, recorded for the GPU kernels
+    (the CPU reference computes the same either way): ``query_pruning`` (default on),
+    ``history_row_cache`` (default off), ``history_compaction`` (default off: enabling builds
+    an int32 index of the plan's physical pages, within 64 MiB). The environment variables
+    RUDA_PAGED_ORDERED_CACHE_ROWS / RUDA_PAGED_ORDERED_COMPACT_HISTORY are read once here.
+    Not thread-safe.
+
+    Raises:
+        rudnn.InvalidArgument (q not of the plan's query count, a bad environment value, an
+        index over the budget when enabling compaction).
+    """
+
+    __slots__ = ("_native",)
+
+    def __init__(self, plan: DevicePlan, q: Array):
+        self._native = _rudnn.PagedOrderedBackwardWorkspace(plan._native, io.as_input(q))
+
+    queries = property(lambda self: self._native.queries)
+    heads = property(lambda self: self._native.heads)
+    bytes = property(lambda self: self._native.bytes, doc="Bytes of storage held (the compaction index).")
+    history_compaction_pages = property(
+        lambda self: self._native.history_compaction_pages,
+        doc="(active, inactive) physical pages while compaction is on, else None.",
+    )
+
+    def _get(name):
+        return property(
+            lambda self: getattr(self._native, name), lambda self, on: setattr(self._native, name, bool(on))
+        )
+
+    query_pruning = _get("query_pruning")
+    history_row_cache = _get("history_row_cache")
+    history_compaction = _get("history_compaction")
+    del _get
 
 
 def paged_attention(

@@ -1,5 +1,6 @@
 // The gated delta family (rudnn/gated_delta.h): gated_delta, gated_delta_steps and
-// gated_delta_slots (spec 003's layout), gated_delta_rule (spec 000's; with `chunk_size` the
+// gated_delta_slots (spec 003's layout) with their chunked prefill chunk_gated_delta /
+// chunk_gated_delta_slots (CPU only in C++), gated_delta_rule (spec 000's; with `chunk_size` the
 // chunked prefill chunk_gated_delta_rule), each dense or, with `cu_seqlens`, over packed
 // variable-length sequences (the *_varlen C++ functions), and the
 // backward passes gated_delta_backward / gated_delta_rule_backward. The _into forms are
@@ -115,6 +116,69 @@ py::object gated_delta_slots(py::object q, py::object k, py::object v, py::objec
   return out;
 }
 
+// Spec 003's chunked prefill (chunk_gated_delta / chunk_gated_delta_varlen): gated_delta's
+// operands plus chunk_size, whose rule the C++ op checks after the shapes.
+py::object chunk_gated_delta(py::object q, py::object k, py::object v, py::object g,
+                             py::object beta, py::object state, py::object chunk_size,
+                             py::object cu_seqlens, py::object stream, py::object out) {
+  const OpArgs a("chunk_gated_delta", stream);
+  const Operands t = operands(a, q, k, v, g, beta);
+  Tensor st = a.tensor(state, "state");
+  const int64_t chunk = rules::integer(a, chunk_size, "chunk_size");
+  Tensor cu = a.optional_tensor(cu_seqlens, "cu_seqlens");
+  const rudnn::Stream s = a.stream_for(t.q);
+  const bool varlen = cu.defined();
+  if (out.is_none()) {
+    rudnn::GatedDeltaResult r = without_gil([&] {
+      return varlen
+                 ? rudnn::chunk_gated_delta_varlen(t.q, t.k, t.v, t.g, t.beta, st, cu, chunk, s)
+                 : rudnn::chunk_gated_delta(t.q, t.k, t.v, t.g, t.beta, st, chunk, s);
+    });
+    return wrap_all(std::move(r.y), std::move(r.state));
+  }
+  auto o = a.outputs(out, {"out[0] (y)", "out[1] (state)"});
+  without_gil([&] {
+    if (varlen) {
+      rudnn::chunk_gated_delta_varlen_into(o[0], o[1], t.q, t.k, t.v, t.g, t.beta, st, cu, chunk,
+                                           s);
+    } else {
+      rudnn::chunk_gated_delta_into(o[0], o[1], t.q, t.k, t.v, t.g, t.beta, st, chunk, s);
+    }
+  });
+  return out;
+}
+
+py::object chunk_gated_delta_slots(py::object q, py::object k, py::object v, py::object g,
+                                   py::object beta, py::object pool, py::object slots,
+                                   py::object chunk_size, py::object cu_seqlens,
+                                   py::object stream, py::object out) {
+  const OpArgs a("chunk_gated_delta_slots", stream);
+  const Operands t = operands(a, q, k, v, g, beta);
+  Tensor tp = a.output(pool, "pool");
+  Tensor ts = a.tensor(slots, "slots");
+  const int64_t chunk = rules::integer(a, chunk_size, "chunk_size");
+  Tensor cu = a.optional_tensor(cu_seqlens, "cu_seqlens");
+  const rudnn::Stream s = a.stream_for(t.q);
+  const bool varlen = cu.defined();
+  if (out.is_none()) {
+    return wrap(without_gil([&] {
+      return varlen ? rudnn::chunk_gated_delta_slots_varlen(t.q, t.k, t.v, t.g, t.beta, tp, ts,
+                                                            cu, chunk, s)
+                    : rudnn::chunk_gated_delta_slots(t.q, t.k, t.v, t.g, t.beta, tp, ts, chunk, s);
+    }));
+  }
+  Tensor y = a.output(out, "out");
+  without_gil([&] {
+    if (varlen) {
+      rudnn::chunk_gated_delta_slots_varlen_into(y, t.q, t.k, t.v, t.g, t.beta, tp, ts, cu, chunk,
+                                                 s);
+    } else {
+      rudnn::chunk_gated_delta_slots_into(y, t.q, t.k, t.v, t.g, t.beta, tp, ts, chunk, s);
+    }
+  });
+  return out;
+}
+
 py::object gated_delta_rule(py::object query, py::object key, py::object value, py::object beta,
                             py::object log_decay, py::object initial_state,
                             py::object query_scale, py::object cu_seqlens, py::object chunk_size,
@@ -217,6 +281,14 @@ void bind_gated_delta(py::module_& m) {
   m.def("gated_delta_slots", &gated_delta_slots, py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("g"), py::arg("beta"), py::arg("pool"), py::arg("slots"), py::kw_only(),
         py::arg("cu_seqlens") = none, py::arg("stream") = none, py::arg("out") = none);
+  m.def("chunk_gated_delta", &chunk_gated_delta, py::arg("q"), py::arg("k"), py::arg("v"),
+        py::arg("g"), py::arg("beta"), py::arg("state"), py::arg("chunk_size") = 64,
+        py::kw_only(), py::arg("cu_seqlens") = none, py::arg("stream") = none,
+        py::arg("out") = none);
+  m.def("chunk_gated_delta_slots", &chunk_gated_delta_slots, py::arg("q"), py::arg("k"),
+        py::arg("v"), py::arg("g"), py::arg("beta"), py::arg("pool"), py::arg("slots"),
+        py::arg("chunk_size") = 64, py::kw_only(), py::arg("cu_seqlens") = none,
+        py::arg("stream") = none, py::arg("out") = none);
   m.def("gated_delta_rule", &gated_delta_rule, py::arg("query"), py::arg("key"), py::arg("value"),
         py::arg("beta"), py::arg("log_decay"), py::arg("initial_state"),
         py::arg("query_scale") = 1.0, py::kw_only(), py::arg("cu_seqlens") = none,

@@ -1,6 +1,7 @@
 // The paged attention family (rudnn/paged_attention.h, namespace rudnn::paged): the host
 // schedule (HostPlan), its upload (DevicePlan) with attention, MLA, split workspaces and cache
-// appends, and spec 003's block-table form (paged_attention, paged_write). The plans are
+// appends, the backward (CPU only in C++) with its ordered workspace, and spec 003's
+// block-table form (paged_attention, paged_write). The plans are
 // opaque classes of rudnn._rudnn; the documented Python layer is python/rudnn/paged.py.
 // DevicePlan calls run on the stream the plan was uploaded to, so they take no stream.
 #include <utility>
@@ -124,6 +125,75 @@ py::object mla_with_workspace(const paged::DevicePlan& plan, paged::SplitWorkspa
   }));
 }
 
+// Backward (CPU only in C++; GPU tensors raise Unsupported there). Without `out` the
+// gradients are new arrays; with `out` (a tuple, None for a gradient not wanted) the
+// _selected_into form writes them, and with a `workspace` as well the _ordered_into form.
+py::object attention_backward(const paged::DevicePlan& plan, py::object q, py::object k_cache,
+                              py::object v_cache, py::object grad_out, py::object scale,
+                              py::object causal, py::object out, py::object workspace) {
+  const OpArgs a("DevicePlan.attention_backward", py::none());
+  const AttentionArgs t = attention_args(a, q, k_cache, v_cache, scale, causal);
+  Tensor go = a.tensor(grad_out, "grad_out");
+  if (out.is_none()) {
+    if (!workspace.is_none()) {
+      rules::refuse(a, "workspace", "needs out= (the ordered form writes into given arrays)");
+    }
+    paged::AttentionBackward r = without_gil(
+        [&] { return plan.attention_backward(t.q, t.k, t.v, go, t.scale, t.causal); });
+    return wrap_all(std::move(r.dq), std::move(r.dk), std::move(r.dv));
+  }
+  auto o = a.outputs(out, {"out[0] (dq)", "out[1] (dk)", "out[2] (dv)"});
+  const paged::AttentionBackward grads{o[0], o[1], o[2]};
+  if (workspace.is_none()) {
+    without_gil([&] {
+      plan.attention_backward_selected_into(grads, t.q, t.k, t.v, go, t.scale, t.causal);
+    });
+  } else {
+    auto& ws = workspace.cast<paged::OrderedBackwardWorkspace&>();
+    without_gil([&] {
+      plan.attention_backward_ordered_into(ws, grads, t.q, t.k, t.v, go, t.scale, t.causal);
+    });
+  }
+  return out;
+}
+
+py::object mla_backward(const paged::DevicePlan& plan, py::object q, py::object qp,
+                        py::object latent, py::object kp, py::object grad_out, py::object scale,
+                        py::object causal, py::object out, py::object workspace) {
+  const OpArgs a("DevicePlan.mla_backward", py::none());
+  const MlaArgs t = mla_args(a, q, qp, latent, kp, scale, causal);
+  Tensor go = a.tensor(grad_out, "grad_out");
+  if (out.is_none()) {
+    if (!workspace.is_none()) {
+      rules::refuse(a, "workspace", "needs out= (the ordered form writes into given arrays)");
+    }
+    paged::MlaBackward r = without_gil(
+        [&] { return plan.mla_backward(t.q, t.qp, t.latent, t.kp, go, t.scale, t.causal); });
+    return wrap_all(std::move(r.dq), std::move(r.dqp), std::move(r.dlatent), std::move(r.dkp));
+  }
+  auto o = a.outputs(out, {"out[0] (dq)", "out[1] (dqp)", "out[2] (dlatent)", "out[3] (dkp)"});
+  const paged::MlaBackward grads{o[0], o[1], o[2], o[3]};
+  if (workspace.is_none()) {
+    without_gil([&] {
+      plan.mla_backward_selected_into(grads, t.q, t.qp, t.latent, t.kp, go, t.scale, t.causal);
+    });
+  } else {
+    auto& ws = workspace.cast<paged::OrderedBackwardWorkspace&>();
+    without_gil([&] {
+      plan.mla_backward_ordered_into(ws, grads, t.q, t.qp, t.latent, t.kp, go, t.scale,
+                                     t.causal);
+    });
+  }
+  return out;
+}
+
+paged::OrderedBackwardWorkspace make_ordered_workspace(const paged::DevicePlan& plan,
+                                                       py::object q) {
+  const OpArgs a("OrderedBackwardWorkspace", py::none());
+  Tensor tq = a.tensor(q, "q");
+  return without_gil([&] { return paged::OrderedBackwardWorkspace(plan, tq); });
+}
+
 py::tuple append(const paged::DevicePlan& plan, py::object k, py::object v,
                  py::object key_cache, py::object value_cache) {
   const OpArgs a("DevicePlan.append", py::none());
@@ -214,8 +284,34 @@ void bind_paged(py::module_& m) {
       .def("mla_with_workspace", &mla_with_workspace, py::arg("workspace"), py::arg("q"),
            py::arg("qp"), py::arg("latent"), py::arg("kp"), py::arg("scale"),
            py::arg("causal") = true)
+      .def("attention_backward", &attention_backward, py::arg("q"), py::arg("k_cache"),
+           py::arg("v_cache"), py::arg("grad_out"), py::arg("scale"), py::arg("causal") = true,
+           py::kw_only(), py::arg("out") = none, py::arg("workspace") = none)
+      .def("mla_backward", &mla_backward, py::arg("q"), py::arg("qp"), py::arg("latent"),
+           py::arg("kp"), py::arg("grad_out"), py::arg("scale"), py::arg("causal") = true,
+           py::kw_only(), py::arg("out") = none, py::arg("workspace") = none)
       .def("append", &append, py::arg("k"), py::arg("v"), py::arg("key_cache"),
            py::arg("value_cache"));
+
+  py::class_<paged::OrderedBackwardWorkspace>(
+      m, "PagedOrderedBackwardWorkspace", "State of the atomic-free ordered paged backward.")
+      .def(py::init(&make_ordered_workspace), py::arg("plan"), py::arg("q"))
+      .def_property("query_pruning", &paged::OrderedBackwardWorkspace::query_pruning,
+                    &paged::OrderedBackwardWorkspace::set_query_pruning)
+      .def_property("history_row_cache", &paged::OrderedBackwardWorkspace::history_row_cache,
+                    &paged::OrderedBackwardWorkspace::set_history_row_cache)
+      .def_property("history_compaction", &paged::OrderedBackwardWorkspace::history_compaction,
+                    &paged::OrderedBackwardWorkspace::set_history_compaction)
+      // (active, inactive) physical pages while compaction is on, else None.
+      .def_property_readonly("history_compaction_pages",
+                             [](const paged::OrderedBackwardWorkspace& ws) -> py::object {
+                               const auto p = ws.history_compaction_pages();
+                               if (!p) return py::none();
+                               return py::make_tuple(p->first, p->second);
+                             })
+      .def_property_readonly("queries", &paged::OrderedBackwardWorkspace::queries)
+      .def_property_readonly("heads", &paged::OrderedBackwardWorkspace::heads)
+      .def_property_readonly("bytes", &paged::OrderedBackwardWorkspace::bytes);
 
   m.def("paged_attention", &block_table_attention, py::arg("q"), py::arg("k_cache"),
         py::arg("v_cache"), py::arg("block_tables"), py::arg("lengths"), py::arg("scale"),

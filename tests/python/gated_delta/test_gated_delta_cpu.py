@@ -1,7 +1,8 @@
 """CPU tests of the gated delta family through the rudnn package: gated_delta,
 gated_delta_steps, gated_delta_slots (spec 003's layout, grouped key heads) and
 gated_delta_rule (spec 000's layout) against a NumPy float64 recurrence written here, over
-dtypes; its chunked prefill (chunk_size=) against the recurrence; chaining (T steps equal T one-step calls through the returned state); the pool updated
+dtypes; its chunked prefill (chunk_size=) and spec 003's chunk_gated_delta(_slots, varlen)
+against the recurrence; chaining (T steps equal T one-step calls through the returned state); the pool updated
 in place and only at the named slots; the varlen forms against each sequence alone; both
 backward passes against finite differences of the forward in float64; out=; inputs unchanged;
 errors reaching Python as the
@@ -347,3 +348,80 @@ def test_errors_name_the_op_and_argument(rng):
     for exc, pattern, call in cases:
         with pytest.raises(exc, match=pattern):
             call()
+
+
+# ---- spec 003's chunked prefill (chunk_gated_delta, CPU only) -----------------------------------
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 4, 64])
+def test_chunk_gated_delta_equals_the_recurrence(rng, chunk_size):
+    ctx = Ctx(rng, chunk_size=chunk_size)
+    a = inputs(rng, F64, B=2, T=9, Hk=2, Hv=4, Dk=8, Dv=6, state_dtype=F64)
+    a["g"][0, 4, 1] = 0.0  # a reset is exact (decays multiplied, never logged)
+    before = snapshot(*a.values())
+    y, s = rudnn.chunk_gated_delta(**a, chunk_size=chunk_size)
+    assert_unchanged(ctx, before, list(a.values()))
+    ref_y, ref_s = rudnn.gated_delta(**a)
+    np_y, np_states = ref_gated_delta(**a)
+    assert y.shape == (2, 9, 4, 6) and y.dtype == F64 and s.shape == a["state"].shape and s.dtype == F64
+    np.testing.assert_allclose(y, ref_y, rtol=1e-12, atol=1e-12, err_msg=ctx.msg("y vs gated_delta"))
+    np.testing.assert_allclose(s, ref_s, rtol=1e-12, atol=1e-12, err_msg=ctx.msg("state vs gated_delta"))
+    np.testing.assert_allclose(y, np_y, rtol=1e-10, atol=1e-10, err_msg=ctx.msg("y vs numpy"))
+    np.testing.assert_allclose(s, np_states[:, -1], rtol=1e-10, atol=1e-10, err_msg=ctx.msg("state vs numpy"))
+    # out= writes the caller's arrays; float32 operands keep their dtypes.
+    out = (np.full(y.shape, np.nan), np.full(s.shape, np.nan))
+    assert rudnn.chunk_gated_delta(**a, chunk_size=chunk_size, out=out) is out
+    np.testing.assert_array_equal(out[0], y, err_msg=ctx.msg("out= y"))
+    np.testing.assert_array_equal(out[1], s, err_msg=ctx.msg("out= state"))
+    a32 = {n: x.astype(F32) for n, x in a.items()}
+    y32, s32 = rudnn.chunk_gated_delta(**a32, chunk_size=chunk_size)
+    assert y32.dtype == F32 and s32.dtype == F32
+    verify(ctx, "float32 y", y32, np_y, F32)
+
+
+def test_chunk_gated_delta_slots_and_varlen(rng):
+    ctx = Ctx(rng)
+    a = inputs(rng, F64, B=3, T=6, Hk=1, Hv=2, Dk=4, Dv=3, state_dtype=F64)
+    pool = randn(rng, (5,) + a["state"].shape[1:], F64)
+    slots = np.array([4, 0, 2], np.int32)
+    original = pool.copy()
+    state = pool[slots]
+    del a["state"]
+    y = rudnn.chunk_gated_delta_slots(**a, pool=pool, slots=slots, chunk_size=4)
+    ref_y, ref_s = rudnn.gated_delta(**a, state=state)
+    np.testing.assert_allclose(y, ref_y, rtol=1e-12, atol=1e-12, err_msg=ctx.msg("slots y"))
+    np.testing.assert_allclose(pool[slots], ref_s, rtol=1e-12, atol=1e-12, err_msg=ctx.msg("pool at the slots"))
+    np.testing.assert_array_equal(pool[[1, 3]], original[[1, 3]], err_msg=ctx.msg("pool elsewhere"))
+    # Packed sequences: each chunked on its own, equal to the recurrence's varlen form.
+    lens = [3, 0, 5, 2]
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    b = inputs(rng, F64, B=1, T=int(cu[-1]), Hk=1, Hv=2, Dk=4, Dv=3, state_dtype=F64)
+    states = randn(rng, (len(lens),) + b["state"].shape[1:], F64)
+    b["state"] = states
+    yv, sv = rudnn.chunk_gated_delta(**b, chunk_size=2, cu_seqlens=cu)
+    ref_yv, ref_sv = rudnn.gated_delta(**b, cu_seqlens=cu)
+    np.testing.assert_allclose(yv, ref_yv, rtol=1e-12, atol=1e-12, err_msg=ctx.msg("varlen y"))
+    np.testing.assert_allclose(sv, ref_sv, rtol=1e-12, atol=1e-12, err_msg=ctx.msg("varlen state"))
+    del b["state"]
+    pool = states.copy()
+    ys = rudnn.chunk_gated_delta_slots(**b, pool=pool, slots=np.arange(4), chunk_size=2, cu_seqlens=cu)
+    np.testing.assert_allclose(ys, ref_yv, rtol=1e-12, atol=1e-12, err_msg=ctx.msg("slots varlen y"))
+    np.testing.assert_allclose(pool, ref_sv, rtol=1e-12, atol=1e-12, err_msg=ctx.msg("slots varlen pool"))
+
+
+def test_chunk_gated_delta_errors(rng):
+    a = inputs(rng, F64, state_dtype=F64)
+    for bad in (0, -4, 1 << 20):
+        with pytest.raises(rudnn.InvalidArgument, match="^chunk_gated_delta: .*chunk_size"):
+            rudnn.chunk_gated_delta(**a, chunk_size=bad)
+    with pytest.raises(rudnn.InvalidArgument, match="^chunk_gated_delta: chunk_size"):
+        rudnn.chunk_gated_delta(**a, chunk_size=True)
+    q, k, v, g, beta, state = a.values()
+    with pytest.raises(rudnn.InvalidArgument, match="^chunk_gated_delta: v has Hv = 3 .*multiple of q's Hk = 2"):
+        rudnn.chunk_gated_delta(q, k, v[:, :, :3], g[:, :, :3], beta[:, :, :3], state[:, :3])
+    pool = np.zeros((4,) + state.shape[1:])
+    with pytest.raises(rudnn.Error, match="^chunk_gated_delta_slots: .*chunk_size"):
+        rudnn.chunk_gated_delta_slots(q, k, v, g, beta, pool, np.array([0, 1]), 0)
+    with pytest.raises(rudnn.Error, match="^chunk_gated_delta_slots: "):
+        rudnn.chunk_gated_delta_slots(q, k, v, g, beta, pool, np.array([1, 1]), 4)
+    assert not pool.any()

@@ -2,8 +2,9 @@
 prefill and decode, shared-prefix pages, empty sequences, page sizes 1..256, GQA) against a
 NumPy float64 reference over the gathered pages written here; MLA; split workspaces equal to
 the unsplit call; append writing each query's slot; the block-table form with its clamping;
-paged_write and paged_write_; errors reaching Python as the rudnn.Error subclass naming the op
-and the argument. Inputs are random with a fresh seed per run (printed in every failure
+paged_write and paged_write_; the backward (attention and MLA) against central finite
+differences of the forward in float64, with its out= / ordered-workspace forms; errors
+reaching Python as the rudnn.Error subclass naming the op and the argument. Inputs are random with a fresh seed per run (printed in every failure
 message); RUDNN_TEST_SEED=<int> replays one.
 """
 
@@ -203,3 +204,115 @@ def test_errors_name_the_op_and_argument():
     dup = paged.DevicePlan.upload(paged.HostPlan(4, 2, [[1], [1]], [2, 2], [0, 1], [1, 1]), q)
     with pytest.raises(rudnn.InvalidArgument, match="duplicate"):
         dup.append(np.zeros((2, 1, 8), np.float32), np.zeros((2, 1, 8), np.float32), kc, kc.copy())
+
+
+def fd_grad(f, x, h=1e-6):
+    """Central finite differences of the scalar f() with respect to every element of x
+    (modified in place and restored)."""
+    g = np.zeros_like(x, dtype=F64)
+    flat, gf = x.reshape(-1), g.reshape(-1)
+    for i in range(flat.size):
+        old = flat[i]
+        flat[i] = old + h
+        up = f()
+        flat[i] = old - h
+        down = f()
+        flat[i] = old
+        gf[i] = (up - down) / (2 * h)
+    return g
+
+
+def backward_schedule():
+    """A small schedule: page size 2, a shared prefix page (page 3 read by both sequences),
+    GQA, prefill and decode queries, and an unread page (0)."""
+    tables, lengths = [[3, 1, 4], [3, 2]], [5, 3]
+    sids, pos = [0, 0, 1], [3, 4, 2]
+    return 2, 5, tables, lengths, sids, pos
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_backward_against_finite_differences(rng, causal):
+    page_size, pages, tables, lengths, sids, pos = backward_schedule()
+    hkv, hq, d, dv = 1, 2, 3, 2
+    ctx = Ctx(rng, causal=causal)
+    q = randn(rng, (len(sids), hq, d), np.float64)
+    kc = randn(rng, (pages, page_size, hkv, d), np.float64)
+    vc = randn(rng, (pages, page_size, hkv, dv), np.float64)
+    go = randn(rng, (len(sids), hq, dv), np.float64)
+    q0, k0, v0, go0 = q.copy(), kc.copy(), vc.copy(), go.copy()
+    plan = paged.DevicePlan.upload(paged.HostPlan(page_size, pages, tables, lengths, sids, pos), q)
+    scale = 0.5
+    dq, dk, dv_ = plan.attention_backward(q, kc, vc, go, scale, causal)
+    for a, b in ((q, q0), (kc, k0), (vc, v0), (go, go0)):
+        assert np.array_equal(a, b), ctx.msg("an input was modified")
+    assert dq.shape == q.shape and dk.shape == kc.shape and dv_.shape == vc.shape
+    assert dq.dtype == dk.dtype == dv_.dtype == np.float64
+
+    def loss():
+        return float(np.sum(go * np.asarray(plan.attention(q, kc, vc, scale, causal))))
+
+    for what, got, x in (("dq", dq, q), ("dk", dk, kc), ("dv", dv_, vc)):
+        close(ctx, what, got, fd_grad(loss, x), 1e-7)
+    assert np.all(np.asarray(dk)[0] == 0) and np.all(np.asarray(dv_)[0] == 0), ctx.msg("unread page not zero")
+    # out= with a gradient skipped (None): the selected form; the ordered form with a workspace.
+    bufs = (np.full(q.shape, np.nan), None, np.full(vc.shape, np.nan))
+    assert plan.attention_backward(q, kc, vc, go, scale, causal, out=bufs) is bufs
+    assert np.array_equal(bufs[0], dq) and np.array_equal(bufs[2], dv_), ctx.msg("out= differs")
+    ws = paged.OrderedBackwardWorkspace(plan, q)
+    assert ws.queries == len(sids) and ws.heads == hq and ws.query_pruning
+    ws.history_compaction = True
+    assert ws.history_compaction and ws.history_compaction_pages is not None
+    assert sum(ws.history_compaction_pages) == pages
+    full = tuple(np.full(a.shape, np.nan) for a in (q, kc, vc))
+    plan.attention_backward(q, kc, vc, go, scale, causal, out=full, workspace=ws)
+    for a, b in zip(full, (dq, dk, dv_)):
+        assert np.array_equal(a, b), ctx.msg("ordered form differs from the selected form")
+    # float32 operands give float32 gradients of the same shapes.
+    r32 = plan.attention_backward(*(a.astype(np.float32) for a in (q, kc, vc, go)), scale, causal)
+    assert [a.dtype for a in r32] == [np.float32] * 3
+    close(ctx, "dq float32", r32[0], np.asarray(dq), 1e-5)
+
+
+def test_mla_backward_against_finite_differences(rng):
+    page_size, pages, tables, lengths, sids, pos = backward_schedule()
+    heads, r, p = 2, 3, 2
+    ctx = Ctx(rng)
+    q = randn(rng, (len(sids), heads, r), np.float64)
+    qp = randn(rng, (len(sids), heads, p), np.float64)
+    latent = randn(rng, (pages, page_size, 1, r), np.float64)
+    kp = randn(rng, (pages, page_size, 1, p), np.float64)
+    go = randn(rng, (len(sids), heads, r), np.float64)
+    plan = paged.DevicePlan.upload(paged.HostPlan(page_size, pages, tables, lengths, sids, pos), q)
+    grads = plan.mla_backward(q, qp, latent, kp, go, 0.7, True)
+    assert len(grads) == 4
+
+    def loss():
+        return float(np.sum(go * np.asarray(plan.mla(q, qp, latent, kp, 0.7, True))))
+
+    for what, got, x in zip(("dq", "dqp", "dlatent", "dkp"), grads, (q, qp, latent, kp)):
+        assert got.shape == x.shape and got.dtype == np.float64, ctx.msg(what)
+        close(ctx, what, got, fd_grad(loss, x), 1e-7)
+    bufs = tuple(np.full(a.shape, np.nan) for a in (q, qp, latent, kp))
+    ws = paged.OrderedBackwardWorkspace(plan, q)
+    assert plan.mla_backward(q, qp, latent, kp, go, 0.7, True, out=bufs, workspace=ws) is bufs
+    for a, b in zip(bufs, grads):
+        assert np.array_equal(a, b), ctx.msg("ordered mla_backward differs")
+
+
+def test_backward_errors():
+    page_size, pages, tables, lengths, sids, pos = backward_schedule()
+    q = np.zeros((len(sids), 2, 3))
+    kc = np.zeros((pages, page_size, 1, 3))
+    plan = paged.DevicePlan.upload(paged.HostPlan(page_size, pages, tables, lengths, sids, pos), q)
+    with pytest.raises(rudnn.ShapeMismatch, match="attention_backward: grad_out"):
+        plan.attention_backward(q, kc, kc, np.zeros((len(sids), 2, 4)), 0.5)
+    with pytest.raises(rudnn.InvalidArgument, match="attention_backward.*scale"):
+        plan.attention_backward(q, kc, kc, np.zeros((len(sids), 2, 3)), -1.0)
+    with pytest.raises(rudnn.InvalidArgument, match="workspace"):
+        ws = paged.OrderedBackwardWorkspace(plan, q)
+        plan.attention_backward(q, kc, kc, np.zeros((len(sids), 2, 3)), 0.5, workspace=ws)
+    with pytest.raises(rudnn.ShapeMismatch, match="mla_backward.*grad_out"):
+        qp, kp = np.zeros((len(sids), 2, 2)), np.zeros((pages, page_size, 1, 2))
+        plan.mla_backward(q, qp, kc, kp, np.zeros((len(sids), 2, 2)), 0.5)
+    with pytest.raises(rudnn.Error, match="OrderedBackwardWorkspace"):
+        paged.OrderedBackwardWorkspace(plan, np.zeros((len(sids) + 1, 2, 3)))
