@@ -84,6 +84,21 @@ Tensor random_integers(Rng& rng, const Shape& shape, DType dtype, int64_t lo, in
   return host_tensor(v, shape, dtype);
 }
 
+std::vector<double> central_differences(double* x, int64_t n, const std::function<double()>& loss,
+                                        double h) {
+  std::vector<double> out(static_cast<size_t>(n));
+  for (int64_t e = 0; e < n; ++e) {
+    const double saved = x[e];
+    x[e] = saved + h;
+    const double up = loss();
+    x[e] = saved - h;
+    const double down = loss();
+    x[e] = saved;
+    out[static_cast<size_t>(e)] = (up - down) / (2 * h);
+  }
+  return out;
+}
+
 std::vector<double> to_doubles(const Tensor& t) {
   const Tensor h = t.to_host();
   std::vector<double> out(static_cast<size_t>(h.numel()));

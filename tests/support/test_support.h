@@ -58,6 +58,12 @@ std::vector<double> to_doubles(const Tensor& t);
 // The logical bytes of a tensor (row-major), for bit-exact comparisons.
 std::vector<unsigned char> bytes_of(const Tensor& t);
 
+// Central differences (loss(x + h) - loss(x - h)) / 2h along each of the n doubles at x,
+// perturbed in place one at a time and restored bit for bit. The gradient checks of every
+// family's float64 reference use this, so that step and restore rules live in one place.
+std::vector<double> central_differences(double* x, int64_t n, const std::function<double()>& loss,
+                                        double h = 1e-6);
+
 // Relative L2 error allowed against the reference, by result dtype.
 double tolerance(DType dtype);
 

@@ -235,19 +235,10 @@ void expect_gradient(const char* name, const Tensor& t, const Tensor& grad,
   ASSERT_TRUE(grad.defined());
   ASSERT_EQ(grad.shape(), t.shape());
   const Tensor dense = t;  // contiguous by construction
-  double* data = dense.data_as<double>();
   const auto analytic = to_doubles(grad);
-  const double h = 1e-6;
-  for (int64_t e = 0; e < t.numel(); ++e) {
-    const double saved = data[e];
-    data[e] = saved + h;
-    const double up = f();
-    data[e] = saved - h;
-    const double down = f();
-    data[e] = saved;
-    const double numeric = (up - down) / (2 * h);
-    EXPECT_NEAR(analytic[e], numeric, 1e-6 * (1.0 + std::abs(numeric))) << "element " << e;
-  }
+  const auto numeric = central_differences(dense.data_as<double>(), t.numel(), f);
+  for (size_t e = 0; e < numeric.size(); ++e)
+    EXPECT_NEAR(analytic[e], numeric[e], 1e-6 * (1.0 + std::abs(numeric[e]))) << "element " << e;
 }
 
 TEST(AttentionReference, BackwardMatchesFiniteDifferences) {

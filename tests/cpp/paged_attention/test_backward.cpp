@@ -54,7 +54,6 @@ std::set<int64_t> read_rows(const Schedule& s, bool causal) {
 // F64 host tensor x (perturbed in place and restored).
 Tensor finite_difference(Tensor& x, const Tensor& grad_out,
                          const std::function<Tensor()>& forward) {
-  const double eps = 1e-6;
   const std::vector<double> go = to_doubles(grad_out);
   auto loss = [&] {
     const std::vector<double> out = to_doubles(forward());
@@ -62,19 +61,8 @@ Tensor finite_difference(Tensor& x, const Tensor& grad_out,
     for (size_t i = 0; i < out.size(); ++i) sum += go[i] * out[i];
     return sum;
   };
-  Tensor fd = Tensor::zeros(x.shape(), DType::f64);
-  auto* data = x.data_as<double>();
-  auto* out = fd.data_as<double>();
-  for (int64_t e = 0; e < x.numel(); ++e) {
-    const double saved = data[e];
-    data[e] = saved + eps;
-    const double up = loss();
-    data[e] = saved - eps;
-    const double down = loss();
-    data[e] = saved;
-    out[e] = (up - down) / (2 * eps);
-  }
-  return fd;
+  return host_tensor(central_differences(x.data_as<double>(), x.numel(), loss), x.shape(),
+                     DType::f64);
 }
 
 // A schedule that holds every case at once (page size 3): sequence 0 a prefill chunk of
