@@ -2,7 +2,7 @@
 prefill and decode, shared-prefix pages, empty sequences, page sizes 1..256, GQA) against a
 NumPy float64 reference over the gathered pages written here; MLA; split workspaces equal to
 the unsplit call; append writing each query's slot; the block-table form with its clamping;
-paged_write and paged_write_; the backward (attention and MLA) against central finite
+paged_write and paged_write_; the decode-loop example (examples/paged_decode_loop.py); the backward (attention and MLA) against central finite
 differences of the forward in float64, with its out= / ordered-workspace forms; errors
 reaching Python as the rudnn.Error subclass naming the op and the argument. Inputs are random with a fresh seed per run (printed in every failure
 message); RUDNN_TEST_SEED=<int> replays one.
@@ -316,3 +316,26 @@ def test_backward_errors():
         plan.mla_backward(q, qp, kc, kp, np.zeros((len(sids), 2, 2)), 0.5)
     with pytest.raises(rudnn.Error, match="OrderedBackwardWorkspace"):
         paged.OrderedBackwardWorkspace(plan, np.zeros((len(sids) + 1, 2, 3)))
+
+
+def load_example(name):
+    """A script of examples/ as a module (the folder is not a package)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[3] / "examples" / name
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("page_size,group", [(4, 2), (1, 4), (16, 1)])
+def test_decode_loop_example(rng, page_size, group):
+    """The example's loop (prefill through one append, then append + attention per step) stays
+    within float32 rounding of float64 attention over the contiguous keys."""
+    example = load_example("paged_decode_loop.py")
+    seed = int(rng.integers(0, 2**31))
+    worst = example.main(["--page-size", str(page_size), "--group", str(group), "--steps", "9",
+                          "--seed", str(seed)])
+    assert worst < 1e-5, f"worst error {worst} (example seed {seed})"

@@ -144,3 +144,18 @@ def test_block_table_form_matches_sdpa(gen, rng):
         ref = F.scaled_dot_product_attention(q[s].double(), k, v, attn_mask=mask, scale=d**-0.5)
         err = (got[s].double() - ref).abs().max().item()
         assert err <= TOL[dtype], f"sequence {s}: max error {err} (seed {rng.seed_value})"
+
+
+@needs_cuda
+def test_decode_loop_example_on_the_gpu(rng):
+    """examples/paged_decode_loop.py with torch float16 tensors on the GPU."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[3] / "examples" / "paged_decode_loop.py"
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    worst = example.main(["--device", "cuda", "--page-size", "16", "--group", "4", "--head-dim", "128",
+                          "--steps", "20", "--seed", str(int(rng.integers(0, 2**31)))])
+    assert worst < 1e-2, f"worst error {worst}"
