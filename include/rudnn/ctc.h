@@ -71,10 +71,21 @@ struct CtcLossOptions {
 // longer than T or S, a label out of range or equal to blank), ShapeMismatch (ranks, N or
 // S disagreeing, concatenated targets shorter than sum(target_lengths)), DTypeMismatch,
 // DeviceMismatch, Unsupported (GPU: S' beyond the shared-memory cap, or C >= 2^31). On the
-// GPU, lengths and labels are checked on the device instead (see the top of this file).
+// GPU, lengths and labels are checked on the device instead (see the top of this file;
+// ctc_loss_check below runs the host checks where the caller has the values on the host).
 Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
                 const Tensor& target_lengths, const CtcLossOptions& options = {},
                 const Stream& stream = {});
+// The argument rules of ctc_loss for log-probabilities of shape `log_probs` [T, N, C]
+// (wherever they live) and targets and lengths whose values are on the host, checked as the
+// CPU path checks them, with the same errors: for a caller whose log-probabilities are on a
+// GPU (where ctc_loss cannot read lengths and labels without synchronising) but whose
+// lengths are host data, as torch's usually are, so that a bad length or label is a
+// rudnn::Error rather than a NaN loss. input_lengths, target_lengths: CPU I32/I64 [N] (else
+// DeviceMismatch). targets: a CPU tensor (every label of every sample checked), or a tensor
+// on any device (its shape and dtype only: no device read). Reads, writes nothing.
+void ctc_loss_check(const Shape& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                    const Tensor& target_lengths, const CtcLossOptions& options = {});
 // As ctc_loss, into `loss_out` (contiguous, the result's shape and dtype, overlapping no
 // input; else InvalidArgument / ShapeMismatch / DTypeMismatch).
 void ctc_loss_into(const Tensor& loss_out, const Tensor& log_probs, const Tensor& targets,

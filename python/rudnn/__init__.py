@@ -16,7 +16,7 @@ The functions here are two families of the C++ library:
   passes;
 - gated_delta (:mod:`rudnn.gated_delta`): the gated delta rule's recurrence (dense and varlen)
   with its backward passes;
-- ctc (:mod:`rudnn.ctc`): ctc_loss and its gradient;
+- ctc (:mod:`rudnn.ctc`): ctc_loss and its gradient, ctc_loss_check (host rules);
 - attention (:mod:`rudnn.attention`): scaled dot-product attention forward and backward
   (grouped heads, varlen, both layouts, masks, bias, sinks, window, softcap, ALiBi) and its
   plan functions.
@@ -124,7 +124,7 @@ from .conv import (
     conv_weight_backward,
     plan_conv,
 )
-from .ctc import ctc_loss, ctc_loss_backward
+from .ctc import ctc_loss, ctc_loss_backward, ctc_loss_check
 from .gated_delta import (
     chunk_gated_delta,
     chunk_gated_delta_slots,
@@ -265,6 +265,7 @@ __all__ = [
     # ctc
     "ctc_loss",
     "ctc_loss_backward",
+    "ctc_loss_check",
     # attention
     "attention",
     "attention_backward",

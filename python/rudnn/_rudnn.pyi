@@ -237,6 +237,9 @@ def ctc_loss_backward(
     blank: int = 0, reduction: str = "mean", zero_infinity: bool = False, *, stream: Any = None,
     out: Any = None,
 ) -> Any: ...
+def ctc_loss_check(
+    log_probs_shape: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: int = 0,
+) -> None: ...
 # attention's options (scale, is_causal, mask, bias, sinks, window, softcap, alibi_slopes,
 # layout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, max_score_bytes, return_lse;
 # the backward: bias_requires_grad, deterministic) are keyword arguments.

@@ -15,7 +15,12 @@ Operands:
 
 Where lengths and labels are checked: on the CPU before anything is written (a bad one is a
 :class:`rudnn.Error`); on a GPU on the device, without synchronising the host: a sample with a
-bad length or label gets a NaN loss and NaN gradients (torch raises there).
+bad length or label gets a NaN loss and NaN gradients. Except when they are host data: for
+torch log-probabilities on a GPU, lengths given as sequences of ints or CPU tensors (and
+targets given as a CPU tensor) are checked on the host first by :func:`ctc_loss_check`, as
+torch checks them (a :class:`rudnn.Error`), then copied to log_probs' device (a CPU tensor's
+copy from pageable memory may wait for the stream, as torch's does); a CPU targets tensor is
+copied too. :func:`ctc_loss_check` can also be called directly.
 
 Options: ``blank`` in ``[0, C)``; ``reduction`` ``"none"`` (loss ``[N]``), ``"sum"`` or
 ``"mean"`` (each loss divided by ``max(target_length, 1)``, then averaged over N; N = 0 gives
@@ -47,7 +52,7 @@ from . import _interop as io
 from . import _rudnn
 from ._interop import Array, StreamLike
 
-__all__ = ["ctc_loss", "ctc_loss_backward"]
+__all__ = ["ctc_loss", "ctc_loss_backward", "ctc_loss_check"]
 
 Lengths = Union[Array, Sequence[int]]
 
@@ -67,6 +72,49 @@ def _lengths(value, log_probs):
         return array.array("q", value)
     except TypeError:
         return value
+
+
+def ctc_loss_check(
+    log_probs_shape: Sequence[int],
+    targets: Array,
+    input_lengths: Lengths,
+    target_lengths: Lengths,
+    blank: int = 0,
+) -> None:
+    """The argument rules of :func:`ctc_loss` for log-probabilities of shape
+    ``log_probs_shape`` ``[T, N, C]`` (wherever they are) and host data: raises the
+    :class:`rudnn.Error` that the CPU path raises for a bad shape, dtype, length or label,
+    else returns None. ``input_lengths``, ``target_lengths``: host arrays (int32 / int64
+    ``[N]``) or sequences of ints. ``targets``: a host array (every label checked) or a device
+    array (its shape and dtype only: nothing is read from the device). Reads, writes nothing.
+    """
+    host = lambda v: array.array("q", v) if isinstance(v, (tuple, list)) else io.as_input(v)  # noqa: E731
+    _rudnn.ctc_loss_check(log_probs_shape, io.as_input(targets), host(input_lengths), host(target_lengths),
+                          blank)
+
+
+def host_checked(log_probs, targets, input_lengths, target_lengths, blank):
+    """(targets, input_lengths, target_lengths) for torch log-probabilities on a GPU: host
+    lengths (sequences of ints, CPU tensors) checked on the host with the host targets' labels
+    (ctc_loss_check), then CPU tensors moved to log_probs' device; anything else unchanged.
+    Under torch.compile nothing is checked here (the op's own rules apply)."""
+    torch = io.loaded_torch()
+    on_gpu = torch is not None and isinstance(log_probs, torch.Tensor) and log_probs.device.type != "cpu"
+    if not on_gpu or io.compiling():
+        return targets, input_lengths, target_lengths
+    host = lambda v: isinstance(v, (tuple, list)) or (  # noqa: E731
+        isinstance(v, torch.Tensor) and v.device.type == "cpu")
+    if host(input_lengths) and host(target_lengths):
+        ctc_loss_check(log_probs.shape, targets, input_lengths, target_lengths, blank)
+    move = lambda v: v.to(log_probs.device) if isinstance(v, torch.Tensor) and v.device.type == "cpu" else v  # noqa: E731
+    return move(targets), move(input_lengths), move(target_lengths)
+
+
+def _operands(log_probs, targets, input_lengths, target_lengths, blank):
+    """(targets, input_lengths, target_lengths) ready for the native op (host_checked, then
+    sequences of ints made arrays)."""
+    targets, il, tl = host_checked(log_probs, targets, input_lengths, target_lengths, blank)
+    return targets, _lengths(il, log_probs), _lengths(tl, log_probs)
 
 
 def ctc_loss(
@@ -101,9 +149,10 @@ def ctc_loss(
         il, tl = (torch.as_tensor(n) if isinstance(n, (tuple, list)) else n for n in (input_lengths, target_lengths))
         return io.torch_ops().ctc_loss(log_probs, targets, il, tl, blank, reduction, zero_infinity)
     kind, stream = io.context(log_probs, stream)
+    targets, il, tl = _operands(log_probs, targets, input_lengths, target_lengths, blank)
     r = _rudnn.ctc_loss(
-        io.as_input(log_probs), io.as_input(targets), _lengths(input_lengths, log_probs),
-        _lengths(target_lengths, log_probs), blank, reduction, zero_infinity, stream=stream, out=io.as_output(out),
+        io.as_input(log_probs), io.as_input(targets), il, tl, blank, reduction, zero_infinity, stream=stream,
+        out=io.as_output(out),
     )
     return out if out is not None else io.result(kind, r)
 
@@ -141,8 +190,9 @@ def ctc_loss_backward(
     that is not the loss's shape and dtype.
     """
     kind, stream = io.context(log_probs, stream)
+    targets, il, tl = _operands(log_probs, targets, input_lengths, target_lengths, blank)
     r = _rudnn.ctc_loss_backward(
-        io.as_input(log_probs), io.as_input(targets), _lengths(input_lengths, log_probs),
-        _lengths(target_lengths, log_probs), io.as_input(grad_loss), blank, reduction, zero_infinity, stream=stream, out=io.as_output(out),
+        io.as_input(log_probs), io.as_input(targets), il, tl, io.as_input(grad_loss), blank, reduction, zero_infinity,
+        stream=stream, out=io.as_output(out),
     )
     return out if out is not None else io.result(kind, r)

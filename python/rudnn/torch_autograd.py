@@ -57,7 +57,8 @@ functions of the same names):
   state; attention for q, k, v, sinks and bias.
   Differences from torch: ``is_causal`` is bottom-right aligned (query i sees keys up to
   ``i + Lk - Lq``; torch's sdpa aligns top-left, the same when Lq == Lk); pooling needs the
-  batch axis; ctc_loss on a GPU gives a NaN loss for a bad length or label (torch raises).
+  batch axis; ctc_loss on a GPU with lengths on the device gives a NaN loss for a bad length
+  or label (torch raises: it reads them on the host; host lengths are checked here too).
 
 Interpolation, convolution, mixture of experts (shapes and dtypes as the ``rudnn`` functions):
     interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
@@ -308,6 +309,7 @@ def geglu(gate: Tensor, up: Optional[Tensor] = None, approximate: str = "none") 
 
 # ---- pooling, grid_sample, gated delta, ctc, attention -------------------------------------
 
+from .ctc import host_checked as _ctc_host_checked  # noqa: E402
 from .pooling import spatial as _spatial  # noqa: E402
 
 
@@ -415,10 +417,15 @@ def ctc_loss(
     zero_infinity: bool = False,
 ) -> Tensor:
     """Differentiable :func:`rudnn.ctc_loss` with torch's defaults and argument order; lengths
-    may be tensors or sequences of ints (made int64 tensors on log_probs' device)."""
+    may be tensors or sequences of ints (made int64 tensors on log_probs' device). With
+    log_probs on a GPU, host lengths (and CPU targets) are checked on the host first, as torch
+    does (:func:`rudnn.ctc.ctc_loss_check`), then moved to the device."""
+    blank = _index("ctc_loss", "blank", blank)
+    targets, input_lengths, target_lengths = _ctc_host_checked(log_probs, targets, input_lengths, target_lengths,
+                                                               blank)
     return _lib.ctc_loss(
         log_probs, targets, _lengths(input_lengths, log_probs), _lengths(target_lengths, log_probs),
-        _index("ctc_loss", "blank", blank), reduction, _flag("ctc_loss", "zero_infinity", zero_infinity),
+        blank, reduction, _flag("ctc_loss", "zero_infinity", zero_infinity),
     )
 
 

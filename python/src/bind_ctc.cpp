@@ -1,5 +1,5 @@
 // The CTC family (rudnn/ctc.h): ctc_loss and ctc_loss_backward, the _into forms through
-// `out=`. Options take torch's names (blank, reduction "none" / "mean" / "sum",
+// `out=`, and ctc_loss_check (the host rules for host lengths). Options take torch's names (blank, reduction "none" / "mean" / "sum",
 // zero_infinity). The documented Python functions are in python/rudnn/ctc.py.
 #include "arg_rules.h"
 #include "bind_families.h"
@@ -75,6 +75,17 @@ py::object ctc_loss_backward(py::object log_probs, py::object targets, py::objec
   return out;
 }
 
+void ctc_loss_check(py::object log_probs_shape, py::object targets, py::object input_lengths,
+                    py::object target_lengths, py::object blank) {
+  const OpArgs a("ctc_loss_check", py::none());
+  const rudnn::Shape shape = rules::shape(a, log_probs_shape, "log_probs_shape");
+  const Tensor tg = a.tensor(targets, "targets"), il = a.tensor(input_lengths, "input_lengths"),
+               tl = a.tensor(target_lengths, "target_lengths");
+  rudnn::CtcLossOptions o;
+  o.blank = rules::integer(a, blank, "blank");
+  without_gil([&] { rudnn::ctc_loss_check(shape, tg, il, tl, o); });
+}
+
 }  // namespace
 
 void bind_ctc(py::module_& m) {
@@ -87,6 +98,8 @@ void bind_ctc(py::module_& m) {
         py::arg("input_lengths"), py::arg("target_lengths"), py::arg("grad_loss"),
         py::arg("blank") = 0, py::arg("reduction") = "mean", py::arg("zero_infinity") = false,
         py::kw_only(), py::arg("stream") = none, py::arg("out") = none);
+  m.def("ctc_loss_check", &ctc_loss_check, py::arg("log_probs_shape"), py::arg("targets"),
+        py::arg("input_lengths"), py::arg("target_lengths"), py::arg("blank") = 0);
 }
 
 }  // namespace rudnn_py

@@ -23,12 +23,16 @@ struct Args {
   CtcLossOptions o{};
 };
 
-// Both ops (forward and backward) refuse `a` with `code` and a message holding `fragments`.
-void expect_both_refuse(const Args& a, ErrorCode code, std::initializer_list<std::string> frags) {
+// Both ops (forward and backward) refuse `a` with `code` and a message holding `fragments`,
+// and so does ctc_loss_check (the host rules for log_probs of a.lp's shape) unless the rule
+// is about the log_probs tensor itself (`host_check` false).
+void expect_both_refuse(const Args& a, ErrorCode code, std::initializer_list<std::string> frags,
+                        bool host_check = true) {
   std::vector<std::string> f(frags);
-  std::vector<std::string> fwd = f, bwd = f;
+  std::vector<std::string> fwd = f, bwd = f, chk = f;
   fwd.insert(fwd.begin(), "ctc_loss: ");
   bwd.insert(bwd.begin(), "ctc_loss_backward: ");
+  chk.insert(chk.begin(), "ctc_loss_check: ");
   auto check = [&](const std::function<void()>& fn, const std::vector<std::string>& v) {
     switch (v.size()) {
       case 2:
@@ -41,18 +45,44 @@ void expect_both_refuse(const Args& a, ErrorCode code, std::initializer_list<std
   };
   EXPECT_TRUE(check([&] { ctc_loss(a.lp, a.tg, a.il, a.tl, a.o); }, fwd));
   EXPECT_TRUE(check([&] { ctc_loss_backward(a.lp, a.tg, a.il, a.tl, a.g, a.o); }, bwd));
+  if (host_check)
+    EXPECT_TRUE(check([&] { ctc_loss_check(a.lp.shape(), a.tg, a.il, a.tl, a.o); }, chk));
 }
 
 TEST(CtcErrors, ValidCallsPass) {
   Args a;
   EXPECT_NO_THROW(ctc_loss(a.lp, a.tg, a.il, a.tl, a.o));
   EXPECT_NO_THROW(ctc_loss_backward(a.lp, a.tg, a.il, a.tl, a.g, a.o));
+  EXPECT_NO_THROW(ctc_loss_check(a.lp.shape(), a.tg, a.il, a.tl, a.o));
+  // Concatenated targets and I32 lengths pass too.
+  EXPECT_NO_THROW(ctc_loss_check({T, N, C}, i64({1, 2, 3, 3, 1}, {5}),
+                                 Tensor::from_host(std::vector<int32_t>{5, 4}, {N}),
+                                 Tensor::from_host(std::vector<int32_t>{3, 2}, {N}), a.o));
+}
+
+// ctc_loss_check wants the lengths on the host; targets on a device are checked for shape
+// and dtype only (GPU part: skipped without a device).
+TEST(CtcErrorsGpu, HostCheckDevices) {
+  RUDNN_REQUIRE_CUDA();
+  Args a;
+  const Device gpu = Device::cuda(0);
+  EXPECT_TRUE(throws_error([&] { ctc_loss_check({T, N, C}, a.tg, a.il.to(gpu), a.tl, a.o); },
+                           ErrorCode::DeviceMismatch,
+                           {"ctc_loss_check: ", "input_lengths is on cuda:0"}));
+  EXPECT_TRUE(throws_error([&] { ctc_loss_check({T, N, C}, a.tg, a.il, a.tl.to(gpu), a.o); },
+                           ErrorCode::DeviceMismatch, {"ctc_loss_check: ", "target_lengths"}));
+  // Labels on the device are not read: a bad one passes, a bad length does not.
+  const Tensor bad_labels = i64({1, 2, 3, 3, 9, 0}, {N, S}).to(gpu);
+  EXPECT_NO_THROW(ctc_loss_check({T, N, C}, bad_labels, a.il, a.tl, a.o));
+  EXPECT_TRUE(throws_error(
+      [&] { ctc_loss_check({T, N, C}, bad_labels, i64({6, 4}, {N}), a.tl, a.o); },
+      ErrorCode::InvalidArgument, {"ctc_loss_check: ", "input_lengths[0]", "<= T = 5"}));
 }
 
 TEST(CtcErrors, UndefinedOperands) {
   Args a;
   a.lp = Tensor();
-  expect_both_refuse(a, ErrorCode::InvalidArgument, {"log_probs", "undefined"});
+  expect_both_refuse(a, ErrorCode::InvalidArgument, {"log_probs", "undefined"}, false);
   a = Args();
   a.tg = Tensor();
   expect_both_refuse(a, ErrorCode::InvalidArgument, {"targets", "undefined"});
@@ -69,7 +99,7 @@ TEST(CtcErrors, Dtypes) {
   for (DType dt : {DType::i64, DType::i32, DType::u8}) {
     Args a;
     a.lp = Tensor::zeros({T, N, C}, dt);
-    expect_both_refuse(a, ErrorCode::DTypeMismatch, {"log_probs", dtype_name(dt)});
+    expect_both_refuse(a, ErrorCode::DTypeMismatch, {"log_probs", dtype_name(dt)}, false);
   }
   // Every float dtype runs on the CPU (the reference reads it as float64); grad_loss and the
   // results take log_probs' dtype.

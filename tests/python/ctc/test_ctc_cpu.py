@@ -199,3 +199,33 @@ def test_errors_name_the_op_and_argument(rng):
     for exc, pattern, call in cases:
         with pytest.raises(exc, match=pattern):
             call()
+
+
+@pytest.mark.parametrize("layout", ["padded", "concatenated"])
+def test_ctc_loss_check_is_the_cpu_rules_on_host_values(rng, layout):
+    """rudnn.ctc_loss_check raises what ctc_loss raises on the CPU for the same host values,
+    named ctc_loss_check, and passes what it accepts; lengths as sequences of ints too."""
+    lp, targets, il, tl = problem(rng, layout=layout)
+    assert rudnn.ctc_loss_check(lp.shape, targets, il, tl) is None
+    assert rudnn.ctc_loss_check(lp.shape, targets, il.tolist(), tuple(tl.tolist()), blank=0) is None
+    bad_label = targets.copy()
+    first = 0 if layout == "concatenated" else (int(np.argmax(tl > 0)), 0)
+    cases = [
+        (rudnn.InvalidArgument, "input_lengths", (targets, il + 20, tl, 0)),
+        (rudnn.InvalidArgument, "target_lengths", (targets, il, tl - 10, 0)),
+        (rudnn.InvalidArgument, "blank", (targets, il, tl, 6)),
+        (rudnn.ShapeMismatch, "input_lengths", (targets, il[:3], tl, 0)),
+        (rudnn.DTypeMismatch, "targets", (targets.astype(F64), il, tl, 0)),
+    ]
+    if tl.sum() > 0:
+        bad_label[first] = 0  # the blank
+        cases.append((rudnn.InvalidArgument, "label != blank", (bad_label, il, tl, 0)))
+    for exc, fragment, (tg, i, t, blank) in cases:
+        with pytest.raises(exc, match="^ctc_loss: .*" + fragment):
+            rudnn.ctc_loss(lp, tg, i, t, blank=blank)
+        with pytest.raises(exc, match="^ctc_loss_check: .*" + fragment):
+            rudnn.ctc_loss_check(lp.shape, tg, i, t, blank=blank)
+    with pytest.raises(rudnn.ShapeMismatch, match="^ctc_loss_check: log_probs has shape"):
+        rudnn.ctc_loss_check(lp.shape[:2], targets, il, tl)
+    with pytest.raises(rudnn.InvalidArgument, match="^ctc_loss_check: log_probs_shape must be a sequence"):
+        rudnn.ctc_loss_check(7, targets, il, tl)

@@ -127,3 +127,28 @@ def test_cuda_bad_label_is_a_nan_loss_for_its_sample(gen):
     assert torch.isnan(loss[1]) and torch.isfinite(loss[[0, 2, 3]]).all(), loss
     with pytest.raises(rudnn.Error, match="^ctc_loss: "):  # on the CPU the same sample is an error
         rudnn.ctc_loss(z.float().log_softmax(-1), targets, il, tl)
+
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA GPU (or ruDNN built without CUDA)")
+def test_cuda_host_lengths_are_checked_like_torch(gen):
+    """Host lengths (CPU tensors, lists) with GPU log_probs: moved to the device and the loss
+    equals the device-lengths call; a bad host length or a bad label of CPU targets raises
+    rudnn.Error on the host (as torch raises), for the functional ops and torch_autograd."""
+    z, targets, il, tl = problem(gen, S=4)
+    lp = z.cuda().float().log_softmax(-1)
+    want = rudnn.ctc_loss(lp, targets.cuda(), il.cuda(), tl.cuda(), reduction="none")
+    for t, i, l in ((targets.cuda(), il, tl), (targets, il, tl), (targets.cuda(), il.tolist(), tl.tolist())):
+        got = rudnn.ctc_loss(lp, t, i, l, reduction="none")
+        assert torch.equal(got, want)
+        assert torch.equal(ta.ctc_loss(lp, t, i, l, reduction="none"), want)
+    bad = il.clone()
+    bad[0] = lp.shape[0] + 1
+    for fn in (rudnn.ctc_loss, ta.ctc_loss):
+        with pytest.raises(rudnn.InvalidArgument, match="^ctc_loss_check: input_lengths"):
+            fn(lp, targets.cuda(), bad, tl)
+    blank_label = targets.clone()
+    tl2 = tl.clone()
+    tl2[1] = 3
+    blank_label[1, 0] = 0
+    with pytest.raises(rudnn.InvalidArgument, match="^ctc_loss_check: .*label != blank"):
+        rudnn.ctc_loss(lp, blank_label, il, tl2)
