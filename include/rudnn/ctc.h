@@ -18,7 +18,9 @@
 // they stay on the device (reading them on the host would synchronise it): the kernels check
 // them per sample, and a sample with a length out of range, concatenated targets too short for
 // it, or a label out of range or equal to blank gets a NaN loss (so a NaN mean or sum) and a
-// NaN gradient at every step; no out-of-bounds read happens. Divergence: torch raises there.
+// NaN gradient at every step; no out-of-bounds read happens. Divergence: torch raises there
+// (it reads lengths on the host); a caller holding them on the host can run the same host
+// checks first with ctc_loss_check (the Python functions do so for host lengths).
 //
 // Options: blank in [0, C) (else InvalidArgument); reduction none (loss [N]), sum (0-d) or
 // mean (0-d: each loss divided by max(target_length, 1), then averaged over N; N = 0 gives
