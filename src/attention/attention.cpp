@@ -155,6 +155,12 @@ Dims dims_of(const char* op, const Shape& q, const Shape& k, const Shape& v,
 void check_scalars(const char* op, const AttentionOptions& o, const Dims& d) {
   if (o.scale && !std::isfinite(*o.scale))
     fail(ErrorCode::InvalidArgument, cat(op, ": scale must be finite, got ", *o.scale));
+  // The tensor-core kernels fold log2(e) into the scale: it must stay a finite float.
+  if (o.scale && !std::isfinite(*o.scale * 1.4426950408889634f)) {
+    fail(ErrorCode::InvalidArgument,
+         cat(op, ": scale must be finite with |scale| * log2(e) finite (|scale| below about ",
+             "2.36e38), got ", *o.scale));
+  }
   if (o.softcap && !(std::isfinite(*o.softcap) && *o.softcap > 0.0f)) {
     fail(ErrorCode::InvalidArgument, cat(op, ": softcap must be finite and > 0, got ", *o.softcap));
   }
