@@ -56,8 +56,9 @@
 //   mask, bias, sinks or slopes tensor that does not broadcast / has the wrong shape or
 //   dtype; cu_seqlens of the wrong dtype or length, or (CPU tensors, where they can be read)
 //   not non-decreasing from 0 or beyond the tensors' rows or the max lengths; a
-//   non-finite scale, or one whose product with log2(e) is not (|scale| >= ~2.36e38); a softcap that is not finite and > 0; max_score_bytes = 0, or below
-//   one query row's intermediate with no kernel to honour it; a head size or shape the
+//   non-finite scale, or one whose product with log2(e) is not (|scale| >= ~2.36e38); a
+//   softcap that is not finite and > 0; max_score_bytes = 0, or below one query row's
+//   intermediate with no kernel to honour it; a head size or shape the
 //   requested strategy cannot take (Unsupported, naming why).
 #pragma once
 
