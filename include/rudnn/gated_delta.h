@@ -56,7 +56,7 @@
 // non-decreasing, so bad offsets cannot address outside the inputs either.
 //
 // NOT IMPLEMENTED YET (later work of issue 14): the backward of the chunked form, GPU
-// Dk > 256, a varlen gated_delta_steps, and spec 003's chunked form on the GPU.
+// Dk > 256, a GPU varlen gated_delta_steps, and spec 003's chunked form on the GPU.
 //
 // Errors (rudnn::Error, message "op: argument ...; expected ..."): a chunk_size that is not
 // positive or whose workspace exceeds the shared-memory limit (chunk_gated_delta*), an
@@ -220,6 +220,21 @@ void gated_delta_varlen_into(const Tensor& y_out, const Tensor& state_out, const
                              const Tensor& k, const Tensor& v, const Tensor& g,
                              const Tensor& beta, const Tensor& state, const Tensor& cu_seqlens,
                              const Stream& stream = {});
+
+// gated_delta_steps over N packed sequences (operands, state and cu_seqlens as
+// gated_delta_varlen): returns y [1,T,Hv,Dv] in q's dtype and every step's state
+// [1,T,Hv,Dv,Dk] in the state's dtype, token t's state at index t; each sequence's slice equals
+// gated_delta_steps on that sequence alone, bit for bit, and its last token's state equals
+// gated_delta_varlen's final state (an empty sequence writes nothing). Precision: float64
+// accumulation on the CPU. Memory: y and T times one state per head. Errors: as
+// gated_delta_varlen; a GPU tensor: Unsupported after all checks (no CUDA kernel yet).
+GatedDeltaResult gated_delta_steps_varlen(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& g, const Tensor& beta, const Tensor& state,
+                                          const Tensor& cu_seqlens, const Stream& stream = {});
+void gated_delta_steps_varlen_into(const Tensor& y_out, const Tensor& states_out,
+                                   const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& g, const Tensor& beta, const Tensor& state,
+                                   const Tensor& cu_seqlens, const Stream& stream = {});
 
 // gated_delta_slots over N packed sequences: sequence n starts from pool[slots[n]] and its
 // final state is written back there; slots [N]. Returns y [1,T,Hv,Dv].

@@ -360,6 +360,12 @@ GatedDeltaResult gated_delta_impl(OpCall& call, Outputs& outs, const Tensor& q, 
                        {"beta", &beta},
                        {"state", &state},
                        {"cu_seqlens", &cu}});
+  // The CUDA recurrence kernel writes every step's state only for the batched layout.
+  if (every_step && cu.defined() && !call.device.is_cpu()) {
+    fail(ErrorCode::Unsupported,
+         cat(call.op, ": no CUDA kernel for every step's state of packed sequences yet; "
+                      "this op runs on the CPU only"));
+  }
   if (chunked) {
     require_no_gpu_chunked_bthd(call);
     std::vector<double> s = host_doubles(state), y;
@@ -1024,6 +1030,26 @@ void chunk_gated_delta_rule_varlen_into(const Tensor& output_out, const Tensor& 
   const std::vector<Tensor> given{output_out, final_state_out};
   Outputs outs(call, &given);
   chunk_rule_impl(call, outs, in, chunk_size, cu_seqlens);
+}
+
+GatedDeltaResult gated_delta_steps_varlen(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& g, const Tensor& beta, const Tensor& state,
+                                          const Tensor& cu_seqlens, const Stream& stream) {
+  OpCall call("gated_delta_steps_varlen", "q", q, stream);
+  common::require_defined(call, "cu_seqlens", cu_seqlens);
+  Outputs outs(call, nullptr);
+  return gated_delta_impl(call, outs, q, k, v, g, beta, state, true, cu_seqlens);
+}
+
+void gated_delta_steps_varlen_into(const Tensor& y_out, const Tensor& states_out,
+                                   const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& g, const Tensor& beta, const Tensor& state,
+                                   const Tensor& cu_seqlens, const Stream& stream) {
+  OpCall call("gated_delta_steps_varlen", "q", q, stream);
+  common::require_defined(call, "cu_seqlens", cu_seqlens);
+  const std::vector<Tensor> given{y_out, states_out};
+  Outputs outs(call, &given);
+  gated_delta_impl(call, outs, q, k, v, g, beta, state, true, cu_seqlens);
 }
 
 GatedDeltaResult gated_delta_varlen(const Tensor& q, const Tensor& k, const Tensor& v,
