@@ -200,7 +200,8 @@ def gated_delta(
     stream: Any = None, out: Any = None,
 ) -> Tuple[Any, Any]: ...
 def gated_delta_steps(
-    q: Any, k: Any, v: Any, g: Any, beta: Any, state: Any, *, stream: Any = None, out: Any = None
+    q: Any, k: Any, v: Any, g: Any, beta: Any, state: Any, *, cu_seqlens: Any = None,
+    stream: Any = None, out: Any = None,
 ) -> Tuple[Any, Any]: ...
 def gated_delta_slots(
     q: Any, k: Any, v: Any, g: Any, beta: Any, pool: Any, slots: Any, *, cu_seqlens: Any = None,

@@ -124,15 +124,20 @@ def gated_delta_steps(
     beta: Array,
     state: Array,
     *,
+    cu_seqlens: Optional[Array] = None,
     out: Optional[Tuple[Array, Array]] = None,
     stream: StreamLike = None,
 ) -> Tuple[Array, Array]:
     """:func:`gated_delta` returning every step's state: ``(y, states)`` with states
     ``[B, T, Hv, Dv, Dk]`` (step t at index t; the last equals gated_delta's final state) in the
     input state's dtype. Memory: T times the state's bytes. ``out``: optional
-    ``(y_out, states_out)``. Args and errors as :func:`gated_delta` (no varlen form)."""
+    ``(y_out, states_out)``. Args and errors as :func:`gated_delta`; with ``cu_seqlens`` (packed
+    sequences, B = 1, state ``[N, Hv, Dv, Dk]``) states is ``[1, T, Hv, Dv, Dk]``, each
+    sequence's steps at its rows: CPU only so far (GPU arrays raise Unsupported)."""
     kind, stream = io.context(q, stream)
-    r = _rudnn.gated_delta_steps(*_inputs(q, k, v, g, beta, state), stream=stream, out=io.as_output(out))
+    r = _rudnn.gated_delta_steps(
+        *_inputs(q, k, v, g, beta, state), cu_seqlens=io.as_input(cu_seqlens), stream=stream, out=io.as_output(out)
+    )
     return out if out is not None else io.results(kind, r)
 
 

@@ -73,19 +73,29 @@ py::object gated_delta(py::object q, py::object k, py::object v, py::object g, p
 }
 
 py::object gated_delta_steps(py::object q, py::object k, py::object v, py::object g,
-                             py::object beta, py::object state, py::object stream,
-                             py::object out) {
+                             py::object beta, py::object state, py::object cu_seqlens,
+                             py::object stream, py::object out) {
   const OpArgs a("gated_delta_steps", stream);
   const Operands t = operands(a, q, k, v, g, beta);
   Tensor st = a.tensor(state, "state");
+  Tensor cu = a.optional_tensor(cu_seqlens, "cu_seqlens");
   const rudnn::Stream s = a.stream_for(t.q);
+  const bool varlen = cu.defined();
   if (out.is_none()) {
-    rudnn::GatedDeltaResult r = without_gil(
-        [&] { return rudnn::gated_delta_steps(t.q, t.k, t.v, t.g, t.beta, st, s); });
+    rudnn::GatedDeltaResult r = without_gil([&] {
+      return varlen ? rudnn::gated_delta_steps_varlen(t.q, t.k, t.v, t.g, t.beta, st, cu, s)
+                    : rudnn::gated_delta_steps(t.q, t.k, t.v, t.g, t.beta, st, s);
+    });
     return wrap_all(std::move(r.y), std::move(r.state));
   }
   auto o = a.outputs(out, {"out[0] (y)", "out[1] (states)"});
-  without_gil([&] { rudnn::gated_delta_steps_into(o[0], o[1], t.q, t.k, t.v, t.g, t.beta, st, s); });
+  without_gil([&] {
+    if (varlen) {
+      rudnn::gated_delta_steps_varlen_into(o[0], o[1], t.q, t.k, t.v, t.g, t.beta, st, cu, s);
+    } else {
+      rudnn::gated_delta_steps_into(o[0], o[1], t.q, t.k, t.v, t.g, t.beta, st, s);
+    }
+  });
   return out;
 }
 
@@ -276,8 +286,8 @@ void bind_gated_delta(py::module_& m) {
         py::arg("beta"), py::arg("state"), py::kw_only(), py::arg("cu_seqlens") = none,
         py::arg("stream") = none, py::arg("out") = none);
   m.def("gated_delta_steps", &gated_delta_steps, py::arg("q"), py::arg("k"), py::arg("v"),
-        py::arg("g"), py::arg("beta"), py::arg("state"), py::kw_only(), py::arg("stream") = none,
-        py::arg("out") = none);
+        py::arg("g"), py::arg("beta"), py::arg("state"), py::kw_only(),
+        py::arg("cu_seqlens") = none, py::arg("stream") = none, py::arg("out") = none);
   m.def("gated_delta_slots", &gated_delta_slots, py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("g"), py::arg("beta"), py::arg("pool"), py::arg("slots"), py::kw_only(),
         py::arg("cu_seqlens") = none, py::arg("stream") = none, py::arg("out") = none);

@@ -153,7 +153,7 @@ std::vector<ContractCase> contract_cases(const std::vector<OpRow>& rows, bool gp
   std::vector<ContractCase> cases;
   for (const OpRow& row : rows) {
     for (Device device : {Device::cpu(), Device::cuda(0)}) {
-      if (gpu_only && device.is_cpu()) continue;
+      if ((gpu_only && device.is_cpu()) || (row.cpu_only && device.is_cuda())) continue;
       for (DType dtype : dtypes) cases.push_back({&row, device, dtype});
     }
   }

@@ -83,6 +83,7 @@ struct OpRow {
   std::function<void(const Args&, const Stream&)> into;
   bool in_place = false;    // outputs hold the input values the op updates
   bool takes_big = true;    // takes inputs of more than 2^31 elements
+  bool cpu_only = false;    // no CUDA kernel yet (Unsupported on a GPU): CPU cases only
   int64_t big_cols = 8192;  // row length of that case (rows: enough to pass 2^31 elements)
   // Non-empty: the op documents this row's _into call as not for CUDA-graph capture (it
   // allocates a temporary on the stream, as norm_rope writing a cache of several heads

@@ -216,6 +216,34 @@ std::vector<OpRow> make_rows() {
       .takes_big = false,
   });
   rows.push_back({
+      .name = "gated_delta_steps_varlen",
+      .inputs = with_offsets(bthd_operands()),
+      .outputs = {{"y_out"}, {"states_out"}},
+      .make =
+          [](Rng& rng, DType dt, int64_t r, int64_t cols) {
+            const int64_t dv = value_dim(cols), t = packed_steps(r);
+            std::vector<Tensor> in = bthd_inputs(rng, dt, 1, t, r, dv);
+            in.push_back(packed_offsets(r));
+            return Args{in, {Tensor::empty({1, t, kHv, dv}, dt),
+                             Tensor::empty({1, t, kHv, dv, kDk}, DType::f32)}};
+          },
+      .functional =
+          [](const Args& a, const Stream& s) {
+            const auto& i = a.inputs;
+            const GatedDeltaResult r =
+                gated_delta_steps_varlen(i[0], i[1], i[2], i[3], i[4], i[5], i[6], s);
+            return std::vector<Tensor>{r.y, r.state};
+          },
+      .into =
+          [](const Args& a, const Stream& s) {
+            const auto& i = a.inputs;
+            gated_delta_steps_varlen_into(a.outputs[0], a.outputs[1], i[0], i[1], i[2], i[3],
+                                          i[4], i[5], i[6], s);
+          },
+      .takes_big = false,
+      .cpu_only = true,
+  });
+  rows.push_back({
       .name = "gated_delta_slots_varlen",
       .inputs = {{"q"}, {"k"}, {"v"}, {"g"}, {"beta"}, {"slots", DType::f32}, kOffsets},
       .outputs = {{"y_out"}, {"pool"}},

@@ -258,11 +258,16 @@ def test_varlen_forms_equal_each_sequence_alone(rng):
     slots = np.array([5, 1, 0, 3], np.int64)
     pool_before = pool.copy()
     y_slots = rudnn.gated_delta_slots(**seq, pool=pool, slots=slots, cu_seqlens=cu)
+    y_steps, steps = rudnn.gated_delta_steps(**seq, state=states, cu_seqlens=cu)
+    np.testing.assert_array_equal(y_steps, y, err_msg=ctx.msg("varlen steps' y"))
+    assert steps.shape == (1, T) + states.shape[1:], ctx.msg(f"{steps.shape}")
     for n in range(N):
         part = {name: x[:, cu[n] : cu[n + 1]] for name, x in seq.items()}
         y_n, s_n = rudnn.gated_delta(**part, state=states[n : n + 1])
         np.testing.assert_array_equal(y[:, cu[n] : cu[n + 1]], y_n, err_msg=ctx.msg(f"varlen y of sequence {n}"))
         np.testing.assert_array_equal(final[n : n + 1], s_n, err_msg=ctx.msg(f"varlen state of sequence {n}"))
+        _, st_n = rudnn.gated_delta_steps(**part, state=states[n : n + 1])
+        np.testing.assert_array_equal(steps[:, cu[n] : cu[n + 1]], st_n, err_msg=ctx.msg(f"varlen steps {n}"))
         y_p, s_p = rudnn.gated_delta(**part, state=pool_before[slots[n] : slots[n] + 1])
         np.testing.assert_array_equal(y_slots[:, cu[n] : cu[n + 1]], y_p, err_msg=ctx.msg(f"slots varlen y {n}"))
         np.testing.assert_array_equal(pool[slots[n]], s_p[0], err_msg=ctx.msg(f"slots varlen state {n}"))
@@ -279,6 +284,8 @@ def test_varlen_forms_equal_each_sequence_alone(rng):
         rudnn.gated_delta(**seq, state=states, cu_seqlens=cu.astype(np.int64))
     with pytest.raises(rudnn.Error, match="^gated_delta_varlen: "):
         rudnn.gated_delta(**seq, state=states, cu_seqlens=np.array([0, 3, 2, 8, 10], np.int32))
+    with pytest.raises(rudnn.Error, match="^gated_delta_steps_varlen: "):
+        rudnn.gated_delta_steps(**seq, state=states, cu_seqlens=np.array([0, 3, 2, 8, 10], np.int32))
 
 
 def test_out_is_written_in_place(rng):
