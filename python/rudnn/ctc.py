@@ -88,9 +88,8 @@ def ctc_loss_check(
     ``[N]``) or sequences of ints. ``targets``: a host array (every label checked) or a device
     array (its shape and dtype only: nothing is read from the device). Reads, writes nothing.
     """
-    host = lambda v: array.array("q", v) if isinstance(v, (tuple, list)) else io.as_input(v)  # noqa: E731
-    _rudnn.ctc_loss_check(log_probs_shape, io.as_input(targets), host(input_lengths), host(target_lengths),
-                          blank)
+    _rudnn.ctc_loss_check(log_probs_shape, io.as_input(targets), _lengths(input_lengths, None),
+                          _lengths(target_lengths, None), blank)
 
 
 def host_checked(log_probs, targets, input_lengths, target_lengths, blank):

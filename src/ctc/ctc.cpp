@@ -219,7 +219,6 @@ void ctc_loss_check(const Shape& log_probs, const Tensor& targets, const Tensor&
     fail(ErrorCode::DeviceMismatch,
          cat(call.op, ": input_lengths is on ", call.device.str(),
              "; expected host (CPU) lengths: device values are the kernels' to check"));
-  common::require_device(call, "target_lengths", target_lengths);
   const ctc::CtcProblem p =
       shape_rules(call, log_probs, targets, input_lengths, target_lengths, options);
   const Tensor in = input_lengths.contiguous(), tg = target_lengths.contiguous();
