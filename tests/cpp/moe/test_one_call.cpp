@@ -92,26 +92,24 @@ TEST(MoeOneCall, GradientsMatchFiniteDifferences) {
     const auto check = [&](const Tensor& grad, const Tensor& at, int which, const char* what) {
       SCOPED_TRACE(what);
       ASSERT_TRUE(grad.defined());
-      const auto x = to_doubles(at), got = to_doubles(grad);
-      for (size_t i = 0; i < x.size(); ++i) {
-        const auto loss = [&](double v) {
-          auto y = x;
-          y[i] = v;
-          const Tensor t = host_tensor(y, at.shape(), DType::f64);
-          Problem q = p;
-          (which == 0   ? q.input
-           : which == 1 ? q.logits
-           : which == 2 ? q.gate
-           : which == 3 ? q.up
-                        : q.down) = t;
-          return dot(gv, to_doubles(moe::moe_inference(q.input, q.logits, q.bias, q.gate, q.up,
-                                                       q.down, o)));
-        };
-        // The routing weights are F32 (the contract): a logits step of 1e-3 keeps their
-        // rounding (~6e-8) small against the difference; the rest is F64 throughout.
-        const double step = which == 1 ? 1e-3 : 1e-6;
-        EXPECT_NEAR(got[i], (loss(x[i] + step) - loss(x[i] - step)) / (2 * step), 2e-3) << i;
-      }
+      auto x = to_doubles(at);
+      const auto got = to_doubles(grad);
+      const auto loss = [&] {
+        const Tensor t = host_tensor(x, at.shape(), DType::f64);
+        Problem q = p;
+        (which == 0   ? q.input
+         : which == 1 ? q.logits
+         : which == 2 ? q.gate
+         : which == 3 ? q.up
+                      : q.down) = t;
+        return dot(
+            gv, to_doubles(moe::moe_inference(q.input, q.logits, q.bias, q.gate, q.up, q.down, o)));
+      };
+      // The routing weights are F32 (the contract): a logits step of 1e-3 keeps their
+      // rounding (~6e-8) small against the difference; the rest is F64 throughout.
+      const double step = which == 1 ? 1e-3 : 1e-6;
+      const auto num = central_differences(x.data(), static_cast<int64_t>(x.size()), loss, step);
+      for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(got[i], num[i], 2e-3) << i;
     };
     check(g.input, p.input, 0, "input");
     check(g.logits, p.logits, 1, "logits");

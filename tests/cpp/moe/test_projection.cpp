@@ -59,18 +59,14 @@ TEST(MoeProjection, GradientsMatchFiniteDifferencesAndSelection) {
   const auto g = moe::expert_projection_backward(f.state, grad);
   for (int which = 0; which < 2; ++which) {
     const Tensor& at = which == 0 ? x : w;
-    const auto v = to_doubles(at), got = to_doubles(which == 0 ? g.input : g.weights);
-    for (size_t i = 0; i < v.size(); ++i) {
-      auto up = v, down = v;
-      up[i] += 1e-6;
-      down[i] -= 1e-6;
-      const auto t = [&](const std::vector<double>& d) {
-        return host_tensor(d, at.shape(), DType::f64);
-      };
-      const double num = which == 0 ? (loss(t(up), w) - loss(t(down), w)) / 2e-6
-                                    : (loss(x, t(up)) - loss(x, t(down))) / 2e-6;
-      EXPECT_NEAR(got[i], num, 1e-5) << (which == 0 ? "input " : "weights ") << i;
-    }
+    auto v = to_doubles(at);
+    const auto got = to_doubles(which == 0 ? g.input : g.weights);
+    const auto num = central_differences(v.data(), static_cast<int64_t>(v.size()), [&] {
+      const Tensor t = host_tensor(v, at.shape(), DType::f64);
+      return which == 0 ? loss(t, w) : loss(x, t);
+    });
+    for (size_t i = 0; i < v.size(); ++i)
+      EXPECT_NEAR(got[i], num[i], 1e-5) << (which == 0 ? "input " : "weights ") << i;
   }
   const auto only_w = moe::expert_projection_backward(f.state, grad, {false, true});
   EXPECT_FALSE(only_w.input.defined());

@@ -14,15 +14,12 @@ namespace {
 using moe::RouterScoring;
 using moe::RouterWeightOptions;
 
-// sum(grad * f(x)) differentiated numerically in x[i] (central differences, F64).
-double numeric(const std::function<double(const std::vector<double>&)>& f, std::vector<double> x,
-               size_t i, double step = 1e-6) {
-  const double x0 = x[i];
-  x[i] = x0 + step;
-  const double up = f(x);
-  x[i] = x0 - step;
-  const double down = f(x);
-  return (up - down) / (2 * step);
+// sum(grad * f(x)) differentiated numerically in every element of x (test_support's
+// central differences, F64).
+std::vector<double> numeric(const std::function<double(const std::vector<double>&)>& f,
+                            std::vector<double> x, double step = 1e-6) {
+  return central_differences(
+      x.data(), static_cast<int64_t>(x.size()), [&] { return f(x); }, step);
 }
 
 double dot(const std::vector<double>& a, const std::vector<double>& b) {
@@ -48,7 +45,8 @@ TEST(MoeTraining, CombineBackwardIsTheAdjointOfCombine) {
       return dot(go, to_doubles(d.combine(host_tensor(eo, {T * k, H}, DType::f64))));
     };
     const auto eo = to_doubles(expert_out), dex = to_doubles(g.dexpert);
-    for (size_t i = 0; i < eo.size(); i += 5) EXPECT_NEAR(dex[i], numeric(f, eo, i), 1e-6);
+    const auto num = numeric(f, eo);
+    for (size_t i = 0; i < eo.size(); i += 5) EXPECT_NEAR(dex[i], num[i], 1e-6);
     // dweights[t, j] = <grad[t], expert_out[row(t, j)]>.
     const auto rows = d.row_of_slot().to_vector<int32_t>();
     const auto dw = to_doubles(g.dweights);
@@ -140,7 +138,8 @@ TEST(MoeTraining, SelectedRouterBackwardMatchesFiniteDifferences) {
       const auto x = to_doubles(logits);
       const auto dl = to_doubles(moe::selected_router_backward(logits, indices, grad, o));
       // The weights are F32: differences of step 1e-3 keep their rounding small.
-      for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(dl[i], numeric(f, x, i, 1e-3), 2e-4) << i;
+      const auto num = numeric(f, x, 1e-3);
+      for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(dl[i], num[i], 2e-4) << i;
     }
   }
 }
@@ -190,9 +189,10 @@ TEST(MoeTraining, NativeSwiGluBackwardMatchesFiniteDifferencesAndSelection) {
     return dot(gv, to_doubles(moe::native_swiglu(gate, host_tensor(u, {4, 5}, DType::f64))));
   };
   const auto dg = to_doubles(all.gate), du = to_doubles(all.up);
+  const auto num_g = numeric(fg, xv), num_u = numeric(fu, uv);
   for (size_t i = 0; i < xv.size(); ++i) {
-    EXPECT_NEAR(dg[i], numeric(fg, xv, i), 1e-7);
-    EXPECT_NEAR(du[i], numeric(fu, uv, i), 1e-7);
+    EXPECT_NEAR(dg[i], num_g[i], 1e-7);
+    EXPECT_NEAR(du[i], num_u[i], 1e-7);
   }
   // Absent means absent: not computed, not allocated.
   const auto only_up = moe::native_swiglu_backward(gate, up, grad, {false, true});
@@ -235,7 +235,8 @@ TEST(MoeTraining, ExpertBackwardMatchesFiniteDifferences) {
                      which == 3 ? t : down);
     };
     const auto x = to_doubles(at), got = to_doubles(grad);
-    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(got[i], numeric(f, x, i), 1e-5) << i;
+    const auto num = numeric(f, x);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(got[i], num[i], 1e-5) << i;
   };
   check(tokens.dispatch_backward(g.dinput), input, 0, "input");
   check(g.dgate, gate, 1, "gate");
