@@ -356,6 +356,109 @@ std::vector<OpRow> make_rows() {
       .takes_big = false,
       .not_capturable_because = kChunkWorkspace,
   });
+  // Spec 003's chunked forms at chunk size 2 (T = 3: a full and a padded chunk). CPU only
+  // (cpu_only): GPU tensors are refused with Unsupported.
+  rows.push_back({
+      .name = "chunk_gated_delta",
+      .inputs = bthd_operands(),
+      .outputs = {{"y_out"}, {"state_out"}},
+      .make =
+          [](Rng& rng, DType dt, int64_t r, int64_t cols) {
+            const int64_t dv = value_dim(cols);
+            return Args{bthd_inputs(rng, dt, r, kT, r, dv),
+                        {Tensor::empty({r, kT, kHv, dv}, dt),
+                         Tensor::empty({r, kHv, dv, kDk}, DType::f32)}};
+          },
+      .functional =
+          [](const Args& a, const Stream& s) {
+            const auto& i = a.inputs;
+            const GatedDeltaResult r = chunk_gated_delta(i[0], i[1], i[2], i[3], i[4], i[5], 2, s);
+            return std::vector<Tensor>{r.y, r.state};
+          },
+      .into =
+          [](const Args& a, const Stream& s) {
+            const auto& i = a.inputs;
+            chunk_gated_delta_into(a.outputs[0], a.outputs[1], i[0], i[1], i[2], i[3], i[4], i[5],
+                                   2, s);
+          },
+      .takes_big = false,
+      .cpu_only = true,
+  });
+  // In place (the pool), as gated_delta_slots.
+  rows.push_back({
+      .name = "chunk_gated_delta_slots",
+      .inputs = {{"q"}, {"k"}, {"v"}, {"g"}, {"beta"}, {"slots", DType::f32}},
+      .outputs = {{"y_out"}, {"pool"}},
+      .make =
+          [slot_ids](Rng& rng, DType dt, int64_t r, int64_t cols) {
+            const int64_t dv = value_dim(cols);
+            std::vector<Tensor> in = bthd_inputs(rng, dt, r, kT, 2 * r, dv);
+            const Tensor pool = in[5];
+            in[5] = slot_ids(r);
+            return Args{in, {Tensor::empty({r, kT, kHv, dv}, dt), pool}};
+          },
+      .into =
+          [](const Args& a, const Stream& s) {
+            const auto& i = a.inputs;
+            chunk_gated_delta_slots_into(a.outputs[0], i[0], i[1], i[2], i[3], i[4], a.outputs[1],
+                                         i[5], 2, s);
+          },
+      .in_place = true,
+      .takes_big = false,
+      .cpu_only = true,
+  });
+  rows.push_back({
+      .name = "chunk_gated_delta_varlen",
+      .inputs = with_offsets(bthd_operands()),
+      .outputs = {{"y_out"}, {"state_out"}},
+      .make =
+          [](Rng& rng, DType dt, int64_t r, int64_t cols) {
+            const int64_t dv = value_dim(cols), t = packed_steps(r);
+            std::vector<Tensor> in = bthd_inputs(rng, dt, 1, t, r, dv);
+            in.push_back(packed_offsets(r));
+            return Args{
+                in,
+                {Tensor::empty({1, t, kHv, dv}, dt), Tensor::empty({r, kHv, dv, kDk}, DType::f32)}};
+          },
+      .functional =
+          [](const Args& a, const Stream& s) {
+            const auto& i = a.inputs;
+            const GatedDeltaResult r =
+                chunk_gated_delta_varlen(i[0], i[1], i[2], i[3], i[4], i[5], i[6], 2, s);
+            return std::vector<Tensor>{r.y, r.state};
+          },
+      .into =
+          [](const Args& a, const Stream& s) {
+            const auto& i = a.inputs;
+            chunk_gated_delta_varlen_into(a.outputs[0], a.outputs[1], i[0], i[1], i[2], i[3], i[4],
+                                          i[5], i[6], 2, s);
+          },
+      .takes_big = false,
+      .cpu_only = true,
+  });
+  rows.push_back({
+      .name = "chunk_gated_delta_slots_varlen",
+      .inputs = {{"q"}, {"k"}, {"v"}, {"g"}, {"beta"}, {"slots", DType::f32}, kOffsets},
+      .outputs = {{"y_out"}, {"pool"}},
+      .make =
+          [slot_ids](Rng& rng, DType dt, int64_t r, int64_t cols) {
+            const int64_t dv = value_dim(cols), t = packed_steps(r);
+            std::vector<Tensor> in = bthd_inputs(rng, dt, 1, t, 2 * r, dv);
+            const Tensor pool = in[5];
+            in[5] = slot_ids(r);
+            in.push_back(packed_offsets(r));
+            return Args{in, {Tensor::empty({1, t, kHv, dv}, dt), pool}};
+          },
+      .into =
+          [](const Args& a, const Stream& s) {
+            const auto& i = a.inputs;
+            chunk_gated_delta_slots_varlen_into(a.outputs[0], i[0], i[1], i[2], i[3], i[4],
+                                                a.outputs[1], i[5], i[6], 2, s);
+          },
+      .in_place = true,
+      .takes_big = false,
+      .cpu_only = true,
+  });
   const char* const kWorkspace =
       "it allocates its FP32 workspace (checkpoints, partial sums) on the stream";
   rows.push_back({
