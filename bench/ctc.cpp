@@ -128,6 +128,7 @@ void run_variants(Bench& b) {
     std::string label;
     bool overlapped;
     int phases;
+    bool split_forward = true;
   };
   const Variant variants[] = {
       {"sequential", false, ctc::cuda::kAllPhases},
@@ -135,14 +136,17 @@ void run_variants(Bench& b) {
       {"sequential recursions", false, ctc::cuda::kPhaseGather | ctc::cuda::kPhaseRecursions},
       {"stream alone", true, ctc::cuda::kPhaseStream},
       {"overlapped, no fixup", true, ctc::cuda::kAllPhases & ~ctc::cuda::kPhaseFixup},
+      {"forward alpha over every step", true, ctc::cuda::kAllPhases, false},
   };
   for (const Variant& v : variants) {
     kernel_tuning() = defaults;
     kernel_tuning().overlapped_backward = v.overlapped;
     kernel_tuning().backward_phases = v.phases;
+    kernel_tuning().split_forward = v.split_forward;
     b.variant = v.label;
     b.variant_ops.clear();
-    for (const char* what : {"bwd", "fwd+bwd"}) {
+    const bool forward = !v.split_forward;  // the forward variant: its rows are fwd, fwd+bwd
+    for (const char* what : {forward ? "fwd" : "bwd", "fwd+bwd"}) {
       b.variant_ops.push_back(std::string("ctc_loss T1000 N32 C5000 S200 ") + what);
       b.variant_ops.push_back(label(what, {b.size("ctc-steps"), b.size("ctc-batch"),
                                            b.size("ctc-classes"), b.size("ctc-labels")}));

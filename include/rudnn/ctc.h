@@ -35,17 +35,20 @@
 // at T = 1000), as torch's FP32 kernels. Repeated labels follow CTC: the skip transition from
 // label s-2 to s is taken only when l[s] != l[s-2].
 // GPU method: the log-probabilities of each sample's blank and labels gathered first into a
-// dense [N, T, S' + 1] FP32 buffer (in base 2); then one block per sample for alpha (and one
-// for beta, concurrently, in the backward), the 2S+1 states across its threads, the gathered
-// values read in blocks of up to 32 steps, the next block loaded while the current one is
-// used; the recursions run in base 2 (the hardware's exp2/log2). The backward's pass over
+// dense [N, T, S' + 1] FP32 buffer (in base 2); then one block per sample for alpha and one
+// for beta, concurrently (the forward runs alpha over the first half of the steps and beta
+// over the rest and joins their rows at the middle: half the serial steps; the backward runs
+// both over every step), the 2S+1 states across its threads, the gathered values read in
+// blocks of up to 32 steps, the next block loaded while the current one is used; the
+// recursions run in base 2 (the hardware's exp2/log2). The backward's pass over
 // every class (g * exp(lp), which needs no recursion) runs in the same launch as the
 // recursions, on the multiprocessors they leave free; a second pass, one block per (t, n)
 // row, then overwrites the target's classes from alpha + beta. The mean and sum are taken in
 // a fixed order and no result depends on an atomic: results are identical run to run.
 // Memory: CPU: O(T * (2 * S_max + 1)) float64 per sample on the host. GPU: the forward keeps
-// 40 bytes per sample and N * T * (S' + 1) * 4 bytes (rounded up to 16 per step) of gathered
-// log-probabilities (26 MB at T 1000, N 32, S 200); the backward also keeps
+// 56 bytes and two rows of 2S' + 1 floats per sample, and N * T * (S' + 1) * 4 bytes (rounded
+// up to 16 per step) of gathered log-probabilities (26 MB at T 1000, N 32, S 200); the
+// backward keeps the 40 bytes per sample and the gathered values, and also
 // N * T * (2 * S' + 1) * 8 bytes of alpha and beta rows (S' = min(S or L, T): 103 MB there),
 // N * T * 16 bytes of row shifts and N * S' * 4 bytes of label chains, allocated on the
 // stream. The recursion's shared memory caps S' at about 8,300 on an H100/H200 (longer:

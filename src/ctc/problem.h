@@ -55,6 +55,7 @@ constexpr int64_t gathered_width(int64_t max_target) { return (max_target + 1 + 
 struct ScratchLayout {
   int64_t info = 0, nll = 0, gathered = 0;
   int64_t alpha_offset = 0, beta_offset = 0, alpha = 0, beta = 0, chain = 0, counter = 0;
+  int64_t meet_offset = 0, meet_rows = 0;  // the forward's (cuda/ctc.cuh Views)
   int64_t bytes = 0;
 };
 
@@ -77,6 +78,9 @@ inline ScratchLayout scratch_layout(const CtcProblem& p, bool backward) {
     l.beta = take(p.batch * p.steps * states * 4);
     l.chain = take(p.batch * (p.max_target > 0 ? p.max_target : 1) * 4);
     l.counter = take(8);
+  } else {
+    l.meet_offset = take(p.batch * 2 * 8);
+    l.meet_rows = take(p.batch * 2 * states * 4);
   }
   l.bytes = at;
   return l;

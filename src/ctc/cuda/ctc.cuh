@@ -7,8 +7,11 @@
 //    read contiguous blocks of steps instead of scattered classes of 20 KB rows, which kept a
 //    recursion block waiting on DRAM at each block of steps.
 // 3. recursion_kernel: one block per sample and direction (alpha forward in time, beta
-//    backward), the 2S+1 states of the blank-extended target across the threads, the T steps
-//    in a loop with the previous row in shared memory. The next block of up to kMaxChunk
+//    backward), the 2S+1 states of the blank-extended target across the threads, the steps
+//    in a loop with the previous row in shared memory. The backward runs both over every
+//    step; the forward (KernelTuning::split_forward) runs alpha over the first ceil(T/2)
+//    steps and beta over the rest, concurrently, and meet_kernel joins their last rows: the
+//    loss after half of the serial steps. The next block of up to kMaxChunk
 //    steps of gathered log-probabilities is loaded into registers while the current one is
 //    used from shared memory, so that no step waits for a global load. The recursion runs in
 //    base 2 (ex2/lg2 are single instructions). Rows are renormalised every kRenormEvery steps
@@ -16,7 +19,7 @@
 //    alpha + beta - lp + nll, which cancels magnitudes of T * |log p|, loses no FP32 bits. The
 //    maximum of row k is applied to row k + 1 (log-add is shift-equivariant), so that taking
 //    it costs no barrier of its own.
-// 4. loss_kernel: the reduction, in a fixed order (deterministic), or grad_kernel: one block
+// 4. meet_kernel (split forward): each sample's nll from the two rows, then loss_kernel: the reduction, in a fixed order (deterministic), or grad_kernel: one block
 //    per (t, n) row, a coalesced pass over the C classes (g * exp(lp), the gradient of every
 //    class the target lacks), then the target's classes (the blank and each distinct label,
 //    repeats summed through per-sample chains) overwritten from alpha + beta staged in shared
@@ -83,6 +86,10 @@ struct Views {
   float* beta = nullptr;     // [N, T, 2 * max_target + 1], relative to the offsets
   int32_t* chain = nullptr;  // [N, max_target]
   unsigned* counter = nullptr;  // the overlapped backward's next unit of gradient rows
+  // The split forward's meeting rows: [N, 2, 2 * max_target + 1] (alpha's last row, then
+  // beta's), relative to the offsets [N, 2].
+  float* meet_rows = nullptr;
+  double* meet_offset = nullptr;
 };
 
 inline Views scratch_views(const CtcProblem& p, bool backward) {
@@ -99,6 +106,9 @@ inline Views scratch_views(const CtcProblem& p, bool backward) {
     v.beta = reinterpret_cast<float*>(base + l.beta);
     v.chain = reinterpret_cast<int32_t*>(base + l.chain);
     v.counter = reinterpret_cast<unsigned*>(base + l.counter);
+  } else {
+    v.meet_rows = reinterpret_cast<float*>(base + l.meet_rows);
+    v.meet_offset = reinterpret_cast<double*>(base + l.meet_offset);
   }
   return v;
 }
@@ -210,14 +220,16 @@ struct RecursionShape {
   size_t shared = 0;
 };
 
-// One block per (sample, direction): blockIdx.y 0 runs alpha (and writes the sample's nll and
-// label check), 1 runs beta (and the chains of repeated labels). kStore: keep every row.
-// Everything is in base 2: stored rows and offsets are log2 values.
+// One block per (sample, direction): blockIdx.y 0 runs alpha (and writes the sample's label
+// check, and its nll unless `meet`), 1 runs beta (and the chains of repeated labels). kStore:
+// keep every row. `meet` (the split forward): alpha runs the first ceil(Tn / 2) steps, beta
+// the others, and each leaves its last row and offset in v.meet_rows / v.meet_offset for
+// meet_kernel. Everything is in base 2: stored rows and offsets are log2 values.
 // Internal linkage, as prepare_kernel: ctc_{f32,f16,bf16}.cu each instantiate it, and one
 // kernel registered by three modules under one host stub is left to the runtime to resolve.
 template <bool kStore>
 __device__ __forceinline__ void recursion_body(const CtcProblem& p, const Views& v, int chunk,
-                                               int64_t n, bool beta) {
+                                               int64_t n, bool beta, bool meet = false) {
   extern __shared__ float4 shared_vectors[];
   __shared__ float block_max[kMaxRecursionThreads / 32];
   const int64_t cap = p.max_target, cap_states = 2 * cap + 1;
@@ -273,6 +285,11 @@ __device__ __forceinline__ void recursion_body(const CtcProblem& p, const Views&
     }
   }
 
+  // The steps this block runs: every one, or its half of a split forward (none for beta
+  // when Tn = 1: meet_kernel then ends alpha's row as the whole forward does).
+  const int64_t alpha_steps = meet ? (Tn + 1) / 2 : Tn;
+  const int64_t run_steps = meet && beta ? Tn - alpha_steps : alpha_steps;
+  if (run_steps == 0) return;
   // At most 2 * 16383 + 1 states and kMaxChunk * W floats per block of steps (the entry
   // point caps max_target): 32-bit arithmetic inside the block.
   const int states = static_cast<int>(2 * tl + 1);
@@ -283,7 +300,7 @@ __device__ __forceinline__ void recursion_body(const CtcProblem& p, const Views&
   float4 staged[kPrefetch];
   // Steps k .. k + count - 1 of the recursion are times low .. low + count - 1.
   const auto steps_from = [&](int64_t k) {
-    return static_cast<int>(Tn - k < chunk ? Tn - k : chunk);
+    return static_cast<int>(run_steps - k < chunk ? run_steps - k : chunk);
   };
   const auto low_of = [&](int64_t k, int count) { return beta ? Tn - k - count : k; };
   const auto load_block = [&](int64_t k) {
@@ -304,7 +321,7 @@ __device__ __forceinline__ void recursion_body(const CtcProblem& p, const Views&
   int64_t chunk_low = 0, next_chunk = 0;
   float* stored_rows = kStore ? (beta ? v.beta : v.alpha) : nullptr;
   double* stored_offsets = kStore ? (beta ? v.beta_offset : v.alpha_offset) : nullptr;
-  for (int64_t k = 0; k < Tn; ++k) {
+  for (int64_t k = 0; k < run_steps; ++k) {
     const int64_t t = beta ? Tn - 1 - k : k;
     if (k == next_chunk) {
       // Every thread is past the previous block's last step (its barrier): overwrite it.
@@ -317,7 +334,7 @@ __device__ __forceinline__ void recursion_body(const CtcProblem& p, const Views&
         if (q < vectors) chunk_vectors[q] = staged[r];
       }
       next_chunk += chunk;
-      if (next_chunk < Tn) load_block(next_chunk);
+      if (next_chunk < run_steps) load_block(next_chunk);
       __syncthreads();
     }
     // The shift of this row: the maximum of the previous one, when that was a renormalising
@@ -369,6 +386,13 @@ __device__ __forceinline__ void recursion_body(const CtcProblem& p, const Views&
     prev = cur;
     cur = swap;
   }
+  if (meet) {
+    const int64_t side = n * 2 + (beta ? 1 : 0);
+    float* row = v.meet_rows + side * cap_states;
+    for (int s = tid; s < states; s += threads) row[s] = prev[s];
+    if (tid == 0) v.meet_offset[side] = offset;
+    return;
+  }
   if (!beta && threadIdx.x == 0) {
     const float ll =
         log2_add3(prev[states - 1], states > 1 ? prev[states - 2] : -INFINITY, -INFINITY);
@@ -379,8 +403,8 @@ __device__ __forceinline__ void recursion_body(const CtcProblem& p, const Views&
 
 template <bool kStore>
 static __global__ void __launch_bounds__(kMaxRecursionThreads)
-    recursion_kernel(CtcProblem p, Views v, int chunk) {
-  recursion_body<kStore>(p, v, chunk, blockIdx.x, blockIdx.y == 1);
+    recursion_kernel(CtcProblem p, Views v, int chunk, bool meet) {
+  recursion_body<kStore>(p, v, chunk, blockIdx.x, blockIdx.y == 1, meet);
 }
 
 // The reduction's weight of sample n's loss (1 / (N * max(target length, 1)) for mean).
@@ -392,6 +416,59 @@ __device__ __forceinline__ double reduction_factor(const CtcProblem& p, int64_t 
 
 __device__ __forceinline__ bool sample_bad(const SampleInfo& info) {
   return info.lengths_bad != 0 || info.labels_bad != 0;
+}
+
+constexpr int kMeetThreads = 256;
+
+// The split forward's join, one block per sample: with alpha's row at step Ta - 1 and beta's
+// at Ta (Ta = ceil(Tn / 2), each relative to its offset), the likelihood is
+// sum_s A(s) * beta(s), A(s) alpha's transition into state s without the emission (beta's row
+// holds it): log2 P = log2 sum_s 2^(A(s) + b(s)) + both offsets, taken about the maximum.
+// Samples the recursion already settled (bad lengths or labels, no steps, targets longer than
+// the input) keep the nll it wrote.
+static __global__ void __launch_bounds__(kMeetThreads) meet_kernel(CtcProblem p, Views v) {
+  using rudnn::cuda::group_reduce;
+  __shared__ float scratch[32];
+  const int64_t n = blockIdx.x;
+  const SampleInfo info = v.info[n];
+  const int64_t tl = info.target_length, Tn = info.input_length;
+  if (sample_bad(info) || Tn == 0 || tl > Tn) return;
+  const int64_t cap_states = 2 * p.max_target + 1, states = 2 * tl + 1;
+  const float* a = v.meet_rows + n * 2 * cap_states;
+  const float* b = a + cap_states;
+  const double alpha_offset = v.meet_offset[2 * n];
+  if (Tn == 1) {  // beta ran no step: alpha's row is the last one
+    if (threadIdx.x == 0) {
+      const float ll =
+          log2_add3(a[states - 1], states > 1 ? a[states - 2] : -INFINITY, -INFINITY);
+      v.nll[n] = ll == -INFINITY ? static_cast<double>(INFINITY)
+                                 : -(static_cast<double>(ll) + alpha_offset) * kLn2;
+    }
+    return;
+  }
+  // Labels are 1-based in the blank-extended target: state s odd is label (s + 1) / 2.
+  auto label = [&](int64_t u) { return load_index(p.targets, p.target_dtype, info.first + u - 1); };
+  auto joined = [&](int64_t s) {
+    const int64_t u = (s + 1) >> 1;
+    const float c = (s >= 3 && (s & 1) && label(u) != label(u - 1)) ? a[s - 2] : -INFINITY;
+    const float into = log2_add3(a[s], s >= 1 ? a[s - 1] : -INFINITY, c);
+    return into == -INFINITY ? -INFINITY : into + b[s];
+  };
+  float m = rudnn::cuda::MaxOp::identity();
+  for (int64_t s = threadIdx.x; s < states; s += kMeetThreads)
+    m = rudnn::cuda::MaxOp{}(m, joined(s));
+  m = group_reduce<kMeetThreads>(m, rudnn::cuda::MaxOp{}, scratch);
+  if (m != m || m == -INFINITY) {  // NaN in a row, or no alignment
+    if (threadIdx.x == 0) v.nll[n] = m != m ? static_cast<double>(NAN) : INFINITY;
+    return;
+  }
+  float sum = 0.0f;
+  for (int64_t s = threadIdx.x; s < states; s += kMeetThreads) sum += exp2f(joined(s) - m);
+  sum = group_reduce<kMeetThreads>(sum, rudnn::cuda::SumOp{}, scratch);
+  if (threadIdx.x == 0) {
+    const double ll = static_cast<double>(m + log2f(sum)) + alpha_offset + v.meet_offset[2 * n + 1];
+    v.nll[n] = -ll * kLn2;
+  }
 }
 
 template <class T>
@@ -746,10 +823,11 @@ void ctc_loss_typed(const CtcProblem& p, const rudnn::cuda::LaunchContext& ctx) 
   if (p.batch > 0) {
     prepare_and_gather<T>(p, v, ctx);
     const RecursionShape r = recursion_shape(p, ctx.device);
+    const bool split = kernel_tuning().split_forward;
     allow_shared(recursion_kernel<false>, ctx.device, shared_allowed);
-    recursion_kernel<false>
-        <<<dim3(static_cast<unsigned>(p.batch), 1), r.threads, r.shared, ctx.stream>>>(p, v,
-                                                                                       r.chunk);
+    recursion_kernel<false><<<dim3(static_cast<unsigned>(p.batch), split ? 2 : 1), r.threads,
+                              r.shared, ctx.stream>>>(p, v, r.chunk, split);
+    if (split) meet_kernel<<<static_cast<unsigned>(p.batch), kMeetThreads, 0, ctx.stream>>>(p, v);
   }
   const bool per_sample = p.reduction == CtcReduction::none;
   if (per_sample && p.batch == 0) return;
@@ -822,7 +900,7 @@ void ctc_loss_backward_typed(const CtcProblem& p, const rudnn::cuda::LaunchConte
     if (phases & kPhaseRecursions) {
       allow_shared(recursion_kernel<true>, ctx.device, shared_allowed);
       recursion_kernel<true><<<dim3(static_cast<unsigned>(p.batch), 2), r.threads, r.shared,
-                               ctx.stream>>>(p, v, r.chunk);
+                               ctx.stream>>>(p, v, r.chunk, false);
     }
     if (phases & kPhaseFixup) {
       const size_t ab_bytes = sizeof(float) * static_cast<size_t>(2 * p.max_target + 1);

@@ -1,4 +1,4 @@
-// Launch choices of the CTC backward that the benchmark harness (rudnn_bench --variants) and
+// Launch choices of the CTC kernels that the benchmark harness (rudnn_bench --variants) and
 // the GPU tests may override, so that the alternatives stay tested and each phase can be
 // timed alone. Not part of the public API. Not synchronised: set it before launching from
 // several threads.
@@ -15,6 +15,10 @@ constexpr int kPhaseFixup = 8;       // the target's classes (or the gradient pa
 constexpr int kAllPhases = 15;
 
 struct KernelTuning {
+  // The forward: alpha over the first half of each sample's steps and beta over the second,
+  // concurrently, joined at the middle (true: half the serial steps), or alpha over every
+  // step (false).
+  bool split_forward = true;
   // true: one launch runs the two recursions and, beside them on the free multiprocessors,
   // the pass over every class of every row (g * exp(lp), which needs no recursion); a small
   // pass then rewrites the target's classes. false: the recursions, then one gradient pass.

@@ -322,6 +322,44 @@ TEST(CtcGpu, BackwardPathsMatchReference) {
     check_invalid_samples(rng);
   }
 }
+
+// The forward's two paths (ctc/cuda/tuning.h split_forward): alpha and beta over half of the
+// steps each, joined at the middle, and alpha over every step, each against the reference:
+// input lengths 1 (beta runs no step), 2 and 3 (odd: alpha takes the extra step), targets
+// empty, of one label, longer than the input, with repeats; long inputs (T = 1000: the rows
+// renormalised many times on both sides of the join); invalid samples.
+TEST(CtcGpu, ForwardPathsMatchReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  struct Restore {
+    ctc::cuda::KernelTuning saved = ctc::cuda::kernel_tuning();
+    ~Restore() { ctc::cuda::kernel_tuning() = saved; }
+  } restore;
+  const CtcReduction none = CtcReduction::none, mean = CtcReduction::mean;
+  for (bool split : {true, false}) {
+    SCOPED_TRACE(split ? "split forward" : "alpha over every step");
+    ctc::cuda::kernel_tuning() = restore.saved;
+    ctc::cuda::kernel_tuning().split_forward = split;
+    for (bool zero_infinity : {false, true}) {
+      // Samples: 1 step, no label; 1 step, 1 label; 2 steps, 1 label; 3 steps, [2 2] (one
+      // alignment); 2 steps, 3 labels (impossible); 3 steps, 2 labels.
+      CtcCase k{3, 6, 5, 3, true, CtcLossOptions{0, none, zero_infinity}, {}, {}, {}, {}};
+      k.lp = random_log_probs(rng, 3, 6, 5, DType::f32);
+      k.tg = Tensor::from_host(
+          std::vector<int64_t>{1, 0, 0, 3, 0, 0, 4, 0, 0, 2, 2, 0, 1, 2, 3, 4, 1, 0}, {6, 3});
+      k.il = Tensor::from_host(std::vector<int64_t>{1, 1, 2, 3, 2, 3}, {6});
+      k.tl = Tensor::from_host(std::vector<int64_t>{0, 1, 1, 2, 3, 2}, {6});
+      check_case(rng, k, DType::f32);
+    }
+    check_case(rng, make_case(rng, DType::f32, 41, 7, 13, 9, false, {4, none, false}), DType::f32);
+    check_case(rng, make_case(rng, DType::bf16, 30, 5, 11, 6, true, {0, mean, false}),
+               DType::bf16);
+    check_case(rng, make_case(rng, DType::f32, 1000, 3, 50, 200, true, {0, none, false}, 4),
+               DType::f32);
+    check_impossible_alignments(rng);
+    check_invalid_samples(rng);
+  }
+}
 #endif
 
 // The mean and sum are fixed-order reductions and no kernel uses atomics: identical bits.
