@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -136,17 +137,22 @@ Timing time_on_stream(cudaStream_t stream, int sets, const std::function<void(in
   RUDNN_BENCH_CUDA(cudaGetLastError());
 
   EventPool ev(2 * static_cast<size_t>(runs));
+  const auto enqueue_start = std::chrono::steady_clock::now();
   for (int i = 0; i < runs; ++i) {
     RUDNN_BENCH_CUDA(cudaEventRecord(ev.events[2 * i], stream));
     fn(i % sets);
     RUDNN_BENCH_CUDA(cudaEventRecord(ev.events[2 * i + 1], stream));
   }
+  const std::chrono::duration<double, std::milli> enqueue =
+      std::chrono::steady_clock::now() - enqueue_start;
   RUDNN_BENCH_CUDA(cudaStreamSynchronize(stream));
   RUDNN_BENCH_CUDA(cudaGetLastError());
   std::vector<float> ms(runs);
   for (int i = 0; i < runs; ++i)
     RUDNN_BENCH_CUDA(cudaEventElapsedTime(&ms[i], ev.events[2 * i], ev.events[2 * i + 1]));
-  return summarize(std::move(ms), sets);
+  Timing t = summarize(std::move(ms), sets);
+  t.host_ms = enqueue.count() / runs;
+  return t;
 }
 
 int rotation_sets(size_t bytes_per_set, size_t l2_bytes, size_t budget_bytes, int min_sets,
@@ -381,6 +387,13 @@ std::string shape_string(const Shape& shape) {
 }
 
 Row& Table::add(Row row) {
+  // Runs are enqueued ahead of the device only while the host is the faster of the two.
+  if (row.timing.runs > 0 && row.timing.host_ms >= 0.5 * row.timing.median_ms) {
+    std::fprintf(stderr,
+                 "note: %s: the host takes %.4f ms to enqueue a run of %.4f ms on the device%s\n",
+                 row.op.c_str(), row.timing.host_ms, row.timing.median_ms,
+                 row.timing.host_ms >= row.timing.median_ms ? " (host-bound figure)" : "");
+  }
   if (row.timing.median_ms > 0 && row.bytes > 0) {
     row.gbs = row.bytes / (row.timing.median_ms * 1e6);
     row.pct_copy = copy_gbs_ > 0 ? 100.0 * row.gbs / copy_gbs_ : 0.0;

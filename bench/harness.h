@@ -60,6 +60,9 @@ struct Timing {
   double median_ms = 0, min_ms = 0, max_ms = 0, mean_ms = 0;
   int runs = 0;
   int sets = 1;
+  // Host wall-clock time to enqueue one timed run (the timed loop's enqueues / runs). When it
+  // approaches median_ms the device waited for the host and the figure is the host's.
+  double host_ms = 0;
 };
 
 // Times `fn(set)`, which must enqueue its device work on `stream` (and nothing on other

@@ -257,6 +257,29 @@ def norm_cases():
     run_case("rms_norm fwd+bwd", shape, bf, 5 * X, have and ours_rms_fb, anchor_rms_fb,
              "F.rms_norm + autograd.grad", check)
 
+    # layer_norm forward + backward (gamma and beta): the same 5 passes
+    bg = b.clone().requires_grad_(True)
+
+    def anchor_ln_fb():
+        y = F.layer_norm(xg, (H,), wg, bg, ln_eps)
+        torch.autograd.grad(y, (xg, wg, bg), g)
+
+    def ours_ln_fb():
+        y = rudnn.layer_norm(x, w, b, eps=ln_eps)
+        return (y,) + tuple(rudnn.layer_norm_backward(g, x, w, b, ln_eps))
+
+    def check():
+        y, dx, dw, db = ours_ln_fb()
+        xr = x.float().requires_grad_(True)
+        wr = w.float().requires_grad_(True)
+        br = b.float().requires_grad_(True)
+        y_ref = F.layer_norm(xr, (H,), wr, br, ln_eps)
+        dx_ref, dw_ref, db_ref = torch.autograd.grad(y_ref, (xr, wr, br), g.float())
+        return worst((rel_err(y, y_ref), tol_of(bf)), (rel_err(dx, dx_ref), tol_of(bf)),
+                     (rel_err(dw, dw_ref), tol_of(bf)), (rel_err(db, db_ref), tol_of(bf)))
+    run_case("layer_norm fwd+bwd", shape, bf, 5 * X, have and ours_ln_fb, anchor_ln_fb,
+             "F.layer_norm + autograd.grad", check)
+
 
 def cross_entropy_cases():
     R, C = ARGS.ce_rows, ARGS.ce_classes
@@ -410,6 +433,63 @@ def rope_cases():
         run_case(f"rope q+k ({label})", shape, bf, nbytes + extra, have and ours,
                  lambda: hf_apply(cos, sin), "HF Llama apply_rotary_pos_emb (eager, cos/sin precomputed)", check)
         del cos, sin
+
+
+def norm_rope_cases():
+    """Qwen 3's query / key preparation at ANCHORS.md's rope shape: each head's RMSNorm
+    (q_norm / k_norm), then the rotation, k written into positions T .. 2T - 1 of a KV cache
+    [B, HK, 2T, D] (a prefill's second chunk). q and k are the transposed views of [B, T, H, D]
+    projections, as a model has them. The anchor is the model's eager composition: F.rms_norm,
+    Hugging Face's apply_rotary_pos_emb with cos / sin precomputed, and the cache slice
+    assignment. Bytes: x read and its rotation written once."""
+    B, H, HK, T, D = ARGS.rope_batch, ARGS.rope_heads, ARGS.rope_kv_heads, ARGS.rope_seq, ARGS.rope_dim
+    bf = torch.bfloat16
+    torch.manual_seed(5)
+    q = torch.randn(B, T, H, D, dtype=bf, device=DEV).transpose(1, 2)
+    k = torch.randn(B, T, HK, D, dtype=bf, device=DEV).transpose(1, 2)
+    wq = 1 + 0.1 * torch.randn(D, dtype=bf, device=DEV)
+    wk = 1 + 0.1 * torch.randn(D, dtype=bf, device=DEV)
+    cache = torch.randn(B, HK, 2 * T, D, dtype=bf, device=DEV)
+    eps, base = 1e-6, 1000000.0
+    have = rudnn is not None
+    inv_freq = 1.0 / (base ** (torch.arange(0, D, 2, device=DEV, dtype=torch.float32) / D))
+
+    def cos_sin(offset, dtype):  # LlamaRotaryEmbedding's float32 angles
+        freqs = torch.arange(offset, offset + T, device=DEV, dtype=torch.float32)[:, None] * inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def reference(x, w, offset):  # the op's definition in float64 angles
+        n = F.rms_norm(x.float(), (D,), w.float(), eps).to(bf).float()
+        inv64 = 1.0 / (base ** (torch.arange(0, D, 2, device=DEV, dtype=torch.float64) / D))
+        freqs = torch.arange(offset, offset + T, device=DEV, dtype=torch.float64)[:, None] * inv64
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return n * emb.cos().float() + rotate_half(n) * emb.sin().float()
+
+    cq, sq = cos_sin(0, bf)
+    ck, sk = cos_sin(T, bf)
+
+    def anchor_q():
+        n = F.rms_norm(q, (D,), wq, eps)
+        return n * cq + rotate_half(n) * sq
+
+    def anchor_k():
+        n = F.rms_norm(k, (D,), wk, eps)
+        cache[:, :, T:] = n * ck + rotate_half(n) * sk
+        return cache
+
+    def check_q():
+        return rel_err(rudnn.norm_rope(q, wq, eps, base=base), reference(q, wq, 0)), tol_of(bf)
+
+    def check_k():
+        rudnn.norm_rope(k, wk, eps, base=base, offset=T, cache=cache)
+        return rel_err(cache[:, :, T:], reference(k, wk, T)), tol_of(bf)
+    run_case("norm_rope q (new tensor)", f"[{B},{H},{T},{D}]", bf, 2 * q.numel() * 2,
+             have and (lambda: rudnn.norm_rope(q, wq, eps, base=base)), anchor_q,
+             "F.rms_norm + HF apply_rotary_pos_emb (eager)", check_q)
+    run_case("norm_rope k -> cache", f"[{B},{HK},{T},{D}] into [{B},{HK},{2 * T},{D}]", bf, 2 * k.numel() * 2,
+             have and (lambda: rudnn.norm_rope(k, wk, eps, base=base, offset=T, cache=cache)), anchor_k,
+             "F.rms_norm + HF apply_rotary_pos_emb + cache[:, :, T:] = (eager)", check_k)
 
 
 def glu_cases():
@@ -916,7 +996,7 @@ def main(argv=None):
 
     copy_ms, copy_gbs = copy_case()
     print(f"  copy {ARGS.copy_mib} MiB d2d: {copy_ms:.4f} ms, {copy_gbs:.1f} GB/s", file=sys.stderr, flush=True)
-    for group in (norm_cases, cross_entropy_cases, rope_cases, glu_cases, attention_cases, mla_cases, pool_interp_cases,
+    for group in (norm_cases, cross_entropy_cases, rope_cases, norm_rope_cases, glu_cases, attention_cases, mla_cases, pool_interp_cases,
                   grid_sample_ctc_cases, conv_cases, moe_cases):
         try:
             group()

@@ -146,7 +146,7 @@ void bench_rope(Bench& b) {
 // rows); false: contiguous [B, H, T, D] tensors (a --variants row, to tell the layout's cost).
 void bench_norm_rope(Bench& b, bool projected = true) {
   if (!any_wanted(b, {"norm_rope q (new tensor)", "norm_rope q (interleaved, new tensor)",
-                      "norm_rope k -> cache"}))
+                      "norm_rope k -> cache", "norm_rope q + k -> cache (a layer's)"}))
     return;
   const int64_t B = b.size("rope-batch"), H = b.size("rope-heads"), HK = b.size("rope-kv-heads"),
                 T = b.size("rope-seq"), D = b.size("rope-dim");
@@ -208,6 +208,29 @@ void bench_norm_rope(Bench& b, bool projected = true) {
       },
       [&] { return check_rope_ends(cache[0].slice(2, T, 2 * T), k[0], reference(k_norm_h, at_t)); },
       tol_for(bf));
+  // A layer's preparation of q and k, as the rope rows time q and k together.
+  b.run(
+      "norm_rope q + k -> cache (a layer's)", {B, H + HK, T, D}, bf, 2 * (Q + K), sets,
+      [&](int s) {
+        norm_rope_into(yq[s], q[s], RopeNorm{q_norm, eps}, rot, b.stream);
+        norm_rope(k[s], RopeNorm{k_norm, eps}, at_t, cache[s], b.stream);
+      },
+      nullptr, 0.0);
+  // The ceiling at k's size: a device-to-device copy of k's bytes, rotated over the same sets
+  // (the 1 GiB copy of "% copy" amortises a launch, its ramp and its drain over 8x the bytes).
+  if (!projected || !b.variant.empty()) {
+    b.sync();
+    return;
+  }
+  const auto k_copy = b.empties(sets, {B, HK, T, D}, bf);
+  b.run(
+      "norm_rope ceiling: copy of k's bytes", {B, HK, T, D}, bf, 2 * K, sets,
+      [&](int s) {
+        RUDNN_BENCH_CUDA(cudaMemcpyAsync(k_copy[s].data(), cache[s].data(),
+                                         static_cast<size_t>(K), cudaMemcpyDeviceToDevice,
+                                         b.cs));
+      },
+      nullptr, 0.0);
   b.sync();
 }
 
