@@ -71,9 +71,11 @@ Interpolation, convolution, mixture of experts (shapes and dtypes as the ``rudnn
     moe(input, logits, gate, up, down, *, bias=None, routing="softmax", top_k=1, ...)
   Gradients: interpolate's input; conv's input, weight, bias and residual (through the fused
   activation); causal_conv1d's x, weight, bias and initial state; moe's input, logits and
-  expert weights (its backward recomputes the forward's state).
+  expert weights (its backward recomputes the forward's state; a second derivative is
+  :class:`rudnn.Unsupported`).
 
-Modules: :class:`RMSNorm`, :class:`LayerNorm` (normalized over the last axis only).
+Modules: :class:`RMSNorm`, :class:`LayerNorm` (normalized over the last axis only),
+:class:`SparseMoE` (router + routed SwiGLU experts: Mixtral, Qwen-MoE, DeepSeek-V3).
 
 Differences from torch.nn.functional:
     - cross_entropy's class axis is the last one, its loss is float32 whatever the logits'
@@ -133,6 +135,7 @@ __all__ = [
     "moe",
     "RMSNorm",
     "LayerNorm",
+    "SparseMoE",
     # Earlier names, kept: each .apply is the function of the same op.
     "RMSNormFunction",
     "LayerNormFunction",
@@ -584,7 +587,9 @@ def moe(
     """Differentiable :func:`rudnn.moe_forward` (options as there): gradients for input,
     logits (through the router weights of the fixed selection) and gate, up, down (computed in
     float32, returned in their dtype); the bias gets none. The backward recomputes the
-    forward's state (one extra forward)."""
+    forward's state (one extra forward). Only first-order derivatives exist: differentiating
+    the gradients again (``create_graph=True``, then a second backward through them) raises
+    :class:`rudnn.Unsupported`."""
     op = "moe"
     if scoring is None:
         scoring = "sigmoid" if routing == "sigmoid_grouped" else "softmax"
@@ -653,3 +658,139 @@ class LayerNorm(torch.nn.Module):
 
     def extra_repr(self):
         return f"{self.hidden_size}, eps={self.eps}, elementwise_affine={self.weight is not None}"
+
+
+class SparseMoE(torch.nn.Module):
+    """A mixture-of-experts layer's routed branch: a router ``Linear(H, E, bias=False)`` and E
+    SwiGLU experts ``down(silu(gate(x)) * up(x))``, run by :func:`moe` (no token dropped;
+    nothing synchronises with the host).
+
+    It takes the place of the routed experts of
+    - Mixtral (``MixtralSparseMoeBlock``): ``routing="softmax", top_k=2, renormalize=True``;
+    - Qwen2-MoE / Qwen3-MoE: ``routing="softmax", renormalize=norm_topk_prob``;
+    - DeepSeek-V3 (``DeepseekV3MoE``): ``routing="sigmoid_grouped", groups=n_group,
+      selected_groups=topk_group, group_top_two=True, renormalize=norm_topk_prob,
+      route_scale=routed_scaling_factor, router_dtype=torch.float32``.
+    Shared experts (Qwen-MoE's gated one, DeepSeek's) are ordinary MLPs beside it: add their
+    output in the model. :meth:`from_weights` loads a block's trained weights.
+
+    Args:
+        hidden_size (H), intermediate_size (I), num_experts (E), top_k: the shapes.
+        routing, renormalize, groups, selected_groups, group_top_two, route_scale: the
+            selection and weights, as :func:`rudnn.moe_forward` takes them.
+        router_dtype: the dtype the router's logits are computed in (None: the input's, as
+            Mixtral and Qwen compute them; DeepSeek-V3 uses float32). Softmax and sigmoid
+            run in float32 whatever it is.
+        forward, backward: the expert strategies (``"scalar"``, ``"tensor_core"``,
+            ``"auto"``; the default ``"auto"`` takes tensor cores where the GPU has them).
+        device, dtype: of the parameters.
+
+    Parameters: ``router.weight [E, H]``, ``gate_proj [E, I, H]``, ``up_proj [E, I, H]``,
+    ``down_proj [E, H, I]``; with ``"sigmoid_grouped"`` the float32 buffer
+    ``e_score_correction_bias [E]`` (DeepSeek-V3's: it moves the selection, never a weight,
+    and gets no gradient). Initialised as ``torch.nn.Linear`` initialises its weights.
+
+    ``forward(hidden_states [..., H], return_router_logits=False)`` returns ``[..., H]`` in
+    the input's dtype (and the router logits ``[N, E]`` over the flattened tokens when asked,
+    as Mixtral's block returns them for its auxiliary loss). Errors are those of
+    :func:`moe` (:class:`rudnn.Error` subclasses) and, from the constructor,
+    :class:`rudnn.InvalidArgument` for a routing other than the two.
+    """
+
+    def __init__(self, hidden_size, intermediate_size, num_experts, top_k, *, routing="softmax", renormalize=False,
+                 groups=1, selected_groups=1, group_top_two=False, route_scale=1.0, router_dtype=None,
+                 forward="auto", backward="auto", device=None, dtype=None):
+        super().__init__()
+        if routing not in ("softmax", "sigmoid_grouped"):
+            raise _rudnn.InvalidArgument(
+                f"SparseMoE: routing must be 'softmax' or 'sigmoid_grouped', got {routing!r}")
+        H, I, E = (_index("SparseMoE", n, v) for n, v in (
+            ("hidden_size", hidden_size), ("intermediate_size", intermediate_size), ("num_experts", num_experts)))
+        self.hidden_size, self.intermediate_size, self.num_experts = H, I, E
+        self.top_k = _index("SparseMoE", "top_k", top_k)
+        self.routing = routing
+        self.renormalize = _flag("SparseMoE", "renormalize", renormalize)
+        self.groups = _index("SparseMoE", "groups", groups)
+        self.selected_groups = _index("SparseMoE", "selected_groups", selected_groups)
+        self.group_top_two = _flag("SparseMoE", "group_top_two", group_top_two)
+        self.route_scale = _number("SparseMoE", "route_scale", route_scale)
+        self.router_dtype = router_dtype
+        self.expert_forward, self.expert_backward = forward, backward
+        factory = dict(device=device, dtype=dtype)
+        self.router = torch.nn.Linear(H, E, bias=False, **factory)
+        self.gate_proj = torch.nn.Parameter(torch.empty(E, I, H, **factory))
+        self.up_proj = torch.nn.Parameter(torch.empty(E, I, H, **factory))
+        self.down_proj = torch.nn.Parameter(torch.empty(E, H, I, **factory))
+        if routing == "sigmoid_grouped":
+            self.register_buffer("e_score_correction_bias", torch.zeros(E, device=device, dtype=torch.float32))
+        else:
+            self.e_score_correction_bias = None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Each expert's projections as ``torch.nn.Linear`` initialises its weight:
+        uniform in ``±1 / sqrt(fan_in)``; the correction bias to zero."""
+        self.router.reset_parameters()
+        with torch.no_grad():
+            for w in (self.gate_proj, self.up_proj, self.down_proj):
+                bound = 1.0 / (w.shape[-1] ** 0.5)
+                w.uniform_(-bound, bound)
+            if self.e_score_correction_bias is not None:
+                self.e_score_correction_bias.zero_()
+
+    @classmethod
+    def from_weights(cls, router_weight, gate, up, down, top_k, *, e_score_correction_bias=None, **options):
+        """A layer holding copies of trained weights: ``router_weight [E, H]``; ``gate``,
+        ``up`` ``[E, I, H]`` and ``down`` ``[E, H, I]``, each a tensor or a sequence of the E
+        experts' ``Linear`` weights (Mixtral's ``w1``, ``w3``, ``w2``; Qwen's and
+        DeepSeek's ``gate_proj``, ``up_proj``, ``down_proj``). Device and dtype are the
+        experts'; other options as the constructor's. Example (Mixtral)::
+
+            moe = SparseMoE.from_weights(block.gate.weight, [e.w1.weight for e in block.experts],
+                                         [e.w3.weight for e in block.experts],
+                                         [e.w2.weight for e in block.experts], top_k=2, renormalize=True)
+        """
+        def stacked(w):
+            return w.detach() if isinstance(w, torch.Tensor) else torch.stack([t.detach() for t in w])
+
+        gate, up, down = stacked(gate), stacked(up), stacked(down)
+        if gate.dim() != 3 or up.shape != gate.shape or down.shape != (gate.shape[0], gate.shape[2], gate.shape[1]):
+            raise _rudnn.ShapeMismatch(
+                f"SparseMoE.from_weights: gate {tuple(gate.shape)}, up {tuple(up.shape)}, down {tuple(down.shape)};"
+                " expected [E, I, H], [E, I, H], [E, H, I]")
+        E, I, H = gate.shape
+        if tuple(router_weight.shape) != (E, H):
+            raise _rudnn.ShapeMismatch(
+                f"SparseMoE.from_weights: router_weight has shape {tuple(router_weight.shape)}, expected [E, H] = [{E}, {H}]")
+        layer = cls(H, I, E, top_k, device=gate.device, dtype=gate.dtype, **options)
+        with torch.no_grad():
+            layer.router.weight.copy_(router_weight)
+            layer.gate_proj.copy_(gate)
+            layer.up_proj.copy_(up)
+            layer.down_proj.copy_(down)
+            if e_score_correction_bias is not None:
+                if layer.e_score_correction_bias is None:
+                    raise _rudnn.InvalidArgument(
+                        "SparseMoE.from_weights: e_score_correction_bias is given to a softmax routing")
+                layer.e_score_correction_bias.copy_(e_score_correction_bias)
+        return layer
+
+    def forward(self, hidden_states, return_router_logits=False):
+        shape = hidden_states.shape
+        x = hidden_states.reshape(-1, self.hidden_size)
+        weight = self.router.weight
+        if self.router_dtype is None:
+            logits = torch.nn.functional.linear(x, weight.to(x.dtype))
+        else:
+            logits = torch.nn.functional.linear(x.to(self.router_dtype), weight.to(self.router_dtype))
+        y = moe(x, logits, self.gate_proj, self.up_proj, self.down_proj, bias=self.e_score_correction_bias,
+                routing=self.routing, top_k=self.top_k, renormalize=self.renormalize, groups=self.groups,
+                selected_groups=self.selected_groups, group_top_two=self.group_top_two,
+                route_scale=self.route_scale, forward=self.expert_forward, backward=self.expert_backward)
+        y = y.reshape(shape)
+        return (y, logits) if return_router_logits else y
+
+    def extra_repr(self):
+        return (f"hidden_size={self.hidden_size}, intermediate_size={self.intermediate_size}, "
+                f"num_experts={self.num_experts}, top_k={self.top_k}, routing={self.routing!r}, "
+                f"renormalize={self.renormalize}")

@@ -35,6 +35,8 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
+from . import _rudnn
+
 # The family modules by their sys.modules entries: `from . import attention` would return the
 # package attribute, which rudnn/__init__.py rebinds to the function of the same name
 # (rudnn.attention, rudnn.grid_sample, rudnn.gated_delta are functions).
@@ -1628,3 +1630,16 @@ def _moe_grad(ctx, grad_output):
 
 
 moe.register_autograd(_moe_grad, setup_context=_moe_setup)
+
+
+def _moe_backward_setup(ctx, inputs, output):
+    pass
+
+
+def _moe_second_derivative(ctx, *grads):
+    raise _rudnn.Unsupported(
+        "moe: only first-order derivatives exist; the gradients of moe_backward cannot be differentiated again "
+        "(a backward through gradients made with create_graph=True)")
+
+
+moe_backward.register_autograd(_moe_second_derivative, setup_context=_moe_backward_setup)

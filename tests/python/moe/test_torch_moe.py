@@ -5,7 +5,9 @@ logits and expert-weight gradients of torch's autograd), the expert strategies o
 (scalar, tensor_core, auto: decode and prefill sizes), the step-by-step objects with torch
 tensors (results come back as torch tensors on the caller's device), gradcheck-style
 finite differences in float64 on the CPU, torch.library.opcheck of the custom ops,
-torch.compile(fullgraph=True) forward and backward, and errors as rudnn.Error subclasses.
+torch.compile(fullgraph=True) forward and backward, errors as rudnn.Error subclasses (a second
+derivative included), and the SparseMoE module against an eager Mixtral-style block (its
+layout of per-expert Linear layers loaded through from_weights) and DeepSeek-V3's routing.
 Inputs are random with a fresh seed per test (conftest's rng; RUDNN_TEST_SEED=<int> replays).
 """
 
@@ -224,3 +226,127 @@ def test_errors_as_rudnn_exceptions(gen):
         ta.moe(x, logits, gate, up[:, :3], down)
     with pytest.raises(rudnn.InvalidArgument, match=r"^moe_inference: forward must be one of"):
         ta.moe(x, logits, gate, up, down, forward="fast")
+
+
+def test_second_derivative_is_unsupported(gen):
+    x, logits, gate, up, down = (t.requires_grad_() for t in operands(gen, 5, 8, 4, 6, torch.float64, "cpu"))
+    y = ta.moe(x, logits, gate, up, down, top_k=2)
+    (dx,) = torch.autograd.grad((y ** 2).sum(), x, create_graph=True)
+    assert dx.requires_grad
+    with pytest.raises(rudnn.Unsupported, match=r"^moe: only first-order derivatives exist"):
+        dx.sum().backward()
+
+
+class MixtralStyleBlock(torch.nn.Module):
+    """Hugging Face's MixtralSparseMoeBlock computation, written out: a router Linear, E experts
+    of three Linear layers (w1 gate, w3 up, w2 down), float32 softmax, top-k, renormalised
+    weights cast to the activations' dtype, index_add over each expert's tokens."""
+
+    def __init__(self, H, I, E, k, dtype, device):
+        super().__init__()
+        self.k = k
+        self.gate = torch.nn.Linear(H, E, bias=False, dtype=dtype, device=device)
+        self.experts = torch.nn.ModuleList(torch.nn.ModuleDict({
+            name: torch.nn.Linear(*dims, bias=False, dtype=dtype, device=device)
+            for name, dims in (("w1", (H, I)), ("w3", (H, I)), ("w2", (I, H)))}) for _ in range(E))
+
+    def forward(self, x):
+        h = x.reshape(-1, x.shape[-1])
+        logits = self.gate(h)
+        w = F.softmax(logits, dim=1, dtype=torch.float)
+        w, idx = torch.topk(w, self.k, dim=-1)
+        w = (w / w.sum(dim=-1, keepdim=True)).to(h.dtype)
+        out = torch.zeros_like(h)
+        for e, ex in enumerate(self.experts):
+            tok, slot = torch.where(idx == e)
+            if tok.numel():
+                y = ex["w2"](F.silu(ex["w1"](h[tok])) * ex["w3"](h[tok]))
+                out.index_add_(0, tok, y * w[tok, slot, None])
+        return out.reshape(x.shape), logits
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
+def test_sparse_moe_replaces_a_mixtral_block(rng, gen, device, dtype):
+    if dtype == torch.float64 and device != "cpu":
+        pytest.skip("float64 runs on the CPU only")
+    B, T, H, I, E, k = 2, 7, 32, 24, 8, 2
+    torch.manual_seed(rng.seed_value)
+    block = MixtralStyleBlock(H, I, E, k, dtype, device)
+    layer = ta.SparseMoE.from_weights(block.gate.weight, [e["w1"].weight for e in block.experts],
+                                      [e["w3"].weight for e in block.experts],
+                                      [e["w2"].weight for e in block.experts], top_k=k, renormalize=True)
+    assert layer.gate_proj.dtype == dtype and layer.gate_proj.device.type == device
+    x = rand(gen, (B, T, H), dtype, device)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, got_logits = layer(xa, return_router_logits=True)
+    want, want_logits = block(xb)
+    assert got.shape == x.shape and got.dtype == dtype
+    torch.testing.assert_close(got_logits, want_logits, rtol=0, atol=0)  # the same Linear
+    close("SparseMoE vs Mixtral block", got, want, dtype, rng.seed_value)
+    dy = rand(gen, x.shape, dtype, device)
+    got.backward(dy)
+    want.backward(dy)
+    close("dinput", xa.grad, xb.grad, dtype, rng.seed_value)
+    close("drouter", layer.router.weight.grad, block.gate.weight.grad, dtype, rng.seed_value)
+    for mine, name in ((layer.gate_proj, "w1"), (layer.up_proj, "w3"), (layer.down_proj, "w2")):
+        want_grad = torch.stack([e[name].weight.grad for e in block.experts])
+        assert mine.grad.dtype == dtype
+        close(f"d{name}", mine.grad, want_grad, dtype, rng.seed_value)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sparse_moe_deepseek_v3_routing(rng, gen, device):
+    T, H, I, E = 9, 16, 8, 16
+    opts = dict(routing="sigmoid_grouped", groups=4, selected_groups=2, group_top_two=True, renormalize=True,
+                route_scale=2.5, router_dtype=torch.float32)
+    _, _, gate, up, down = operands(gen, T, H, E, I, torch.float32, device)
+    router = rand(gen, (E, H), torch.float32, device, 0.3)
+    bias = rand(gen, (E,), torch.float32, device, 0.2)
+    layer = ta.SparseMoE.from_weights(router, gate, up, down, 4, e_score_correction_bias=bias, **opts)
+    assert torch.equal(layer.e_score_correction_bias, bias)
+    x = rand(gen, (T, H), torch.float32, device).requires_grad_()
+    y, logits = layer(x, return_router_logits=True)
+    xr = x.detach().double().requires_grad_()
+    exact = xr @ router.double().T
+    # the layer's float32 logits as values (the same selection), float64 ones for the gradient
+    ref_logits = logits.detach().double() + (exact - exact.detach())
+    ref = ref_moe(xr, ref_logits, gate.double(), up.double(), down.double(), 4, True, bias, 4, 2, True, 2.5)
+    close("SparseMoE sigmoid_grouped", y, ref, torch.float32, rng.seed_value)
+    dy = rand(gen, y.shape, torch.float32, device)
+    y.backward(dy)
+    ref.backward(dy.double())
+    close("dinput", x.grad, xr.grad, torch.float32, rng.seed_value)
+    assert layer.e_score_correction_bias.grad is None and not layer.e_score_correction_bias.requires_grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sparse_moe_compiles_without_graph_breaks(gen, device):
+    layer = ta.SparseMoE(16, 8, 4, 2, renormalize=True, device=device, dtype=torch.float32)
+    x = rand(gen, (3, 5, 16), torch.float32, device)
+    results = []
+    for fn in (torch.compile(layer, fullgraph=True), layer):
+        layer.zero_grad()
+        xi = x.clone().requires_grad_()
+        y = fn(xi)
+        (y ** 2).sum().backward()
+        results.append([y.detach(), xi.grad] + [p.grad.clone() for p in layer.parameters()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_sparse_moe_errors(gen):
+    with pytest.raises(rudnn.InvalidArgument, match=r"^SparseMoE: routing must be"):
+        ta.SparseMoE(8, 4, 4, 2, routing="topk")
+    with pytest.raises(rudnn.InvalidArgument, match=r"^SparseMoE: top_k must be an int"):
+        ta.SparseMoE(8, 4, 4, True)
+    _, _, gate, up, down = operands(gen, 2, 8, 4, 6, torch.float32, "cpu")
+    with pytest.raises(rudnn.ShapeMismatch, match=r"^SparseMoE.from_weights: gate"):
+        ta.SparseMoE.from_weights(torch.zeros(4, 8), gate, up, down.transpose(1, 2), 2)
+    with pytest.raises(rudnn.ShapeMismatch, match=r"^SparseMoE.from_weights: router_weight"):
+        ta.SparseMoE.from_weights(torch.zeros(4, 6), gate, up, down, 2)
+    with pytest.raises(rudnn.InvalidArgument, match=r"e_score_correction_bias is given to a softmax"):
+        ta.SparseMoE.from_weights(torch.zeros(4, 8), gate, up, down, 2, e_score_correction_bias=torch.zeros(4))
+    layer = ta.SparseMoE(8, 6, 4, 5)  # top_k > E: route's own error, at the first call
+    with pytest.raises(rudnn.InvalidArgument, match=r"^route: "):
+        layer(torch.zeros(3, 8))
