@@ -862,6 +862,98 @@ def conv_cases():
              lambda: F.conv1d(F.pad(x1, (3, 0)), w1, groups=1024), "F.conv1d(F.pad(x), groups=C)", check)
 
 
+def eager_chunk_gated_delta(q, k, v, beta, log_decay, state, scale, chunk):
+    """A torch eager implementation of the chunked gated delta rule (spec 000's form: q, k
+    [B, H, T, K], v [B, H, T, V], beta and log_decay [B, H, T], state [B, H, K, V]) in float32,
+    the WY / UT form: per chunk, the triangular system (I - A)^-1 by forward substitution, then
+    the chunks in sequence through the state. Differentiable (no in-place updates)."""
+    f = torch.float32
+    B, H, T, K = q.shape
+    V = v.shape[-1]
+    pad = (-T) % chunk
+    q, k, v = (F.pad(x.to(f) * m, (0, 0, 0, pad)) for x, m in ((q, scale), (k, 1.0), (v, 1.0)))
+    beta, g = (F.pad(x.to(f), (0, pad)) for x in (beta, log_decay))
+    n = (T + pad) // chunk
+    q, k, v = (x.reshape(B, H, n, chunk, -1) for x in (q, k, v))
+    beta, g = beta.reshape(B, H, n, chunk), g.reshape(B, H, n, chunk).cumsum(-1)
+    kb, vb = k * beta[..., None], v * beta[..., None]
+    lower = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+    decay = (g[..., :, None] - g[..., None, :]).masked_fill(~lower, float("-inf")).exp()
+    strict = lower.tril(-1)  # i > j: the triangular system's entries
+    a = -(kb @ k.transpose(-1, -2)) * decay * strict
+    rows = [a[..., 0, :]]
+    for i in range(1, chunk):
+        done = torch.stack(rows, -2)  # the rows 0 .. i-1 already solved
+        rows.append(a[..., i, :] + (a[..., i, :i, None] * done).sum(-2))
+    t = torch.stack(rows, -2) + torch.eye(chunk, dtype=f, device=q.device)
+    w, u = t @ (kb * g.exp()[..., None]), t @ vb
+    s = state.to(f)
+    out = []
+    for c in range(n):
+        qc, kc, gc = q[:, :, c], k[:, :, c], g[:, :, c]
+        v_new = u[:, :, c] - w[:, :, c] @ s
+        att = (qc @ kc.transpose(-1, -2)) * decay[:, :, c]
+        out.append((qc * gc.exp()[..., None]) @ s + att @ v_new)
+        last = gc[..., -1]
+        s = s * last.exp()[..., None, None] + (kc * (last[..., None] - gc).exp()[..., None]).transpose(-1, -2) @ v_new
+    o = torch.stack(out, 2).reshape(B, H, n * chunk, V)[:, :, :T]
+    return o, s
+
+
+def gated_delta_cases():
+    """The chunked gated delta prefill (issue 14's shapes: B4 T4096 H16 and B1 T32768 H32,
+    K = V = 128, bf16 q / k / v / beta, float32 log-decay and state, chunk 64) against the torch
+    eager chunked algorithm above (float32), forward, and forward + backward (every input's
+    gradient; ours differentiates through the recurrence's backward). No bytes: compare the
+    times. q and k are L2-normalised per head, beta = sigmoid, log-decay = logsigmoid, as
+    Qwen3-Next feeds them."""
+    bf, f32 = torch.bfloat16, torch.float32
+    have = rudnn is not None
+    chunk = 64
+    for B, H, T, with_bwd in ((4, 16, 4096, True), (1, 32, 32768, False)):
+        torch.manual_seed(11)
+        K = V = 128
+        q = F.normalize(torch.randn(B, H, T, K, device=DEV), dim=-1).to(bf)
+        k = F.normalize(torch.randn(B, H, T, K, device=DEV), dim=-1).to(bf)
+        v = torch.randn(B, H, T, V, device=DEV).to(bf)
+        beta = torch.randn(B, H, T, device=DEV).sigmoid().to(bf)
+        g = F.logsigmoid(torch.randn(B, H, T, device=DEV) + 2.0)
+        s0 = torch.randn(B, H, K, V, device=DEV) * 0.1
+        scale = K ** -0.5
+        name, shape = f"chunk_gated_delta B{B} T{T} H{H}", f"[{B},{H},{T},{K}]"
+
+        def ours_fwd(q=q, k=k, v=v, beta=beta, g=g, s0=s0):
+            return rudnn.gated_delta_rule(q, k, v, beta, g, s0, scale, chunk_size=chunk)
+
+        def anchor_fwd(q=q, k=k, v=v, beta=beta, g=g, s0=s0):
+            return eager_chunk_gated_delta(q, k, v, beta, g, s0, scale, chunk)
+
+        def check_fwd(ours_fwd=ours_fwd, anchor_fwd=anchor_fwd):
+            (o, s), (ro, rs) = ours_fwd(), anchor_fwd()
+            return worst((rel_err(o, ro), tol_of(bf)), (rel_err(s, rs), tol_of(bf)))
+        run_case(f"{name} fwd", shape, bf, 0, have and ours_fwd, anchor_fwd, "torch eager chunked (float32)",
+                 check_fwd)
+        if not with_bwd:
+            continue
+        leaves = [x.detach().clone().requires_grad_(True) for x in (q, k, v, beta, g, s0)]
+        do = torch.randn(B, H, T, V, device=DEV).to(bf)
+        ds = torch.randn(B, H, K, V, device=DEV) * 0.1
+
+        def ours_fb(leaves=leaves, do=do, ds=ds):
+            o, s = rudnn.torch_autograd.gated_delta_rule(*leaves, scale, chunk_size=chunk)
+            return torch.autograd.grad((o, s), leaves, (do, ds))
+
+        def anchor_fb(leaves=leaves, do=do, ds=ds):
+            o, s = eager_chunk_gated_delta(*leaves, scale, chunk)
+            return torch.autograd.grad((o, s), leaves, (do.float(), ds))
+
+        def check_fb(ours_fb=ours_fb, anchor_fb=anchor_fb):
+            # bf16 gradients after a 4096-step recurrence: 2e-2 relative L2
+            return worst(*((rel_err(a, b), 2e-2) for a, b in zip(ours_fb(), anchor_fb())))
+        run_case(f"{name} fwd+bwd", shape, bf, 0, have and ours_fb, anchor_fb,
+                 "torch eager chunked (float32) + autograd.grad", check_fb)
+
+
 def moe_cases():
     """The routed MoE forward (softmax top-8 of 64 experts, renormalised; SwiGLU experts; no
     token dropped) against the torch._grouped_mm pipeline of ANCHORS.md (route, sort, three
@@ -997,7 +1089,7 @@ def main(argv=None):
     copy_ms, copy_gbs = copy_case()
     print(f"  copy {ARGS.copy_mib} MiB d2d: {copy_ms:.4f} ms, {copy_gbs:.1f} GB/s", file=sys.stderr, flush=True)
     for group in (norm_cases, cross_entropy_cases, rope_cases, norm_rope_cases, glu_cases, attention_cases, mla_cases, pool_interp_cases,
-                  grid_sample_ctc_cases, conv_cases, moe_cases):
+                  grid_sample_ctc_cases, conv_cases, gated_delta_cases, moe_cases):
         try:
             group()
         except Exception as e:  # noqa: BLE001 - a broken setup fails its group, not the script
