@@ -358,9 +358,21 @@ def test_moe_forward_inference_and_backward(rng, dtype, renormalize):
         def f(*a):
             return rudnn.moe_inference(*a, top_k=k, renormalize=renormalize)
 
-        # Logits apart, with a larger step: the routing weights are rounded to float32.
+        # Logits apart, with a larger step: the routing weights are rounded to float32. The
+        # selection is piecewise constant in the logits: a logits direction whose step changes
+        # it (two logits of a row within the step) crosses a jump, and is drawn again.
+        selected = rudnn.route(logits, k).expert_indices
+
+        def direction(which, h):
+            for _ in range(100):
+                us = [rng.standard_normal(a.shape) if i in which else np.zeros(a.shape) for i, a in enumerate(args)]
+                if all(np.array_equal(rudnn.route(logits + sign * h * us[1], k).expert_indices, selected)
+                       for sign in (1, -1)):
+                    return us
+            raise AssertionError(ctx.msg("no direction keeps the selection within the step"))
+
         for which, h, rtol in (((0, 2, 3, 4), 1e-6, 1e-5), ((1,), 1e-3, 1e-3)):
-            us = [rng.standard_normal(a.shape) if i in which else np.zeros(a.shape) for i, a in enumerate(args)]
+            us = direction(which, h)
             plus = f(*[a + h * u for a, u in zip(args, us)])
             minus = f(*[a - h * u for a, u in zip(args, us)])
             numeric = float(np.sum(dy * (plus - minus)) / (2 * h))
