@@ -285,6 +285,12 @@ TEST(CtcGpu, InvalidLengthsAndLabelsGiveNaNForTheirSample) {
 }
 
 #if RUDNN_CTC_TUNING
+// The launch choices as they were before the test, put back when it ends (pass or fail).
+struct TuningRestored {
+  ctc::cuda::KernelTuning saved = ctc::cuda::kernel_tuning();
+  ~TuningRestored() { ctc::cuda::kernel_tuning() = saved; }
+};
+
 // The backward's two paths (ctc/cuda/tuning.h): overlapped (the recursions and the pass over
 // every class in one launch, then the target's classes and the non-finite samples' rows
 // rewritten) and sequential (the recursions, then one gradient pass), each against the
@@ -295,10 +301,7 @@ TEST(CtcGpu, InvalidLengthsAndLabelsGiveNaNForTheirSample) {
 TEST(CtcGpu, BackwardPathsMatchReference) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
-  struct Restore {
-    ctc::cuda::KernelTuning saved = ctc::cuda::kernel_tuning();
-    ~Restore() { ctc::cuda::kernel_tuning() = saved; }
-  } restore;
+  const TuningRestored restore;
   const CtcReduction none = CtcReduction::none, mean = CtcReduction::mean,
                      sum = CtcReduction::sum;
   for (bool overlapped : {true, false}) {
@@ -331,10 +334,7 @@ TEST(CtcGpu, BackwardPathsMatchReference) {
 TEST(CtcGpu, ForwardPathsMatchReference) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
-  struct Restore {
-    ctc::cuda::KernelTuning saved = ctc::cuda::kernel_tuning();
-    ~Restore() { ctc::cuda::kernel_tuning() = saved; }
-  } restore;
+  const TuningRestored restore;
   const CtcReduction none = CtcReduction::none, mean = CtcReduction::mean;
   for (bool split : {true, false}) {
     SCOPED_TRACE(split ? "split forward" : "alpha over every step");
