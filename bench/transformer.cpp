@@ -231,6 +231,18 @@ void bench_norm_rope(Bench& b, bool projected = true) {
                                          b.cs));
       },
       nullptr, 0.0);
+  // The same bytes to the places norm_rope writes: each (b, h) row of T·D elements into
+  // positions T .. 2T - 1 of the cache's rows of 2T·D.
+  const size_t row_bytes = static_cast<size_t>(T * D * 2);
+  b.run(
+      "norm_rope ceiling: copy of k into the cache's positions", {B, HK, T, D}, bf, 2 * K, sets,
+      [&](int s) {
+        RUDNN_BENCH_CUDA(cudaMemcpy2DAsync(static_cast<char*>(cache[s].data()) + row_bytes,
+                                           2 * row_bytes, k_copy[s].data(), row_bytes, row_bytes,
+                                           static_cast<size_t>(B * HK), cudaMemcpyDeviceToDevice,
+                                           b.cs));
+      },
+      nullptr, 0.0);
   b.sync();
 }
 
@@ -340,6 +352,7 @@ void run_variants(Bench& b) {
          t.norm_rope_pair_ring = false;
          t.norm_rope_pair_prefetch = true;
        }},
+      {"pairs, plain accesses", [](KernelTuning& t) { t.norm_rope_pair_streamed = false; }},
   };
   for (const Variant& v : variants) {
     kernel_tuning() = defaults;

@@ -57,21 +57,35 @@ __device__ __forceinline__ void load_pack(const T* p, float (&out)[W]) {
   for (int j = 0; j < W; ++j) out[j] = to_float(pack.v[j]);
 }
 
-// Stores W floats at p (aligned to W * sizeof(T)), rounded to T; 16-bit types convert in
-// pairs (one instruction per two elements).
+// W floats rounded to T, as the pack of bits store_pack writes; 16-bit types convert in pairs
+// (one instruction per two elements).
 template <class T, int W>
-__device__ __forceinline__ void store_pack(T* p, const float (&in)[W]) {
+__device__ __forceinline__ Pack<T, W> rounded_pack(const float (&in)[W]) {
   if constexpr (sizeof(T) == 2 && W % 2 == 0) {
     Pack<unsigned, W / 2> words;
 #pragma unroll
     for (int q = 0; q < W / 2; ++q) words.v[q] = pack_pair<T>(in[2 * q], in[2 * q + 1]);
-    *reinterpret_cast<Pack<unsigned, W / 2>*>(p) = words;
+    return __builtin_bit_cast(Pack<T, W>, words);
   } else {
     Pack<T, W> pack;
 #pragma unroll
     for (int j = 0; j < W; ++j) pack.v[j] = from_float<T>(in[j]);
-    *reinterpret_cast<Pack<T, W>*>(p) = pack;
+    return pack;
   }
+}
+
+// Stores W floats at p (aligned to W * sizeof(T)), rounded to T.
+template <class T, int W>
+__device__ __forceinline__ void store_pack(T* p, const float (&in)[W]) {
+  *reinterpret_cast<Pack<T, W>*>(p) = rounded_pack<T, W>(in);
+}
+
+// store_pack of 16 bytes marked as written once (st.global.cs: evict-first in L1 and L2), for
+// a result no later work of the kernel reads.
+template <class T, int W>
+__device__ __forceinline__ void store_pack_streaming(T* p, const float (&in)[W]) {
+  static_assert(sizeof(T) * W == 16, "a 16-byte pack");
+  __stcs(reinterpret_cast<uint4*>(p), __builtin_bit_cast(uint4, rounded_pack<T, W>(in)));
 }
 
 // Loads W elements of an affine parameter stored as T or as float (chosen at run time;

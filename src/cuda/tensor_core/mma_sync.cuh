@@ -152,6 +152,25 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* src, uin
                : "memory");
 #endif
 }
+// An L2 cache policy that marks lines as evict-first (for data a kernel reads once), for
+// cp_async_16_hinted.
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy = 0;
+#if RUDNN_TC_SM80
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+// cp_async_16 with an L2 cache policy (l2_evict_first_policy) for the lines it reads.
+__device__ __forceinline__ void cp_async_16_hinted(void* smem_dst, const void* src,
+                                                   uint32_t valid_bytes, uint64_t policy) {
+#if RUDNN_TC_SM80
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(
+                   shared_address(smem_dst)),
+               "l"(src), "r"(valid_bytes), "l"(policy)
+               : "memory");
+#endif
+}
 __device__ __forceinline__ void cp_async_commit() {
 #if RUDNN_TC_SM80
   asm volatile("cp.async.commit_group;" ::: "memory");

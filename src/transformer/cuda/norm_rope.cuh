@@ -418,7 +418,8 @@ __device__ __forceinline__ void round_each(float (&v)[W]) {
 
 template <class T, int L, bool kTrad, bool kRing>
 __global__ void __launch_bounds__(kNormRopeThreads, 2)
-    norm_rope_pair_kernel(const NormRope q, const int64_t heads_per_chunk, const bool prefetch) {
+    norm_rope_pair_kernel(const NormRope q, const int64_t heads_per_chunk, const bool prefetch,
+                          const bool streamed) {
   constexpr int W = 16 / sizeof(T);
   constexpr int kSlots = kNormRopeThreads / L;  // rows (b, t) of a block at a time
   constexpr int U = kNormRopePairHeads;
@@ -479,6 +480,16 @@ __global__ void __launch_bounds__(kNormRopeThreads, 2)
   };
   int64_t fetch_r = first, fetch_m = m0;
   const T* fetch_x = nullptr;
+  // x and y are touched once: with `streamed` the copies mark x's lines evict-first in L2 and
+  // the stores are streaming ones (KernelTuning::norm_rope_pair_streamed).
+  const uint64_t read_once = streamed ? ::rudnn::cuda::tc::l2_evict_first_policy() : 0;
+  auto copy_16 = [&](uint4& dst, const T* src) {
+    if (streamed) {
+      ::rudnn::cuda::tc::cp_async_16_hinted(&dst, src, 16u, read_once);
+    } else {
+      ::rudnn::cuda::tc::cp_async_16(&dst, src, 16u);
+    }
+  };
   // Copies the batch at the cursor into ring slot `s` and closes the group (an empty group
   // past the last row: every thread counts the same groups), then advances the cursor.
   auto fetch = [&](int s) {
@@ -487,8 +498,8 @@ __global__ void __launch_bounds__(kNormRopeThreads, 2)
       for (int u = 0; u < U; ++u) {
         if (fetch_m + u < m1) {
           const T* const v = fetch_x + (fetch_m + u) * xh;
-          ::rudnn::cuda::tc::cp_async_16(&ring_vec(s, u, 0), v, 16u);
-          ::rudnn::cuda::tc::cp_async_16(&ring_vec(s, u, 1), v + L * W, 16u);
+          copy_16(ring_vec(s, u, 0), v);
+          copy_16(ring_vec(s, u, 1), v + L * W);
         }
       }
       fetch_m += U;
@@ -580,8 +591,13 @@ __global__ void __launch_bounds__(kNormRopeThreads, 2)
         out_hi[k] = pr.e;
       }
     }
-    ::rudnn::cuda::store_pack<T, W>(y, out_lo);
-    ::rudnn::cuda::store_pack<T, W>(y + L * W, out_hi);
+    if (streamed) {
+      ::rudnn::cuda::store_pack_streaming<T, W>(y, out_lo);
+      ::rudnn::cuda::store_pack_streaming<T, W>(y + L * W, out_hi);
+    } else {
+      ::rudnn::cuda::store_pack<T, W>(y, out_lo);
+      ::rudnn::cuda::store_pack<T, W>(y + L * W, out_hi);
+    }
   };
 
   int ring_slot = 0;
@@ -688,7 +704,8 @@ void launch_norm_rope_pairs(const NormRope& q, const LaunchContext& ctx) {
   blocks = blocks < 1 ? 1 : (blocks > INT32_MAX ? INT32_MAX : blocks);
   const size_t shared = kRingBytes + sizeof(double) * static_cast<size_t>(p.dims / 2);
   kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(chunks)), kNormRopeThreads,
-           shared, ctx.stream>>>(q, per_chunk, kernel_tuning().norm_rope_pair_prefetch);
+           shared, ctx.stream>>>(q, per_chunk, kernel_tuning().norm_rope_pair_prefetch,
+                                 kernel_tuning().norm_rope_pair_streamed);
 }
 
 // Picks the kernel and its shape from the row's vectors (rms_norm's warp tiles: row_tile.cuh

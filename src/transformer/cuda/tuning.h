@@ -18,6 +18,9 @@ struct KernelTuning {
   // Without the ring: the paired kernel asks L2 for each next batch of heads
   // (prefetch.global.L2) before it computes the current one (true), or does not (false).
   bool norm_rope_pair_prefetch = false;
+  // The paired kernel reads x and writes y with cache hints for data touched once (the ring's
+  // copies with an L2 evict-first policy, streaming stores: true), or plain (false).
+  bool norm_rope_pair_streamed = true;
   // The paired kernel's grid: as many blocks as are resident, each striding over rows (true),
   // or one block for each block of rows, scheduled as blocks finish (false).
   bool norm_rope_pair_persistent = true;

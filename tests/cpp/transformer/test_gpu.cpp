@@ -389,7 +389,8 @@ TEST(TransformerGpu, NormRopeSplitsTheHeadsOfARowOverWarps) {
 // positions, into a new tensor and into a cache; bit for bit the composition. Each launch
 // choice of transformer/cuda/tuning.h for these rows: rows in flight in a cp.async ring or in
 // registers (with or without the L2 prefetch), a persistent grid or a block per block of rows,
-// and the lane-group kernel that the other row shapes take.
+// streamed (evict-first) or plain accesses, and the lane-group kernel that the other row
+// shapes take.
 TEST(TransformerGpu, NormRopeWithBothHalvesInALaneIsTheComposition) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
@@ -399,17 +400,19 @@ TEST(TransformerGpu, NormRopeWithBothHalvesInALaneIsTheComposition) {
     transformer::cuda::KernelTuning saved = transformer::cuda::kernel_tuning();
     ~Restore() { transformer::cuda::kernel_tuning() = saved; }
   } restore;
-  for (int variant = 0; variant < 5; ++variant) {
+  for (int variant = 0; variant < 6; ++variant) {
     transformer::cuda::kernel_tuning() = restore.saved;
     transformer::cuda::kernel_tuning().norm_rope_pairs = variant != 3;
-    transformer::cuda::kernel_tuning().norm_rope_pair_ring = variant == 0 || variant == 4;
+    transformer::cuda::kernel_tuning().norm_rope_pair_ring = variant != 1 && variant != 2;
     transformer::cuda::kernel_tuning().norm_rope_pair_prefetch = variant == 2;
     transformer::cuda::kernel_tuning().norm_rope_pair_persistent = variant != 4;
+    transformer::cuda::kernel_tuning().norm_rope_pair_streamed = variant != 5;
     const std::string kernel = variant == 0   ? "pairs, cp.async ring"
                                : variant == 1 ? "pairs, registers"
                                : variant == 2 ? "pairs, registers, L2 prefetch"
                                : variant == 3 ? "lane groups"
-                                              : "pairs, cp.async ring, a block per row block";
+                               : variant == 4 ? "pairs, cp.async ring, a block per row block"
+                                              : "pairs, cp.async ring, plain accesses";
 #else
   {
     const std::string kernel = "default";
