@@ -43,7 +43,10 @@ Inputs and outputs
 
     - torch tensor -> torch tensors on the same device (``torch.from_dlpack``). A CUDA op
       runs on ``torch.cuda.current_stream(device)``, so it is ordered with the caller's
-      torch work, as a torch op would be.
+      torch work, as a torch op would be; its torch operands of that device are then taken
+      with ``__dlpack__(stream=-1)``: no stream work is needed on their own stream, and
+      torch's Python-side stream comparison, most of a small call's host time, is skipped.
+      With an explicit ``stream=`` every operand is synchronised with that stream.
     - numpy array -> numpy arrays (writable; they share ruDNN's memory).
     - anything else -> :class:`rudnn.Tensor`, itself DLPack-capable.
 

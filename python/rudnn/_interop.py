@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional, Sequence, Tuple, Union
 
-from ._rudnn import Tensor
+from ._rudnn import Tensor, _TorchCurrentStream
 
 #: Any array ruDNN takes: a torch tensor, a numpy array, a CuPy or JAX array, a
 #: :class:`rudnn.Tensor`, or another DLPack producer / host buffer.
@@ -52,7 +52,10 @@ def context(primary: Array, stream: StreamLike) -> Tuple[int, StreamLike]:
     torch = loaded_torch()
     if torch is not None and isinstance(primary, torch.Tensor):
         if stream is None and primary.device.type == "cuda":
-            stream = torch.cuda.current_stream(primary.device).cuda_stream
+            # The op runs on torch's current stream, where the work on torch's tensors of this
+            # device is queued: the native module exports them without stream work (interop.h).
+            device = primary.device.index
+            stream = _TorchCurrentStream(torch.cuda.current_stream(device).cuda_stream, device, torch.Tensor)
         return TORCH, stream
     np = loaded_numpy()
     if np is not None and isinstance(primary, np.ndarray):

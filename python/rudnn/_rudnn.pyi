@@ -485,3 +485,13 @@ def paged_write(cache: Any, new: Any, slots: Any, in_place: bool = False, *, str
 
 # The other op bindings (see rudnn/normalization.py for the documented, typed functions).
 def __getattr__(name: str) -> Any: ...
+
+class _TorchCurrentStream:
+    """torch's current stream on a CUDA device, as the package's functions pass it to the
+    native ops (not public API)."""
+
+    def __init__(self, handle: int, device: int, tensor_type: type) -> None: ...
+    @property
+    def cuda_stream(self) -> int: ...
+    @property
+    def device(self) -> int: ...

@@ -297,6 +297,12 @@ std::uintptr_t parse_stream(py::handle s, const char* op) {
   return static_cast<std::uintptr_t>(v);
 }
 
+// A call's stream argument: TorchCurrentStream's handle, else parse_stream's value.
+std::uintptr_t stream_handle(py::handle s, const char* op) {
+  if (py::isinstance<TorchCurrentStream>(s)) return s.cast<const TorchCurrentStream&>().handle;
+  return parse_stream(s, op);
+}
+
 // ---- DLPack import --------------------------------------------------------------------------
 
 // The DLManagedTensor handed to rudnn::from_dlpack: a copy of the producer's DLTensor whose
@@ -439,9 +445,38 @@ int producer_device_type(py::handle obj, const char* op, const char* arg) {
 // consumer stream for CUDA producers and None for host ones, then the buffer protocol for
 // host objects DLPack refuses (numpy will not export read-only arrays) or that have no
 // __dlpack__. Outputs (writable) are never copied: they are written in place or refused.
+// A torch tensor exported without stream work when the op runs on torch's current stream of
+// its device (`torch`, from io.context): __dlpack__(stream=-1), DLPack's "the consumer orders
+// the work itself". Null when it is not such a tensor (or its export raised: the general path
+// then says why in its own words).
+py::object torch_capsule_on_current_stream(py::handle obj, const TorchCurrentStream* torch) {
+  if (torch == nullptr || PyObject_IsInstance(obj.ptr(), torch->tensor_type.ptr()) != 1) {
+    PyErr_Clear();
+    return {};
+  }
+  py::object capsule;
+  try {
+    capsule = obj.attr("__dlpack__")(py::arg("stream") = -1);
+  } catch (py::error_already_set&) {
+    return {};
+  }
+  if (!PyCapsule_IsValid(capsule.ptr(), kCapsuleName)) return {};
+  const auto* managed =
+      static_cast<const DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), kCapsuleName));
+  const DLDevice device = managed->dl_tensor.device;
+  // A CUDA tensor of another device: torch's current stream there is another stream, so the
+  // general path asks for the synchronisation (the capsule, unconsumed, frees its tensor).
+  if ((device.device_type == kDevCUDA || device.device_type == kDevCUDAManaged) &&
+      device.device_id != torch->device)
+    return {};
+  return capsule;
+}
+
 Tensor import_array(py::handle obj, const char* op, const char* arg, std::uintptr_t stream,
-                    bool writable) {
+                    bool writable, const TorchCurrentStream* torch) {
   if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
+  if (py::object capsule = torch_capsule_on_current_stream(obj, torch))
+    return import_capsule(capsule, op, arg);
   if (py::hasattr(obj, "__dlpack__")) {
     py::object consumer_stream = py::none();
     if (py::hasattr(obj, "__dlpack_device__")) {
@@ -556,12 +591,16 @@ py::object tensor_dlpack(const Tensor& t, py::object stream, py::kwargs kwargs) 
 
 // ---- OpArgs ---------------------------------------------------------------------------------
 
-OpArgs::OpArgs(const char* op, py::handle stream) : op_(op), stream_(parse_stream(stream, op)) {}
+OpArgs::OpArgs(const char* op, py::handle stream)
+    : op_(op),
+      stream_(stream_handle(stream, op)),
+      torch_(py::isinstance<TorchCurrentStream>(stream) ? &stream.cast<const TorchCurrentStream&>()
+                                                         : nullptr) {}
 
 Tensor OpArgs::import(py::handle obj, const char* arg, bool writable) const {
   if (obj.is_none())
     raise_rudnn(ErrorCode::InvalidArgument, where(op_, arg) + " is None; expected a tensor");
-  return import_array(obj, op_, arg, stream_, writable);
+  return import_array(obj, op_, arg, stream_, writable, torch_);
 }
 
 Tensor OpArgs::tensor(py::handle obj, const char* arg) const {
@@ -793,6 +832,16 @@ share its memory without copying) and, on the CPU, supports the buffer protocol
       "Zero-copy import of a DLPack-capable array (or a host buffer) as a rudnn Tensor. For a CUDA "
       "producer, `stream` is the stream the data will be used on (default: the legacy default "
       "stream).");
+
+  py::class_<TorchCurrentStream>(m, "_TorchCurrentStream",
+                                 "torch's current stream on a CUDA device, as the package's "
+                                 "functions pass it (not public API; see interop.h).")
+      .def(py::init([](std::uintptr_t handle, int device, py::object tensor_type) {
+             return TorchCurrentStream{handle, device, std::move(tensor_type)};
+           }),
+           py::arg("handle"), py::arg("device"), py::arg("tensor_type"))
+      .def_readonly("cuda_stream", &TorchCurrentStream::handle)
+      .def_readonly("device", &TorchCurrentStream::device);
 }
 
 }  // namespace rudnn_py

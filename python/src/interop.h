@@ -25,11 +25,23 @@ namespace rudnn_py {
 
 namespace py = pybind11;
 
+// torch's current stream on one CUDA device, as the package's Python layer (io.context) passes
+// it when a call on torch CUDA tensors names no stream: the op then runs on the stream torch
+// queued those tensors' work on, and a torch tensor of that device is exported with
+// __dlpack__(stream=-1) (DLPack: the consumer orders the work itself). With an int handle
+// torch's __dlpack__ builds stream objects in Python to compare the two streams, a cost paid
+// per tensor. Not public API (rudnn._rudnn._TorchCurrentStream).
+struct TorchCurrentStream {
+  std::uintptr_t handle = 0;  // cudaStream_t
+  int device = 0;             // CUDA device index
+  py::object tensor_type;     // torch.Tensor
+};
+
 // The Python arguments of one op call, converted on demand. `op` names the op in every error.
 class OpArgs {
  public:
-  // stream: None/0 (the current stream), an int (a cudaStream_t address) or an object with a
-  // `cuda_stream` attribute.
+  // stream: None/0 (the current stream), an int (a cudaStream_t address), an object with a
+  // `cuda_stream` attribute, or a TorchCurrentStream.
   OpArgs(const char* op, py::handle stream);
 
   // A required input: None is refused ("<op>: <arg> is None; expected a tensor").
@@ -63,6 +75,7 @@ class OpArgs {
 
   const char* op_;
   std::uintptr_t stream_;
+  const TorchCurrentStream* torch_;  // the stream argument, when it is one (else null)
 };
 
 // Runs f with the GIL released (the ops run on the C++ side only) and returns its result.

@@ -62,3 +62,48 @@ def test_jax_arrays():
     s = jax.dlpack.from_dlpack(rudnn.softmax(xb))
     assert s.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(s, dtype=np.float32), ref_softmax(host), rtol=1e-2, atol=1e-2)
+
+
+def test_torch_tensors_on_torch_current_stream_are_exported_without_stream_work():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    asked = []
+
+    class Spy(torch.Tensor):
+        """A torch tensor that records the stream each DLPack export is asked for."""
+
+        def __dlpack__(self, stream=None, **kwargs):
+            asked.append(stream)
+            return super().__dlpack__(stream=stream, **kwargs)
+
+    seed = int(np.random.SeedSequence().entropy % (1 << 63))
+    host = np.random.default_rng(seed).standard_normal((33, 256)).astype(np.float32)
+    x = torch.from_numpy(host).cuda().as_subclass(Spy)
+    out = torch.full_like(x, float("nan"))
+    # No stream=: the op runs on torch's current stream, so its torch inputs and outputs are
+    # exported with stream=-1 (DLPack's "no synchronisation"), with none of torch's stream
+    # comparison.
+    assert rudnn.rms_norm(x, out=out) is out
+    assert asked == [-1, -1], f"seed {seed}"
+    np.testing.assert_allclose(out.cpu().numpy(), ref_rms_norm(host), rtol=2e-5, atol=2e-5,
+                               err_msg=f"seed {seed}")
+    # An explicit stream (even torch's current one) takes the general path: the stream handle
+    # (DLPack's 1 for the legacy default stream, whose handle is 0).
+    del asked[:]
+    current = torch.cuda.current_stream()
+    y = rudnn.rms_norm(x, stream=current)
+    assert asked == [current.cuda_stream or 1], f"seed {seed}"
+    np.testing.assert_allclose(y.cpu().numpy(), ref_rms_norm(host), rtol=2e-5, atol=2e-5,
+                               err_msg=f"seed {seed}")
+    # On a side stream as torch's current one: the work there, ordered after x's producer.
+    side = torch.cuda.Stream()
+    side.wait_stream(current)
+    del asked[:]
+    with torch.cuda.stream(side):
+        z = rudnn.rms_norm(x * 2)
+        zz = z * 1  # torch work after the op, on the same stream
+    assert asked == [-1], f"seed {seed}"
+    side.synchronize()
+    np.testing.assert_allclose(zz.cpu().numpy(), ref_rms_norm(2 * host), rtol=2e-5, atol=2e-5,
+                               err_msg=f"seed {seed}")
