@@ -220,6 +220,16 @@ struct RecursionShape {
   size_t shared = 0;
 };
 
+// The negative log-likelihood (natural log) of alpha's last row (log2 values relative to
+// `offset`, `states` = 2 * target length + 1): the alignments ending in the last label or the
+// blank after it; +inf when none reaches them.
+__device__ __forceinline__ double nll_of_last_row(const float* row, int64_t states,
+                                                  double offset) {
+  const float ll = log2_add3(row[states - 1], states > 1 ? row[states - 2] : -INFINITY, -INFINITY);
+  return ll == -INFINITY ? static_cast<double>(INFINITY)
+                         : -(static_cast<double>(ll) + offset) * kLn2;
+}
+
 // One block per (sample, direction): blockIdx.y 0 runs alpha (and writes the sample's label
 // check, and its nll unless `meet`), 1 runs beta (and the chains of repeated labels). kStore:
 // keep every row. `meet` (the split forward): alpha runs the first ceil(Tn / 2) steps, beta
@@ -393,12 +403,7 @@ __device__ __forceinline__ void recursion_body(const CtcProblem& p, const Views&
     if (tid == 0) v.meet_offset[side] = offset;
     return;
   }
-  if (!beta && threadIdx.x == 0) {
-    const float ll =
-        log2_add3(prev[states - 1], states > 1 ? prev[states - 2] : -INFINITY, -INFINITY);
-    v.nll[n] = ll == -INFINITY ? static_cast<double>(INFINITY)
-                               : -(static_cast<double>(ll) + offset) * kLn2;
-  }
+  if (!beta && threadIdx.x == 0) v.nll[n] = nll_of_last_row(prev, states, offset);
 }
 
 template <bool kStore>
@@ -438,12 +443,7 @@ static __global__ void __launch_bounds__(kMeetThreads) meet_kernel(CtcProblem p,
   const float* b = a + cap_states;
   const double alpha_offset = v.meet_offset[2 * n];
   if (Tn == 1) {  // beta ran no step: alpha's row is the last one
-    if (threadIdx.x == 0) {
-      const float ll =
-          log2_add3(a[states - 1], states > 1 ? a[states - 2] : -INFINITY, -INFINITY);
-      v.nll[n] = ll == -INFINITY ? static_cast<double>(INFINITY)
-                                 : -(static_cast<double>(ll) + alpha_offset) * kLn2;
-    }
+    if (threadIdx.x == 0) v.nll[n] = nll_of_last_row(a, states, alpha_offset);
     return;
   }
   // Labels are 1-based in the blank-extended target: state s odd is label (s + 1) / 2.
