@@ -1632,14 +1632,10 @@ def _moe_grad(ctx, grad_output):
 moe.register_autograd(_moe_grad, setup_context=_moe_setup)
 
 
-def _moe_backward_setup(ctx, inputs, output):
-    pass
-
-
 def _moe_second_derivative(ctx, *grads):
     raise _rudnn.Unsupported(
         "moe: only first-order derivatives exist; the gradients of moe_backward cannot be differentiated again "
         "(a backward through gradients made with create_graph=True)")
 
 
-moe_backward.register_autograd(_moe_second_derivative, setup_context=_moe_backward_setup)
+moe_backward.register_autograd(_moe_second_derivative)

@@ -41,12 +41,14 @@ def rand(gen, shape, dtype, device):
     return torch.randn(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
 
 
-def close(what, got, ref, dtype, seed):
+def close(what, got, ref, dtype, seed, ulps=1.0):
+    """`ulps` scales the dtype's tolerance, for results that take an already rounded result in."""
     msg = f"{what} [{dtype}] (seed={seed}; RUDNN_TEST_SEED={seed} replays)"
     assert got.dtype == ref.dtype and got.shape == ref.shape, f"{msg}: {got.dtype} {tuple(got.shape)}"
     if ref.numel():
         err = (got.double() - ref.double()).abs().max().item()
-        assert err <= TOL[dtype] * max(1.0, ref.double().abs().max().item()), f"{msg}: max error {err:.3g}"
+        bound = ulps * TOL[dtype] * max(1.0, ref.double().abs().max().item())
+        assert err <= bound, f"{msg}: max error {err:.3g}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -117,16 +119,21 @@ def test_adaptive_and_lp_against_torch_functional(rng, gen, device, dtype, case,
     close("adaptive_avg_pool dx", x.grad, xr.grad.to(dtype), dtype, seed)
     if TORCH_LP[nd] is None or any(e > n for e, n in zip([k] * (nd - 2) if isinstance(k, int) else k, shape[2:])):
         return
+    # torch's lp_pool1d multiplies by kernel_size itself, which must then be an int.
+    torch_k = k[0] if nd == 3 and not isinstance(k, int) else k
     for p in (2.0, 3.0):
         xp = x0.abs() + 0.1
         x, xr = xp.clone().requires_grad_(), xp.double().requires_grad_()
         out = ta.lp_pool(x, p, k, s)
-        ref = TORCH_LP[nd](xr, p, k, s)
+        ref = TORCH_LP[nd](xr, p, torch_k, s)
         close(f"lp_pool p={p}", out, ref.to(dtype), dtype, seed)
         dy = rand(gen, out.shape, dtype, device)
         out.backward(dy)
         ref.backward(dy.double())
-        close(f"lp_pool dx p={p}", x.grad, xr.grad.to(dtype), dtype, seed)
+        # dx = dy (x / y)^(p-1) takes the forward's result y as stored (rounded to a 16-bit type
+        # as torch saves it too): its rounding enters p-1 times, so 16-bit types get twice the
+        # tolerance (bfloat16 at p = 3 differed from the float64 reference by 2 ulps, round 63).
+        close(f"lp_pool dx p={p}", x.grad, xr.grad.to(dtype), dtype, seed, ulps=2.0 if dtype != torch.float32 else 1.0)
 
 
 @needs_cuda
