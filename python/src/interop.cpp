@@ -441,17 +441,15 @@ int producer_device_type(py::handle obj, const char* op, const char* arg) {
                   "; expected a (device_type, device_id) tuple of ints");
 }
 
-// Imports one operand: a rudnn Tensor as is; otherwise obj.__dlpack__(stream=...) with the
-// consumer stream for CUDA producers and None for host ones, then the buffer protocol for
-// host objects DLPack refuses (numpy will not export read-only arrays) or that have no
-// __dlpack__. Outputs (writable) are never copied: they are written in place or refused.
 // A torch tensor exported without stream work when the op runs on torch's current stream of
 // its device (`torch`, from io.context): __dlpack__(stream=-1), DLPack's "the consumer orders
 // the work itself". Null when it is not such a tensor (or its export raised: the general path
 // then says why in its own words).
 py::object torch_capsule_on_current_stream(py::handle obj, const TorchCurrentStream* torch) {
-  if (torch == nullptr || PyObject_IsInstance(obj.ptr(), torch->tensor_type.ptr()) != 1) {
-    PyErr_Clear();
+  if (torch == nullptr) return {};
+  const int is_torch = PyObject_IsInstance(obj.ptr(), torch->tensor_type.ptr());
+  if (is_torch != 1) {
+    if (is_torch < 0) PyErr_Clear();  // the general path then asks the object itself
     return {};
   }
   py::object capsule;
@@ -472,6 +470,12 @@ py::object torch_capsule_on_current_stream(py::handle obj, const TorchCurrentStr
   return capsule;
 }
 
+// Imports one operand: a rudnn Tensor as is; a torch tensor through
+// torch_capsule_on_current_stream where that applies; otherwise obj.__dlpack__(stream=...)
+// with the consumer stream for CUDA producers and None for host ones, then the buffer
+// protocol for host objects DLPack refuses (numpy will not export read-only arrays) or that
+// have no __dlpack__. Outputs (writable) are never copied: they are written in place or
+// refused.
 Tensor import_array(py::handle obj, const char* op, const char* arg, std::uintptr_t stream,
                     bool writable, const TorchCurrentStream* torch) {
   if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
