@@ -297,12 +297,6 @@ std::uintptr_t parse_stream(py::handle s, const char* op) {
   return static_cast<std::uintptr_t>(v);
 }
 
-// A call's stream argument: TorchCurrentStream's handle, else parse_stream's value.
-std::uintptr_t stream_handle(py::handle s, const char* op) {
-  if (py::isinstance<TorchCurrentStream>(s)) return s.cast<const TorchCurrentStream&>().handle;
-  return parse_stream(s, op);
-}
-
 // ---- DLPack import --------------------------------------------------------------------------
 
 // The DLManagedTensor handed to rudnn::from_dlpack: a copy of the producer's DLTensor whose
@@ -597,9 +591,9 @@ py::object tensor_dlpack(const Tensor& t, py::object stream, py::kwargs kwargs) 
 
 OpArgs::OpArgs(const char* op, py::handle stream)
     : op_(op),
-      stream_(stream_handle(stream, op)),
       torch_(py::isinstance<TorchCurrentStream>(stream) ? &stream.cast<const TorchCurrentStream&>()
-                                                         : nullptr) {}
+                                                         : nullptr),
+      stream_(torch_ != nullptr ? torch_->handle : parse_stream(stream, op)) {}
 
 Tensor OpArgs::import(py::handle obj, const char* arg, bool writable) const {
   if (obj.is_none())

@@ -74,8 +74,8 @@ class OpArgs {
   rudnn::Tensor import(py::handle obj, const char* arg, bool writable) const;
 
   const char* op_;
-  std::uintptr_t stream_;
   const TorchCurrentStream* torch_;  // the stream argument, when it is one (else null)
+  std::uintptr_t stream_;
 };
 
 // Runs f with the GIL released (the ops run on the C++ side only) and returns its result.
