@@ -6,6 +6,7 @@
 //   causal, B4 H8 L4096 D256 causal ("attention hopper ..."), and the Hopper backward alone
 //   B4 H16 L4096 D128 causal;
 //   decode B64 Hq32 Hkv8 S4096 D128 (one query per sequence): SplitKv.
+// --variants times SplitKv's alternatives of attention/cuda/tuning.h on the decode row.
 // The harness's bytes column counts what a case must move at least (prefill: q, k, v and
 // out once, and for the backward dout, dq, dk, dv too; decode: K and V), so its GB/s is a
 // bandwidth. The prefill rows' compute rate is printed after the family in a second table,
@@ -27,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/cuda/tuning.h"
 #include "harness.h"
 
 namespace {
@@ -243,6 +245,34 @@ void bench_decode(Bench& b) {
       2e-2);
 }
 
+// The alternatives of attention/cuda/tuning.h, each timed against the default in one run.
+void run_variants(Bench& b) {
+  using rudnn::attn::cuda::kernel_tuning;
+  using rudnn::attn::cuda::KernelTuning;
+  const KernelTuning defaults = kernel_tuning();
+  struct Variant {
+    std::string label;
+    void (*set)(KernelTuning&);
+  };
+  const Variant variants[] = {
+      {"CUDA-core SplitKv", [](KernelTuning& t) { t.split_kv_tensor_cores = false; }},
+      {"partitions of 256 keys", [](KernelTuning& t) { t.split_kv_keys = 256; }},
+      {"partitions of 512 keys", [](KernelTuning& t) { t.split_kv_keys = 512; }},
+      {"partitions of 2048 keys", [](KernelTuning& t) { t.split_kv_keys = 2048; }},
+      {"partitions of 4096 keys", [](KernelTuning& t) { t.split_kv_keys = 4096; }},
+  };
+  for (const Variant& v : variants) {
+    kernel_tuning() = defaults;
+    v.set(kernel_tuning());
+    b.variant = v.label;
+    b.variant_ops = {"attention decode SplitKv [GB/s of K+V]"};
+    bench_decode(b);
+  }
+  kernel_tuning() = defaults;
+  b.variant.clear();
+  b.variant_ops.clear();
+}
+
 bench::Family make_family() {
   bench::Family f;
   f.sizes = {{"attn-batch", 4, "attention prefill: batch B"},
@@ -267,6 +297,7 @@ bench::Family make_family() {
                   tflops);
     }
   };
+  f.run_variants = run_variants;
   return f;
 }
 

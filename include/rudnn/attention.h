@@ -111,7 +111,11 @@ enum class AttentionLayout {
 //   SplitKv      flash-decoding for Lq <= 8: the keys split into partitions processed in
 //                parallel with FP32 partial results and a merge; the query heads that share
 //                a KV head run together, so K and V are read once. D, Dv <= 1024, every
-//                option, varlen. Forward only.
+//                option, varlen. Forward only. F16 and BF16 with D = Dv in {64, 128, 256}
+//                on sm_80 and later run on tensor cores (mma.sync, K and V streamed through
+//                cp.async; FP32 products and softmax, the probabilities rounded to q's
+//                dtype for p·v, as in Flash; AttentionPlan::split_tensor_cores says so);
+//                the rest on CUDA cores in FP32.
 enum class AttentionStrategy { Auto, Flash, FlashScalar, Composed, SplitKv };
 
 // The kernel family a call runs (AttentionPlan::kernel).
@@ -249,6 +253,9 @@ struct AttentionPlan {
   // mma.sync one (see AttentionStrategy::Flash); for plan_attention_backward, the Hopper
   // backward (see attention_backward).
   bool flash_wgmma = false;
+  // SplitKv only: whether its tensor-core kernel runs (mma.sync; f16 / bf16, D = Dv in {64,
+  // 128, 256}, sm_80 and later) rather than the CUDA-core one (see AttentionStrategy::SplitKv).
+  bool split_tensor_cores = false;
 };
 
 // How attention (or attention_backward) will run on `device` for these shapes (as the

@@ -282,7 +282,9 @@ def plan_attention(
         inputs and outputs), ``max_intermediate_bytes``, ``capped`` (whether
         max_score_bytes changed the choice), ``flash_wgmma`` (whether ``"Flash"`` runs the
         Hopper kernel, wgmma fed by TMA: sm_90 in an sm_90a build, f16 / bf16, head sizes 64,
-        128, 256 with Dv = D, plain options; False on the CPU and on other GPUs).
+        128, 256 with Dv = D, plain options; False on the CPU and on other GPUs),
+        ``split_tensor_cores`` (whether ``"SplitKv"`` runs its tensor-core kernel: sm_80 and
+        later, f16 / bf16, head sizes 64, 128, 256 with Dv = D, any options; False on the CPU).
 
     Raises: the errors the call would report.
     """

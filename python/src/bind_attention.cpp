@@ -203,6 +203,7 @@ py::dict plan_dict(const rudnn::AttentionPlan& p) {
   d["max_intermediate_bytes"] = p.max_intermediate_bytes;
   d["capped"] = p.capped;
   d["flash_wgmma"] = p.flash_wgmma;
+  d["split_tensor_cores"] = p.split_tensor_cores;
   return d;
 }
 

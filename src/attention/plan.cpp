@@ -6,6 +6,7 @@
 #include "core/check.h"
 #if RUDNN_WITH_CUDA
 #include "attention/cuda/launch.h"
+#include "attention/cuda/tuning.h"
 #include "cuda/device_info.h"
 #endif
 
@@ -26,6 +27,8 @@ struct DeviceFacts {
   int multiprocessors = 0;
   bool flash_built = false;  // the Flash kernels hold sm_80+ code for the device
   bool hopper_built = false;  // the Hopper forward holds sm_90a code the device runs
+  bool split_kv_tc = false;   // kernel_tuning().split_kv_tensor_cores
+  int64_t split_kv_keys = 0;  // kernel_tuning().split_kv_keys
 };
 
 DeviceFacts device_facts(const PlanInput& in) {
@@ -34,7 +37,9 @@ DeviceFacts device_facts(const PlanInput& in) {
   const auto& info = rudnn::cuda::device_info(in.device);
   return {info.compute_major, info.multiprocessors,
           info.compute_major >= 8 && attn::cuda::flash_kernels_built(in.device),
-          info.compute_major == 9 && attn::cuda::flash_hopper_built(in.device)};
+          info.compute_major == 9 && attn::cuda::flash_hopper_built(in.device),
+          attn::cuda::kernel_tuning().split_kv_tensor_cores,
+          attn::cuda::kernel_tuning().split_kv_keys};
 #else
   fail(ErrorCode::Unsupported, cat(in.op, ": ruDNN was built without CUDA"));
 #endif
@@ -193,6 +198,7 @@ AttentionPlan flash_backward_plan(const PlanInput& in, const DeviceFacts& facts)
 }
 
 int64_t decode_split_keys(const PlanInput& in, const DeviceFacts& facts) {
+  if (facts.split_kv_keys > 0) return facts.split_kv_keys;
   const int64_t pairs = in.batch * in.heads_kv;
   const int64_t sms = std::max(facts.multiprocessors, 1);
   if (2 * pairs <= sms) return 256;
@@ -203,6 +209,8 @@ int64_t decode_split_keys(const PlanInput& in, const DeviceFacts& facts) {
 AttentionPlan split_kv_plan(const PlanInput& in, const DeviceFacts& facts) {
   AttentionPlan plan;
   plan.kernel = AttentionKernel::SplitKv;
+  plan.split_tensor_cores = !in.device.is_cpu() && facts.split_kv_tc && facts.flash_built &&
+                            is_16bit(in.dtype) && split_kv_tc_takes_heads(in.dim_qk, in.dim_v);
   plan.split_keys = decode_split_keys(in, facts);
   plan.splits = std::max<int64_t>(1, (in.len_k + plan.split_keys - 1) / plan.split_keys);
   plan.passes = plan.splits > 1 ? 2 : 1;
@@ -346,6 +354,10 @@ bool flash_takes_heads(int64_t dim_qk, int64_t dim_v) {
 
 bool flash_hopper_takes_heads(int64_t dim_qk, int64_t dim_v) {
   return dim_qk == dim_v && (dim_qk == 64 || dim_qk == 128 || dim_qk == 256);
+}
+
+bool split_kv_tc_takes_heads(int64_t dim_qk, int64_t dim_v) {
+  return flash_hopper_takes_heads(dim_qk, dim_v);
 }
 
 bool flash_hopper_view_ok(const void* data, int64_t batch, int64_t seq, int64_t heads,

@@ -43,6 +43,9 @@ AttentionPlan make_plan(const PlanInput& in);
 bool flash_takes_heads(int64_t dim_qk, int64_t dim_v);
 // Whether the Hopper forward (Flash on sm_90a) has an instance: D = Dv in {64, 128, 256}.
 bool flash_hopper_takes_heads(int64_t dim_qk, int64_t dim_v);
+// Whether SplitKv on tensor cores (split_kv_tc.cuh) has an instance: D = Dv in {64, 128,
+// 256}.
+bool split_kv_tc_takes_heads(int64_t dim_qk, int64_t dim_v);
 // Whether a [batch, seq, heads, dim] view of 16-bit elements can be read by the Hopper
 // forward's TMA maps: base and the strides of axes longer than 1 multiples of 16 bytes and
 // nonzero (else the entry point passes a dense copy).

@@ -250,6 +250,19 @@ Tensor poisoned(const Shape& shape, DType dtype, Device device) {
   return t;
 }
 
+int device_compute_major() {
+#if RUDNN_TEST_CUDA
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return major;
+#else
+  return 0;
+#endif
+}
+
 bool device_is_sm90() {
 #if RUDNN_TEST_CUDA
   int major = 0, minor = 0;

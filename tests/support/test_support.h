@@ -39,6 +39,8 @@ class Rng {
 // Whether device 0 is a compute capability 9.0 part (what the sm_90a kernels need); false in
 // builds without CUDA and when the query fails.
 bool device_is_sm90();
+// Device 0's compute capability major (0 in builds without CUDA and when the query fails).
+int device_compute_major();
 
 #define RUDNN_REQUIRE_CUDA()                                                            \
   do {                                                                                  \

@@ -2,9 +2,15 @@
 // nothing else (the plan was made, and reported, by attention/plan.h).
 #include "attention/cuda/kernels.h"
 #include "attention/cuda/launch.h"
+#include "attention/cuda/tuning.h"
 #include "cuda/launch.cuh"
 
 namespace rudnn::attn::cuda {
+
+KernelTuning& kernel_tuning() {
+  static KernelTuning tuning;
+  return tuning;
+}
 
 namespace {
 

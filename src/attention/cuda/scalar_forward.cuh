@@ -56,6 +56,7 @@ struct ScalarForwardArgs {
   bool vec_k = false;         // 16-byte loads of k rows
   bool vec_v = false;         // 4-element loads of v rows
   bool vec_out = false;       // 4-element stores of out rows
+  bool vec_tiles = false;     // tensor-core kernel: K and V rows 16-byte aligned (cp.async)
   int q_stride = 0;           // floats per q row in shared memory
 };
 
@@ -68,6 +69,90 @@ inline size_t scalar_forward_shared_bytes(int rows_per_block, int q_stride, int 
   return floats * sizeof(float);
 }
 
+// What block blockIdx.x of a launch covers: (batch, KV head, row group, partition), the
+// partition fastest; its rows [row0, row0 + block_rows) of the group · Lq rows of its (batch,
+// KV head) (block_rows <= 0: none, the sequence is shorter), and its keys [key_begin,
+// key_end): the union of its rows' ranges within its partition, which starts at `base`.
+// Shared by the CUDA-core and the tensor-core kernels, so that both cut the work alike.
+struct RowBlock {
+  SeqRows seq;
+  int64_t b;
+  int split, hk, row0, block_rows, base, key_begin, key_end;
+};
+__device__ __forceinline__ RowBlock row_block(const ScalarForwardArgs& a) {
+  const AttentionSizes& sz = a.sizes;
+  RowBlock blk;
+  int64_t index = blockIdx.x;
+  blk.split = static_cast<int>(index % a.splits);
+  index /= a.splits;
+  const int64_t row_group = index % a.row_groups;
+  index /= a.row_groups;
+  blk.hk = static_cast<int>(index % sz.heads_kv);
+  blk.b = index / sz.heads_kv;
+  blk.seq = sequence_rows(sz, blk.b);
+  blk.row0 = static_cast<int>(row_group) * a.rows_per_block;
+  blk.block_rows = min(a.rows_per_block, a.group * blk.seq.len_q - blk.row0);
+  blk.base = a.split_keys > 0 ? blk.split * a.split_keys : 0;
+  blk.key_begin = blk.key_end = blk.base;
+  if (blk.block_rows <= 0) return blk;
+  const KeyRange first = key_range(a.rules, blk.row0 / a.group, blk.seq.len_q, blk.seq.len_k);
+  const KeyRange last = key_range(a.rules, (blk.row0 + blk.block_rows - 1) / a.group,
+                                  blk.seq.len_q, blk.seq.len_k);
+  blk.key_begin = max(first.lo, blk.base);
+  blk.key_end = a.split_keys > 0 ? min(last.hi, blk.base + a.split_keys) : last.hi;
+  return blk;
+}
+
+// The end of row (query i, head h) of sequence b in a block that holds its merged state (max
+// m, sum l, this lane's features o: c · 128 + 4 · lane + e): the FP32 partial record of
+// partition `split` (two passes), else the output row and its logsumexp. Shared by the
+// CUDA-core and the tensor-core (split_kv_tc.cuh) kernels, so that both finish alike.
+template <class T, int kChunks>
+__device__ __forceinline__ void finish_or_hand_over_row(const ScalarForwardArgs& a,
+                                                        const SeqRows& seq, int64_t b, int split,
+                                                        int i, int h, float m, float l,
+                                                        const float (&o)[kChunks][4], int lane) {
+  const AttentionSizes& sz = a.sizes;
+  const int dim_v = static_cast<int>(sz.dim_v);
+  if (a.partials) {
+    const int64_t row_id = (b * sz.heads_q + h) * sz.len_q + i;
+    float* const rec = a.partials + (row_id * a.splits + split) * a.record;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int d = c * 128 + lane * 4;
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (d + e < dim_v) rec[d + e] = o[c][e];
+    }
+    if (lane == 0) {
+      rec[dim_v] = m;
+      rec[dim_v + 1] = l;
+    }
+    return;
+  }
+  const RowEnd end = finish_row(m, l, a.rules.sinks != nullptr, sink_of(a.rules, h));
+  T* const orow = static_cast<T*>(a.out.data) + seq.view_batch * a.out.batch_stride +
+                  (seq.q_begin + i) * a.out.seq_stride +
+                  static_cast<int64_t>(h) * a.out.head_stride;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int d = c * 128 + lane * 4;
+    if (d >= dim_v) continue;
+    float y[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) y[e] = o[c][e] * end.factor;
+    if (a.vec_out && d + 4 <= dim_v) {
+      store4<T>(orow + d, y);
+    } else {
+      store_upto4<T>(orow + d, dim_v - d, y);
+    }
+  }
+  if (lane == 0 && a.lse) {
+    a.lse[b * a.lse_layout.stride_b + static_cast<int64_t>(h) * a.lse_layout.stride_h +
+          seq.q_begin + i] = end.lse;
+  }
+}
+
 template <class T, int kChunks, int kRows>
 __global__ void __launch_bounds__(kThreads, 3) scalar_forward_kernel(const ScalarForwardArgs a) {
   extern __shared__ float4 shared4[];
@@ -76,20 +161,12 @@ __global__ void __launch_bounds__(kThreads, 3) scalar_forward_kernel(const Scala
   const AttentionSizes& sz = a.sizes;
   const ScoreRules& rules = a.rules;
 
-  // Which block: (batch, KV head, row group, partition), the partition fastest.
-  int64_t index = blockIdx.x;
-  const int split = static_cast<int>(index % a.splits);
-  index /= a.splits;
-  const int64_t row_group = index % a.row_groups;
-  index /= a.row_groups;
-  const int hk = static_cast<int>(index % sz.heads_kv);
-  const int64_t b = index / sz.heads_kv;
-
-  const SeqRows seq = sequence_rows(sz, b);
-  const int rows_total = a.group * seq.len_q;
-  const int row0 = static_cast<int>(row_group) * a.rows_per_block;
-  if (row0 >= rows_total) return;
-  const int block_rows = min(a.rows_per_block, rows_total - row0);
+  const RowBlock blk = row_block(a);
+  if (blk.block_rows <= 0) return;
+  const SeqRows& seq = blk.seq;
+  const int64_t b = blk.b;
+  const int split = blk.split, hk = blk.hk, row0 = blk.row0, block_rows = blk.block_rows;
+  const int base = blk.base, key_begin = blk.key_begin, key_end = blk.key_end;
   const int dim = static_cast<int>(sz.dim_qk), dim_v = static_cast<int>(sz.dim_v);
 
   float* const q_s = shared;
@@ -118,13 +195,6 @@ __global__ void __launch_bounds__(kThreads, 3) scalar_forward_kernel(const Scala
     range[r] = local < block_rows ? key_range(rules, i, seq.len_q, seq.len_k) : KeyRange{0, 0};
     row[r] = row_rules(rules, h, i, seq.len_q, seq.len_k);
   }
-
-  // The block's keys: the union of its rows' ranges, within its partition.
-  const KeyRange first = key_range(rules, row0 / a.group, seq.len_q, seq.len_k);
-  const KeyRange last = key_range(rules, (row0 + block_rows - 1) / a.group, seq.len_q, seq.len_k);
-  const int base = a.split_keys > 0 ? split * a.split_keys : 0;
-  const int key_begin = max(first.lo, base);
-  const int key_end = a.split_keys > 0 ? min(last.hi, base + a.split_keys) : last.hi;
 
   float m[kRows], l[kRows], o[kRows][kChunks][4];
 #pragma unroll
@@ -207,44 +277,8 @@ __global__ void __launch_bounds__(kThreads, 3) scalar_forward_kernel(const Scala
     const int local = local0 + r;
     if (local >= block_rows) continue;
     if (a.decode && r % kWarps != warp) continue;
-    const int i = row[r].i, h = row[r].h;
-    if (a.partials) {
-      const int64_t row_id = (b * sz.heads_q + h) * sz.len_q + i;
-      float* const rec = a.partials + (row_id * a.splits + split) * a.record;
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const int d = c * 128 + lane * 4;
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (d + e < dim_v) rec[d + e] = o[r][c][e];
-      }
-      if (lane == 0) {
-        rec[dim_v] = m[r];
-        rec[dim_v + 1] = l[r];
-      }
-      continue;
-    }
-    const RowEnd end = finish_row(m[r], l[r], rules.sinks != nullptr, sink_of(rules, h));
-    T* const orow = static_cast<T*>(a.out.data) + seq.view_batch * a.out.batch_stride +
-                    (seq.q_begin + i) * a.out.seq_stride +
-                    static_cast<int64_t>(h) * a.out.head_stride;
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const int d = c * 128 + lane * 4;
-      if (d >= dim_v) continue;
-      float y[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) y[e] = o[r][c][e] * end.factor;
-      if (a.vec_out && d + 4 <= dim_v) {
-        store4<T>(orow + d, y);
-      } else {
-        store_upto4<T>(orow + d, dim_v - d, y);
-      }
-    }
-    if (lane == 0 && a.lse) {
-      a.lse[b * a.lse_layout.stride_b + static_cast<int64_t>(h) * a.lse_layout.stride_h +
-            seq.q_begin + i] = end.lse;
-    }
+    finish_or_hand_over_row<T, kChunks>(a, seq, b, split, row[r].i, row[r].h, m[r], l[r], o[r],
+                                        lane);
   }
 }
 

@@ -1,6 +1,7 @@
 // The launcher of the CUDA-core forward (scalar_forward.cuh) for one dtype: the value-size
 // bucket (features per lane, rows per warp), the arrangement the plan names (FlashScalar or
-// SplitKv with its partitions), the aligned-access flags, and the merge pass. Included by
+// SplitKv with its partitions, SplitKv on tensor cores where the plan says so:
+// split_kv_tc.cuh), the aligned-access flags, and the merge pass. Included by
 // scalar_forward_{f32,f16,bf16}.cu, one instantiation each.
 #pragma once
 
@@ -8,6 +9,7 @@
 
 #include "attention/cuda/kernels.h"
 #include "attention/cuda/scalar_forward.cuh"
+#include "attention/cuda/split_kv_tc.cuh"
 #include "attention/plan.h"
 #include "cuda/launch.cuh"
 
@@ -42,6 +44,25 @@ void launch(ScalarForwardArgs a, const AttentionForward& p, const rudnn::cuda::L
       scalar_forward_shared_bytes(a.rows_per_block, a.q_stride, kChunks, kRows, a.decode);
   kernel<<<static_cast<unsigned>(blocks), kThreads, shared, ctx.stream>>>(a);
   detail::check_launch("scalar_forward_kernel");
+}
+
+// SplitKv on tensor cores: blocks of 16 rows of each (batch, KV head).
+template <class T, int D>
+void launch_tc(ScalarForwardArgs a, const AttentionForward& p,
+               const rudnn::cuda::LaunchContext& ctx) {
+  const ScoreRules& r = p.rules;
+  const bool rules = r.softcap > 0.0f || r.alibi || r.bias.data || r.mask.data;
+  auto kernel = rules ? split_kv_tc_kernel<T, D, true> : split_kv_tc_kernel<T, D, false>;
+  static rudnn::cuda::PerDevice<signed char> configured[2];
+  allow_shared(kernel, ctx.device, configured[rules ? 1 : 0]);
+  const AttentionSizes& sz = p.sizes;
+  a.rows_per_block = kTcRows;
+  a.row_groups = (a.group * sz.len_q + kTcRows - 1) / kTcRows;
+  const int64_t blocks = sz.batch * sz.heads_kv * a.row_groups * a.splits;
+  if (blocks == 0) return;
+  const size_t shared = split_kv_tc_shared_bytes(D, split_kv_tc_stages<D>());
+  kernel<<<static_cast<unsigned>(blocks), kThreads, shared, ctx.stream>>>(a);
+  detail::check_launch("split_kv_tc_kernel");
 }
 
 }  // namespace scalar_detail
@@ -83,7 +104,24 @@ void scalar_forward(const AttentionForward& p, const Stream& stream) {
                                        {p.out.batch_stride, p.out.seq_stride, p.out.head_stride});
   a.q_stride = static_cast<int>((sz.dim_qk + 7) / 8 * 8);
 
-  if (sz.dim_v <= 128) {
+  if (decode && p.plan.split_tensor_cores) {
+    if constexpr (sizeof(T) == 2) {
+      a.vec_tiles =
+          aligned_for(p.k.data, esize, 16, {p.k.batch_stride, p.k.seq_stride, p.k.head_stride}) &&
+          aligned_for(p.v.data, esize, 16, {p.v.batch_stride, p.v.seq_stride, p.v.head_stride});
+      switch (sz.dim_qk) {
+        case 64:
+          scalar_detail::launch_tc<T, 64>(a, p, ctx);
+          break;
+        case 128:
+          scalar_detail::launch_tc<T, 128>(a, p, ctx);
+          break;
+        default:
+          scalar_detail::launch_tc<T, 256>(a, p, ctx);
+          break;
+      }
+    }
+  } else if (sz.dim_v <= 128) {
     launch<T, 1, 4>(a, p, ctx);
   } else if (sz.dim_v <= 256) {
     launch<T, 2, 4>(a, p, ctx);

@@ -30,7 +30,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "attention/cuda/decode_tile.cuh"
 #include "cuda/tensor_core/mma_sync.cuh"
+#include "cuda/types.cuh"
 #include "paged_attention/cuda/decode.cuh"
 
 namespace rudnn::paged::cuda {
@@ -52,24 +54,10 @@ inline size_t decode_tc_pipeline_bytes(int dim, int group, int stages, int esize
   return (bytes + 15) / 16 * 16;
 }
 
-// Two floats rounded to T and packed low half first (an mma operand register).
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
 // a.pipeline_bytes: decode_tc_pipeline_bytes; a.page_cache: table entries staged after it.
 template <class T, int D, int G, int kStages>
 __global__ void __launch_bounds__(kThreads) paged_decode_tc_kernel(const ForwardArgs a) {
   using rudnn::cuda::tc::cp_async_16;
-  using rudnn::cuda::tc::ldmatrix;
-  using rudnn::cuda::tc::mma_16816;
   constexpr int kRow = tc_row(D);
   constexpr int kTile = kTcKeys * kRow;  // elements of one staged K (or V) tile
   constexpr int kChunks = D / 8;         // 16-byte pieces of a row
@@ -93,7 +81,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_tc_kernel(const Forward
   const int hk = blk.hk + warp % heads, turn = warp / heads, turns = kWarps / heads;
 
   // Q rows 0 .. G - 1 as A fragments (rows G .. 15 are zeros): a[0] and a[2] of each k-step.
-  uint32_t qa[kSteps][2];
+  uint32_t qa[kSteps][4];
   {
     const T* const q_row = static_cast<const T*>(p.q.data) +
                            query_offset(sched, blk.query, p.q.batch_stride, p.q.seq_stride) +
@@ -101,7 +89,8 @@ __global__ void __launch_bounds__(kThreads) paged_decode_tc_kernel(const Forward
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk) {
       qa[kk][0] = qg < G ? *reinterpret_cast<const uint32_t*>(q_row + 16 * kk + 2 * qt) : 0u;
-      qa[kk][1] = qg < G ? *reinterpret_cast<const uint32_t*>(q_row + 16 * kk + 2 * qt + 8) : 0u;
+      qa[kk][2] = qg < G ? *reinterpret_cast<const uint32_t*>(q_row + 16 * kk + 2 * qt + 8) : 0u;
+      qa[kk][1] = qa[kk][3] = 0u;
     }
   }
 
@@ -165,19 +154,8 @@ __global__ void __launch_bounds__(kThreads) paged_decode_tc_kernel(const Forward
     const T* const ks = mine + (i % kStages) * 2 * kTile;
     const T* const vs = ks + kTile;
 
-    // S = Q · K^T: keys 0-7 in s[0], 8-15 in s[1]. ldmatrix .x4: matrix lane / 8 is keys
-    // (lane / 16) · 8 .. + 7 by features (lane / 8 % 2) · 8 .. + 7 of the k-step.
-    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    const T* const k_lane = ks + ((lane / 16) * 8 + lane % 8) * kRow + (lane / 8 % 2) * 8;
-#pragma unroll
-    for (int kk = 0; kk < kSteps; ++kk) {
-      uint32_t b[4];
-      ldmatrix<4, false>(b, k_lane + 16 * kk);
-      const uint32_t af[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
-      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-      mma_16816<T>(s[0], af, b0);
-      mma_16816<T>(s[1], af, b1);
-    }
+    float s[2][4];
+    attn::cuda::tile_scores<T, kSteps>(qa, ks, kRow, lane, s);
 
     // The online softmax of row qg over the tile: this lane holds keys 2·qt, 2·qt + 1 (s[0])
     // and 8 + 2·qt, 9 + 2·qt (s[1]); key 0 of the tile is in range, so the row max is finite.
@@ -188,35 +166,18 @@ __global__ void __launch_bounds__(kThreads) paged_decode_tc_kernel(const Forward
       const int key = (e / 2) * 8 + 2 * qt + e % 2;
       x[e] = j0 + key < end ? s[e / 2][e % 2] * p.scale : kNegInf;
     }
-    float top = rudnn::cuda::MaxOp{}(rudnn::cuda::MaxOp{}(x[0], x[1]),
-                                     rudnn::cuda::MaxOp{}(x[2], x[3]));
-    top = rudnn::cuda::MaxOp{}(top, __shfl_xor_sync(rudnn::cuda::kFullMask, top, 1));
-    top = rudnn::cuda::MaxOp{}(top, __shfl_xor_sync(rudnn::cuda::kFullMask, top, 2));
-    const float m_new = rudnn::cuda::MaxOp{}(m, top);
-    const float alpha = m == m_new ? 1.0f : __expf(m - m_new);
     float pr[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) pr[e] = x[e] == kNegInf ? 0.0f : __expf(x[e] - m_new);
-    l = l * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
-    m = m_new;
+    const float alpha = attn::cuda::quad_softmax_step(x, m, l, pr);
 #pragma unroll
     for (int n = 0; n < 2 * kSteps; ++n) {
       o[n][0] *= alpha;
       o[n][1] *= alpha;
     }
 
-    // O += P · V. ldmatrix .x4.trans: matrix lane / 8 is keys (lane / 8 % 2) · 8 .. + 7 by
-    // features (lane / 16) · 8 .. + 7 of the n-tile pair.
-    const uint32_t pa[4] = {pack2<T>(pr[0], pr[1]), 0u, pack2<T>(pr[2], pr[3]), 0u};
-    const T* const v_lane = vs + ((lane / 8 % 2) * 8 + lane % 8) * kRow + (lane / 16) * 8;
-#pragma unroll
-    for (int c = 0; c < kSteps; ++c) {
-      uint32_t b[4];
-      ldmatrix<4, true>(b, v_lane + 16 * c);
-      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-      mma_16816<T>(o[2 * c], pa, b0);
-      mma_16816<T>(o[2 * c + 1], pa, b1);
-    }
+    // O += P · V, P rounded to T (rows G .. 15 zeros).
+    const uint32_t pa[4] = {rudnn::cuda::pack_pair<T>(pr[0], pr[1]), 0u,
+                            rudnn::cuda::pack_pair<T>(pr[2], pr[3]), 0u};
+    attn::cuda::tile_values<T, kSteps>(pa, vs, kRow, lane, o);
   }
   rudnn::cuda::tc::cp_async_wait<0>();
 

@@ -14,6 +14,10 @@
 #include "support/poison.h"
 #include "support/test_support.h"
 
+#if RUDNN_ATTENTION_TUNING
+#include "attention/cuda/tuning.h"
+#endif
+
 namespace rudnn::test {
 namespace {
 
@@ -190,10 +194,80 @@ TEST(AttentionGpu, VarlenMatchesTheReference) {
   }
 }
 
-// The serial rule: with 2..8 queries, row i equals the one-query call over keys 0 ..= i + Lk - Lq.
-TEST(AttentionGpu, SerialRuleBitForBit) {
+#if RUDNN_ATTENTION_TUNING
+// Sets SplitKv's kernel and partition size for a scope (attention/cuda/tuning.h).
+struct SplitKvChoice {
+  attn::cuda::KernelTuning saved = attn::cuda::kernel_tuning();
+  SplitKvChoice(bool tensor_cores, int64_t keys = 0) {
+    attn::cuda::kernel_tuning().split_kv_tensor_cores = tensor_cores;
+    attn::cuda::kernel_tuning().split_kv_keys = keys;
+  }
+  ~SplitKvChoice() { attn::cuda::kernel_tuning() = saved; }
+};
+
+// SplitKv's two kernels, tensor cores and CUDA cores, over what the tensor-core one takes
+// (f16 / bf16, D = Dv in {64, 128, 256}): row groups of 16 (GQA ratios 1 to 64, up to 8
+// queries), one and many partitions (partitions of 128 keys force the merge pass at short
+// lengths), lengths that are no multiple of the 16-key tiles, every option set, both
+// layouts, rows that are not 16-byte aligned (the element-wise copies), varlen; and the
+// plan's report of the kernel.
+TEST(AttentionGpu, SplitKvTensorCoresAndCudaCores) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
+  const bool sm80 = device_compute_major() >= 8;
+  const std::vector<Sizes> grid = {{1, 4, 1, 1, 1, 64, 64},       {2, 8, 2, 3, 77, 128, 128},
+                                   {1, 64, 1, 1, 300, 128, 128},  {2, 32, 2, 3, 129, 64, 64},
+                                   {1, 4, 4, 8, 1000, 256, 256},  {3, 6, 3, 5, 2049, 128, 128}};
+  for (bool tensor_cores : {true, false}) {
+    for (int64_t keys : {int64_t{0}, int64_t{128}}) {
+      const SplitKvChoice choice(tensor_cores, keys);
+      for (const Sizes& s : grid) {
+        for (DType dt : {DType::f16, DType::bf16}) {
+          const Tensor q = random_tensor(rng, {s.b, s.hq, s.lq, s.d}, dt);
+          const Tensor k = random_tensor(rng, {s.b, s.hkv, s.lk, s.d}, dt);
+          const Tensor v = random_tensor(rng, {s.b, s.hkv, s.lk, s.dv}, dt);
+          const AttentionPlan plan = plan_attention(q.shape(), k.shape(), v.shape(), dt, {},
+                                                    AttentionStrategy::SplitKv, kGpu);
+          EXPECT_EQ(plan.split_tensor_cores, tensor_cores && sm80) << describe(s);
+          if (keys > 0) EXPECT_EQ(plan.split_keys, keys);
+          for (const auto& [label, options] : option_sets(rng, s, dt)) {
+            SCOPED_TRACE(describe(s) + " " + dtype_name(dt) + " " + label +
+                         (tensor_cores ? " tensor cores" : " CUDA cores") + " keys " +
+                         std::to_string(keys));
+            expect_forward_matches(q, k, v, options, AttentionStrategy::SplitKv);
+          }
+        }
+      }
+      for (DType dt : {DType::f16, DType::bf16}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + (tensor_cores ? " tensor cores" : " CUDA cores") +
+                     " keys " + std::to_string(keys));
+        // Engine layout [B, L, H, D]; k and v slices of wider rows at an offset of one element
+        // (not 16-byte aligned) and of eight (aligned).
+        const Tensor q = random_tensor(rng, {2, 4, 8, 128}, dt);
+        const Tensor wide_k = random_tensor(rng, {2, 700, 2, 137}, dt);
+        const Tensor wide_v = random_tensor(rng, {2, 700, 2, 144}, dt);
+        const AttentionOptions bshd =
+            AttentionOptions{}.set_causal().set_layout(AttentionLayout::bshd);
+        expect_forward_matches(q, wide_k.slice(3, 1, 129), wide_v.slice(3, 8, 136), bshd,
+                               AttentionStrategy::SplitKv);
+        expect_forward_matches(q, wide_k.slice(3, 8, 136), wide_v.slice(3, 8, 136), bshd,
+                               AttentionStrategy::SplitKv);
+        // Varlen decode: (Lq, Lk) = (1, 600), (0, 1), (8, 1008), (3, 3).
+        const std::vector<int32_t> cu_q{0, 1, 1, 9, 12}, cu_k{0, 600, 601, 1609, 1612};
+        AttentionOptions o = AttentionOptions{}.set_causal().set_sinks(
+            random_tensor(rng, {8}, DType::f32));
+        o.set_varlen(Tensor::from_host(cu_q, {5}), Tensor::from_host(cu_k, {5}), 8, 1008);
+        expect_forward_matches(random_tensor(rng, {12, 8, 64}, dt),
+                               random_tensor(rng, {1612, 2, 64}, dt),
+                               random_tensor(rng, {1612, 2, 64}, dt), o, AttentionStrategy::SplitKv);
+      }
+    }
+  }
+}
+#endif
+
+// The serial rule: with 2..8 queries, row i equals the one-query call over keys 0 ..= i + Lk - Lq.
+void expect_serial_rule(Rng& rng) {
   for (DType dt : {DType::bf16, DType::f32}) {
     for (int64_t lk : {int64_t{260}, int64_t{5000}}) {
       for (int64_t lq = 2; lq <= 8; ++lq) {
@@ -219,6 +293,19 @@ TEST(AttentionGpu, SerialRuleBitForBit) {
       }
     }
   }
+}
+
+// SplitKv's tensor-core kernel (bf16) and its CUDA-core one (f32, and bf16 through the
+// tuning switch).
+TEST(AttentionGpu, SerialRuleBitForBit) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  expect_serial_rule(rng);
+#if RUDNN_ATTENTION_TUNING
+  const SplitKvChoice cuda_cores(false);
+  SCOPED_TRACE("CUDA cores");
+  expect_serial_rule(rng);
+#endif
 }
 
 // The backward of a forward computed by the reference (its out and lse rounded as stored).

@@ -260,12 +260,15 @@ def test_plan_attention_on_the_cpu(rng):
                              is_causal=True)
     assert p["kernel"] == "Reference" and p["scratch_bytes"] == 0, p
     assert set(p) == {"kernel", "block_rows", "block_heads", "splits", "split_keys", "passes", "dispatches",
-                      "scratch_bytes", "max_intermediate_bytes", "capped", "flash_wgmma"}
+                      "scratch_bytes", "max_intermediate_bytes", "capped", "flash_wgmma",
+                      "split_tensor_cores"}
     # The Hopper kernel is never the CPU's (nor, in a CPU-only build, anyone's).
     for dt in ("float32", "bfloat16", "float16"):
         f = rudnn.plan_attention((2, 4, 256, 128), (2, 2, 256, 128), (2, 2, 256, 128), dt, device="cpu",
                                  strategy="auto")
         assert f["flash_wgmma"] is False, (dt, f)
+        d = rudnn.plan_attention((2, 4, 1, 128), (2, 2, 256, 128), (2, 2, 256, 128), dt, device="cpu")
+        assert d["split_tensor_cores"] is False, (dt, d)
     b = rudnn.plan_attention_backward((2, 4, 16, 64), (2, 2, 16, 64), (2, 2, 16, 64), np.float64, device="cpu")
     assert b["kernel"] == "Reference", b
     with pytest.raises(rudnn.Error, match="^plan_attention: "):
