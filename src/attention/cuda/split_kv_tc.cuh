@@ -5,14 +5,14 @@
 // the key rows moved by cp.async and the products done by mma.sync m16n8k16.
 //
 // Why: the CUDA-core kernel reads a key row per lane through registers and is latency-bound
-// (bench/RESULTS.md, round 67). Here each warp runs its own cp.async ring of
-// kStages tiles of 16 keys (rows of K and V, 16 bytes per copy, zeros past the partition),
-// so that kStages - 1 tiles per warp are in flight while it computes on one, with no block
-// barrier in the key loop. A block holds up to 16 rows (the A fragment's rows: row ρ of the
-// (batch, KV head) is query ρ / G of head hk · G + ρ mod G, G = Hq / Hkv); per tile,
-// S = Q · K^T (Q fragments in registers for the whole loop, K read by ldmatrix), each row's
-// logits through the same rules as every other kernel (common.cuh), the online softmax on
-// the S fragments (a row on the four lanes of a quad), and the probabilities, rounded to
+// (bench/RESULTS.md, round 67). Here each warp runs its own cp.async ring of kStages tiles of
+// 16 keys (rows of K and V, 16 bytes per copy with an L2 evict-first policy, zeros past the
+// partition), so that kStages - 1 tiles per warp are in flight while it computes on one,
+// with no block barrier in the key loop. A block holds up to 16 rows (the A fragment's rows:
+// row ρ of the (batch, KV head) is query ρ / G of head hk · G + ρ mod G, G = Hq / Hkv); per
+// tile, S = Q · K^T (Q fragments in registers for the whole loop, K read by ldmatrix), each
+// row's logits through the same rules as every other kernel (common.cuh), the online softmax
+// on the S fragments (a row on the four lanes of a quad), and the probabilities, rounded to
 // the input type, are the A fragments of O += P · V (V read by ldmatrix.trans).
 //
 // The serial rule holds as in the CUDA-core kernel: the tiles are counted from the
@@ -38,11 +38,13 @@ namespace rudnn::attn::cuda {
 constexpr int kTcTileKeys = 16;  // keys per warp tile: one k-step of p·v
 constexpr int kTcRows = 16;      // rows per block: the mma's M
 
-// Tiles each warp keeps staged: two in flight while it computes on a third (two blocks of
-// 104 KiB fit a multiprocessor at D = 128); one in flight at D = 256.
+// Tiles each warp keeps staged: at D = 128 one in flight while it computes on another (three
+// blocks of 70 KiB fit a multiprocessor: twelve warps, 96 KiB in flight), measured faster
+// than two in flight in two blocks of 104 KiB (bench/RESULTS.md, round 68); two in flight at
+// D = 64 (three blocks, by registers); one at D = 256.
 template <int D>
 constexpr int split_kv_tc_stages() {
-  return D <= 128 ? 3 : 2;
+  return D < 128 ? 3 : 2;
 }
 
 // Elements per staged row (decode_tile.cuh).
@@ -133,6 +135,8 @@ __global__ void __launch_bounds__(kThreads) split_kv_tc_kernel(const ScalarForwa
   const T* const v_head = static_cast<const T*>(a.v.data) + seq.view_batch * a.v.batch_stride +
                           seq.k_begin * a.v.seq_stride + hk * a.v.head_stride;
 
+  // K and V are read once: their lines leave L2 first.
+  const uint64_t read_once = tc::l2_evict_first_policy();
   // Tile n of this warp into its slot, keys from key_end on as zeros; one commit group per
   // call (empty past the warp's tiles). Views whose rows are not 16-byte aligned are copied
   // element by element (synchronously).
@@ -152,8 +156,8 @@ __global__ void __launch_bounds__(kThreads) split_kv_tc_kernel(const ScalarForwa
                                    : static_cast<const T*>(a.k.data);
           const T* const vsrc = in ? v_head + static_cast<int64_t>(j) * a.v.seq_stride + piece * 8
                                    : static_cast<const T*>(a.v.data);
-          tc::cp_async_16(ks + r * kLd + piece * 8, ksrc, in ? 16u : 0u);
-          tc::cp_async_16(vs + r * kLd + piece * 8, vsrc, in ? 16u : 0u);
+          tc::cp_async_16_hinted(ks + r * kLd + piece * 8, ksrc, in ? 16u : 0u, read_once);
+          tc::cp_async_16_hinted(vs + r * kLd + piece * 8, vsrc, in ? 16u : 0u, read_once);
         }
       } else {
         for (int e = lane; e < kTcTileKeys * D; e += 32) {
