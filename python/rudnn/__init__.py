@@ -337,7 +337,9 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# torch.ops.rudnn.* exist once torch_library has run: at once when torch is already loaded
-# (costs no import), else on first use of rudnn.torch_autograd.
-if "torch" in _sys.modules:
+# torch.ops.rudnn.* exist once torch_library has run: at once when a torch that has
+# torch.library.custom_op (>= 2.4) is already loaded (costs no import), else on first use of
+# rudnn.torch_autograd (which raises ImportError, naming the version, on an older torch). An
+# older torch leaves the rest of rudnn working: its tensors still pass through DLPack.
+if getattr(getattr(_sys.modules.get("torch"), "library", None), "custom_op", None) is not None:
     from . import torch_library as _torch_library  # noqa: F401

@@ -24,7 +24,7 @@ and moe (the one-call mixture-of-experts branch; input, logits and the three exp
 gradients, the backward op recomputing the forward's state) have autograd formulas from their
 ruDNN backward ops too.
 
-Loaded by ``import rudnn`` when torch is already imported, else by ``rudnn.torch_autograd``.
+Loaded by ``import rudnn`` when a torch >= 2.4 is already imported, else by ``rudnn.torch_autograd``.
 """
 
 # No `from __future__ import annotations`: custom_op reads the annotations as types.
@@ -36,6 +36,13 @@ import torch
 from torch import Tensor
 
 from . import _rudnn
+
+if not hasattr(torch.library, "custom_op"):
+    raise ImportError(
+        f"rudnn's torch ops (rudnn.torch_autograd, torch.ops.rudnn) need torch >= 2.4 "
+        f"(torch.library.custom_op); this is torch {torch.__version__}. The rudnn functions "
+        f"take its tensors through DLPack without them."
+    )
 
 # The family modules by their sys.modules entries: `from . import attention` would return the
 # package attribute, which rudnn/__init__.py rebinds to the function of the same name

@@ -313,14 +313,40 @@ def test_import_is_lazy():
 
 def test_torch_autograd_is_lazy():
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
         with pytest.raises(ImportError):
             rudnn.torch_autograd  # noqa: B018
     else:
-        assert hasattr(rudnn.torch_autograd, "RMSNormFunction")
+        if hasattr(torch.library, "custom_op"):
+            assert hasattr(rudnn.torch_autograd, "RMSNormFunction")
+        else:  # torch < 2.4: a clear ImportError, the rest of rudnn unaffected
+            with pytest.raises(ImportError, match=r"need torch >= 2\.4 .*this is torch "):
+                rudnn.torch_autograd  # noqa: B018
     with pytest.raises(AttributeError):
         rudnn.no_such_attribute  # noqa: B018
+
+
+def test_an_older_torch_leaves_rudnn_importable(tmp_path):
+    # A torch without torch.library.custom_op (< 2.4) already imported: `import rudnn` works,
+    # rudnn.torch_autograd raises ImportError naming the version (it raised AttributeError
+    # from inside torch_library at `import rudnn`). A stand-in torch module plays the old one.
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("from types import SimpleNamespace\n__version__ = '2.3.1'\n"
+                                      "library = SimpleNamespace()\nTensor = object\n")
+    code = (
+        "import torch, rudnn\n"
+        "assert not hasattr(torch, 'ops'), 'torch_library ran'\n"
+        "try:\n"
+        "    rudnn.torch_autograd\n"
+        "except ImportError as e:\n"
+        "    assert 'torch >= 2.4' in str(e) and '2.3.1' in str(e), str(e)\n"
+        "    print('ok')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
 
 
 def test_torch_cpu_tensors(rng):

@@ -13,6 +13,9 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 
 import torch.nn.functional as F  # noqa: E402
 
+if not hasattr(F, "scaled_dot_product_attention"):
+    pytest.skip("the reference needs torch >= 2.0 (scaled_dot_product_attention)", allow_module_level=True)
+
 import rudnn  # noqa: E402
 from rudnn import paged  # noqa: E402
 
