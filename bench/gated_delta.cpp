@@ -248,11 +248,50 @@ void bench_chunked(Bench& b, const std::string& op, int64_t B, int64_t H, int64_
       2e-2);
 }
 
+// Spec 003's chunked prefill (chunk_gated_delta: [B,T,H,D] operands read through strides, the
+// gate itself, a [B,H,V,K] F32 state), chunk 64, the first shape of bench_chunked: the cost of
+// fla's layout against spec 000's. Check as bench_chunked (against gated_delta).
+void bench_chunked_bthd(Bench& b, const std::string& op, int64_t B, int64_t H, int64_t T) {
+  if (!b.wanted(op)) return;
+  const int64_t K = 128, V = 128, chunk = 64;
+  const DType bf = DType::bf16;
+  const Tensor q = b.normal({B, T, H, K}, bf, 611, 0.0f, 0.09f);
+  const Tensor k = b.normal({B, T, H, K}, bf, 612, 0.0f, 0.09f);
+  const Tensor v = b.normal({B, T, H, V}, bf, 613);
+  const Tensor g = b.normal({B, T, H}, bf, 614, 0.95f, 0.02f);
+  const Tensor beta = b.normal({B, T, H}, bf, 615, 0.5f, 0.1f);
+  const Tensor state = b.normal({B, H, V, K}, DType::f32, 616, 0.0f, 0.05f);
+  const double tokens = double(B) * H * T;
+  const double bytes = tokens * ((2 * K + 2 * V) * 2 + 2 + 2) + 2.0 * B * H * K * V * 4;
+  Tensor y0;
+  b.run(
+      op, {B, T, H, K}, bf, bytes, 1,
+      [&](int) {
+        GatedDeltaResult r = chunk_gated_delta(q, k, v, g, beta, state, chunk, b.stream);
+        if (!y0.defined()) y0 = r.y;
+      },
+      [&] {
+        b.sync();
+        double err = 0;
+        for (auto [bb, hh] : {std::pair<int64_t, int64_t>{0, 0}, {B - 1, H - 1}}) {
+          auto one = [&](const Tensor& t, int64_t head_axis) {
+            return t.slice(0, bb, bb + 1).slice(head_axis, hh, hh + 1).to_host().contiguous();
+          };
+          const GatedDeltaResult r =
+              gated_delta(one(q, 2), one(k, 2), one(v, 2), one(g, 2), one(beta, 2), one(state, 1));
+          err = bench::worst(err, bench::relative_l2_error(one(y0, 2), r.y));
+        }
+        return err;
+      },
+      2e-2);
+}
+
 void bench_all(Bench& b) {
   bench_decode(b);
   bench_prefill_and_backward(b, dims_of(b));
   bench_chunked(b, "chunk_gated_delta_rule B4 T4096 H16", 4, 16, 4096);
   bench_chunked(b, "chunk_gated_delta_rule B1 T32768 H32", 1, 32, 32768);
+  bench_chunked_bthd(b, "chunk_gated_delta (spec 003 layout) B4 T4096 H16", 4, 16, 4096);
 }
 
 bench::Family make_family() {

@@ -45,7 +45,7 @@
 // dtype, contiguous, on the inputs' device, overlapping no input and no other output.
 //
 // Chunked prefill (chunk_gated_delta_rule, spec 000's form; chunk_gated_delta and
-// chunk_gated_delta_slots, spec 003's, CPU only for now): the WY / UT-transform algorithm
+// chunk_gated_delta_slots, spec 003's, the pool form CPU only for now): the WY / UT-transform algorithm
 // over chunks of chunk_size steps, the same results as the recurrence up to rounding (see
 // chunk_gated_delta_rule's declaration below).
 //
@@ -55,8 +55,9 @@
 // sequences racing on one state). Device cu_seqlens are clamped into [0, T] and made
 // non-decreasing, so bad offsets cannot address outside the inputs either.
 //
-// NOT IMPLEMENTED YET (later work of issue 14): the backward of the chunked form, GPU
-// Dk > 256, a GPU varlen gated_delta_steps, and spec 003's chunked form on the GPU.
+// NOT IMPLEMENTED YET (later work of issue 14): a chunked backward kernel (the chunked form's
+// gradients are the recurrence's: gated_delta_backward / gated_delta_rule_backward), GPU
+// Dk > 256, and the chunked pool form (chunk_gated_delta_slots*) on the GPU.
 //
 // Errors (rudnn::Error, message "op: argument ...; expected ..."): a chunk_size that is not
 // positive or whose workspace exceeds the shared-memory limit (chunk_gated_delta*), an
@@ -124,9 +125,11 @@ void gated_delta_slots_into(const Tensor& y_out, const Tensor& q, const Tensor& 
 // host copies of the operands and per-chunk work arrays (O(chunk_size^2 + chunk_size x (Dk +
 // Dv))).
 // Errors: gated_delta's (shapes, dtypes, Hv not a multiple of Hk, outputs) and chunk_size's.
-// GPU tensors: ErrorCode::Unsupported (no CUDA kernel for spec 003's layout yet; the GPU
-// chunked kernels take only spec 000's [B,H,T,D] operands, log decay and [K,V] F32 state),
-// raised after every argument check, before anything is written.
+// On a CUDA device: chunk_gated_delta_rule's kernels, limits and precision, reading spec 003's
+// operands through their strides (no transposed copies); the decay of a chunk's steps is
+// formed from log |g| with its zero and negative gates counted apart, so that g = 0 (a reset)
+// and g < 0 are exact there too (the float32 rounding of log |g| aside); the state is read and
+// written in its own dtype, held in FP32.
 GatedDeltaResult chunk_gated_delta(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& g, const Tensor& beta, const Tensor& state,
                                    int64_t chunk_size, const Stream& stream = {});
@@ -140,7 +143,8 @@ void chunk_gated_delta_into(const Tensor& y_out, const Tensor& state_out, const 
 // (floating, contiguous), slots [B] (i32 or i64, distinct, in [0, S)); entries not named are
 // untouched. Returns y [B,T,Hv,Dv]; each sequence's results equal chunk_gated_delta's on its
 // state alone. Errors: gated_delta_slots' and chunk_size's, all raised before the pool or y is
-// written. GPU tensors: ErrorCode::Unsupported, as chunk_gated_delta.
+// written. GPU tensors: ErrorCode::Unsupported (no CUDA kernel for the pool form yet), raised
+// after every argument check.
 Tensor chunk_gated_delta_slots(const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& g, const Tensor& beta, const Tensor& pool,
                                const Tensor& slots, int64_t chunk_size, const Stream& stream = {});
@@ -174,7 +178,8 @@ void gated_delta_rule_into(const Tensor& output_out, const Tensor& final_state_o
 // after chunk, carrying the FP32 state S [K, V]: V' = U - W S, O = scale ((Q exp(G)) S +
 // (Q K^T, lower, exp(G_i - G_j)) V'), S = exp(G_last) S + (K exp(G_last - G))^T V'.
 // Shapes and dtypes as gated_delta_rule: output [B,H,T,V] in the query's dtype, final_state
-// [B,H,K,V] F32; the initial state is never written.
+// [B,H,K,V] F32; the initial state is never written. A log_decay of -inf (a zero decay, a
+// reset) is exact: the kernels count such steps apart from the running sums of logs.
 // chunk_size: positive, and the chunk's triangular FP32 workspace, 4 x (chunk_size^2 +
 // chunk_size) bytes (A and T share one chunk_size^2 block; G takes the rest), within the
 // per-block shared-memory limit: on a CUDA device its opt-in limit
@@ -226,8 +231,10 @@ void gated_delta_varlen_into(const Tensor& y_out, const Tensor& state_out, const
 // [1,T,Hv,Dv,Dk] in the state's dtype, token t's state at index t; each sequence's slice equals
 // gated_delta_steps on that sequence alone, bit for bit, and its last token's state equals
 // gated_delta_varlen's final state (an empty sequence writes nothing). Precision: float64
-// accumulation on the CPU. Memory: y and T times one state per head. Errors: as
-// gated_delta_varlen; a GPU tensor: Unsupported after all checks (no CUDA kernel yet).
+// accumulation on the CPU; on a CUDA device gated_delta's kernel, each step's FP32 state
+// stored as it is reached (bit-equal to gated_delta_steps per sequence). Memory: y and T times
+// one state per head. Errors: as gated_delta_varlen. Device offsets are clamped, as
+// gated_delta_varlen's: with bad ones, steps no sequence covers are left unwritten.
 GatedDeltaResult gated_delta_steps_varlen(const Tensor& q, const Tensor& k, const Tensor& v,
                                           const Tensor& g, const Tensor& beta, const Tensor& state,
                                           const Tensor& cu_seqlens, const Stream& stream = {});
@@ -248,9 +255,10 @@ void gated_delta_slots_varlen_into(const Tensor& y_out, const Tensor& q, const T
                                    const Tensor& cu_seqlens, const Stream& stream = {});
 
 // chunk_gated_delta over N packed sequences (layouts as gated_delta_varlen; cu_seqlens [N+1]
-// I32, checked on the host): each sequence is chunked on its own (no chunk spans two), its
+// I32, its values checked when it is on the host): each sequence is chunked on its own (no chunk spans two), its
 // results equal a separate chunk_gated_delta call on it. Returns y [1,T,Hv,Dv] and the final
-// states [N,Hv,Dv,Dk]. CPU only: GPU tensors get ErrorCode::Unsupported, as chunk_gated_delta.
+// states [N,Hv,Dv,Dk]. On a GPU the offsets stay on the device (clamped as gated_delta_varlen's)
+// and each sequence's results equal a separate GPU call's bit for bit.
 GatedDeltaResult chunk_gated_delta_varlen(const Tensor& q, const Tensor& k, const Tensor& v,
                                           const Tensor& g, const Tensor& beta, const Tensor& state,
                                           const Tensor& cu_seqlens, int64_t chunk_size,

@@ -36,8 +36,8 @@ deterministic kernel over float32 checkpoints on the GPU). The torch custom ops
 up to rounding); its gradient is the recurrence's backward (the same function's gradient: a
 chunked backward kernel is not implemented). :func:`chunk_gated_delta` /
 :func:`chunk_gated_delta_slots` are spec 003's chunked prefill over :func:`gated_delta`'s
-operands (CPU only for now: the float64 WY / UT-transform algorithm, equal to gated_delta up to
-rounding; GPU arrays raise rudnn.Unsupported). Slot ids on the GPU cannot raise without a host
+operands (the float64 WY / UT-transform algorithm on the CPU, the chunked kernels on a GPU; the
+pool form is CPU only for now: GPU arrays raise rudnn.Unsupported there). Slot ids on the GPU cannot raise without a host
 synchronisation: a sequence whose id is outside the pool or shared with another sequence leaves
 the pool untouched and gets NaN outputs; device cu_seqlens are clamped into [0, T]. ``out=`` reaches the C++ ``_into`` forms. Under ``torch.compile``
 :func:`gated_delta` and :func:`gated_delta_rule` called without ``out=``/``stream=`` call their
@@ -133,7 +133,7 @@ def gated_delta_steps(
     input state's dtype. Memory: T times the state's bytes. ``out``: optional
     ``(y_out, states_out)``. Args and errors as :func:`gated_delta`; with ``cu_seqlens`` (packed
     sequences, B = 1, state ``[N, Hv, Dv, Dk]``) states is ``[1, T, Hv, Dv, Dk]``, each
-    sequence's steps at its rows: CPU only so far (GPU arrays raise Unsupported)."""
+    sequence's steps at its rows."""
     kind, stream = io.context(q, stream)
     r = _rudnn.gated_delta_steps(
         *_inputs(q, k, v, g, beta, state), cu_seqlens=io.as_input(cu_seqlens), stream=stream, out=io.as_output(out)
@@ -203,18 +203,24 @@ def chunk_gated_delta(
         q, k, v, g, beta, state, cu_seqlens: as for :func:`gated_delta` (with cu_seqlens each
             packed sequence is chunked on its own).
         chunk_size: steps per chunk, positive, with ``4 * (chunk_size**2 + chunk_size)`` bytes
-            within 227 KiB (checked after the shapes).
+            within the per-block shared-memory limit (227 KiB on the CPU; checked after the
+            shapes); on a GPU also the limits of :func:`gated_delta_rule`'s chunked form
+            (chunk_size <= 128, Dk and Dv <= 256).
         out: optional ``(y_out, state_out)``, written in place and returned.
         stream: CUDA stream; ignored on the CPU.
 
     Returns:
         ``(y, state)`` as :func:`gated_delta`: y ``[B, T, Hv, Dv]`` in q's dtype, the final
         state in the input state's shape and dtype. Precision: float64 on the CPU (results
-        differ from gated_delta's at the 1e-15 level), each output rounded once. Memory: the
-        results plus float64 host copies of the operands and per-chunk work arrays.
+        differ from gated_delta's at the 1e-15 level), each output rounded once; on a GPU the
+        chunked kernels of :func:`gated_delta_rule` (about 1e-2 relative in bfloat16, 3e-3 in
+        float16, 1e-5 in float32; zero and negative gates exact). Memory: the results plus,
+        on the CPU, float64 host copies of the operands and per-chunk work arrays; on a GPU a
+        workspace allocated on the stream (about 1.1 KB per token and value head at chunk 64,
+        Dk = Dv = 128, bfloat16).
 
-    Raises: :func:`gated_delta`'s errors; InvalidArgument for a bad chunk_size; Unsupported for
-    GPU arrays (no CUDA kernel for this layout yet), before anything is written.
+    Raises: :func:`gated_delta`'s errors; InvalidArgument for a bad chunk_size; Unsupported past
+    the GPU limits, before anything is written.
     """
     kind, stream = io.context(q, stream)
     r = _rudnn.chunk_gated_delta(
@@ -243,7 +249,8 @@ def chunk_gated_delta_slots(
     place (entries not named untouched). Args, pool and slots rules as
     :func:`gated_delta_slots`, chunk_size as :func:`chunk_gated_delta`. Returns y ``[B, T, Hv,
     Dv]`` (``[1, T, Hv, Dv]`` with cu_seqlens) in q's dtype. Errors: gated_delta_slots' and
-    chunk_size's, all raised before the pool or y is written; Unsupported for GPU arrays."""
+    chunk_size's, all raised before the pool or y is written; Unsupported for GPU arrays (no
+    CUDA kernel for the pool form yet)."""
     kind, stream = io.context(q, stream)
     r = _rudnn.chunk_gated_delta_slots(
         *_inputs(q, k, v, g, beta), io.as_output(pool), io.as_input(slots), chunk_size,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -320,15 +321,17 @@ class Outputs {
 };
 
 void check_chunk_size(const OpCall& call, int64_t chunk_size);
+void require_gpu_chunked(const OpCall& call, const Dims& d, int64_t chunk_size, DType dtype,
+                         bool steps_interleave_heads);
+void run_gpu_chunked(OpCall& call, const gdn::Recurrence& r, int64_t chunk_size);
 
-// Spec 003's chunked form (chunk_gated_delta*) has no CUDA kernel: the GPU chunked kernels
-// take spec 000's [B,H,T,D] operands with one head count, a log decay and a [K,V] state.
-void require_no_gpu_chunked_bthd(const OpCall& call) {
+// The chunked form over a state pool (chunk_gated_delta_slots*) has no CUDA kernel.
+void require_no_gpu_chunked_slots(const OpCall& call) {
   if (!call.device.is_cpu()) {
     fail(ErrorCode::Unsupported,
-         cat(call.op, ": no CUDA kernel for spec 003's layout ([B,T,H,D] operands, gate g, "
-                      "[B,Hv,Dv,Dk] state) yet; the chunked form runs on the CPU only (or use "
-                      "chunk_gated_delta_rule, spec 000's form, on the GPU)"));
+         cat(call.op, ": no CUDA kernel for the chunked form over a state pool yet; it runs on "
+                      "the CPU only (on the GPU: chunk_gated_delta on the gathered states, or "
+                      "gated_delta_slots)"));
   }
 }
 
@@ -346,7 +349,12 @@ GatedDeltaResult gated_delta_impl(OpCall& call, Outputs& outs, const Tensor& q, 
   common::require_shape(call, "state", state, {d.batch, d.value_heads, d.value_dim, d.key_dim},
                         cu.defined() ? "[N, Hv, Dv, Dk]" : "[B, Hv, Dv, Dk]");
   if (chunked) check_chunk_size(call, chunk_size);
-  if (!call.device.is_cpu()) require_gpu_key_dim(call, d.key_dim);
+  if (!call.device.is_cpu()) {
+    if (chunked)
+      require_gpu_chunked(call, d, chunk_size, q.dtype(), true);
+    else
+      require_gpu_key_dim(call, d.key_dim);
+  }
   GatedDeltaResult r;
   r.y = outs.take("y_out", {entries, d.steps, d.value_heads, d.value_dim}, q.dtype());
   r.state = every_step ? outs.take("states_out",
@@ -360,14 +368,17 @@ GatedDeltaResult gated_delta_impl(OpCall& call, Outputs& outs, const Tensor& q, 
                        {"beta", &beta},
                        {"state", &state},
                        {"cu_seqlens", &cu}});
-  // The CUDA recurrence kernel writes every step's state only for the batched layout.
-  if (every_step && cu.defined() && !call.device.is_cpu()) {
-    fail(ErrorCode::Unsupported,
-         cat(call.op, ": no CUDA kernel for every step's state of packed sequences yet; "
-                      "this op runs on the CPU only"));
+  if (chunked && !call.device.is_cpu()) {
+    gdn::Recurrence p = bthd_problem(call, d, q, k, v, g, beta);
+    p.y = r.y.data();
+    p.state_in = common::dense_in(call, state);
+    p.state_dtype = state.dtype();
+    p.state_out = r.state.data();
+    if (cu.defined()) p.cu_seqlens = static_cast<const int32_t*>(cu.data());
+    run_gpu_chunked(call, p, chunk_size);
+    return r;
   }
   if (chunked) {
-    require_no_gpu_chunked_bthd(call);
     std::vector<double> s = host_doubles(state), y;
     gdn::reference::gated_delta_bthd_chunked(d, host_doubles(q), host_doubles(k),
                                              host_doubles(v), host_doubles(g),
@@ -458,7 +469,7 @@ Tensor gated_delta_slots_impl(OpCall& call, Outputs& outs, const Tensor& q, cons
                        {"pool", &pool},
                        {"slots", &slots},
                        {"cu_seqlens", &cu}});
-  if (chunked) require_no_gpu_chunked_bthd(call);
+  if (chunked) require_no_gpu_chunked_slots(call);
   if (!call.device.is_cpu()) {
     gdn::Recurrence p = bthd_problem(call, d, q, k, v, g, beta);
     p.y = y.data();
@@ -609,9 +620,21 @@ void check_chunk_size(const OpCall& call, int64_t chunk_size) {
   }
 }
 
+// What the GPU kernels do not take (after the contract's checks passed): d's sizes (value
+// heads, sequences) in q's dtype; steps_interleave_heads: spec 003's [B,T,H,D] layout, where
+// a step's rows are H x D elements apart (spec 000's: D).
+void require_gpu_chunked(const OpCall& call, const Dims& d, int64_t chunk_size, DType dtype,
+                         bool steps_interleave_heads) {
 #if RUDNN_WITH_CUDA
-// What the GPU kernels do not take (after the contract's checks passed).
-void require_gpu_chunked(const OpCall& call, const gdn::Chunked& p) {
+  gdn::Chunked p;
+  p.batch = d.batch;
+  p.steps = d.steps;
+  p.key_heads = d.key_heads;
+  p.value_heads = d.value_heads;
+  p.key_dim = d.key_dim;
+  p.value_dim = d.value_dim;
+  p.dtype = dtype;
+  p.chunk = chunk_size;
   if (p.chunk > gdn::cuda::kMaxChunk) {
     fail(ErrorCode::Unsupported, cat(call.op, ": chunk_size = ", p.chunk,
                                      " is not supported on the GPU yet; expected chunk_size <= ",
@@ -623,6 +646,17 @@ void require_gpu_chunked(const OpCall& call, const gdn::Chunked& p) {
              " are not supported by the GPU chunked kernels yet; expected K, V <= ",
              gdn::cuda::kMaxChunkDim));
   }
+  // The kernels address a chunk's rows with 32-bit offsets (rows x step stride).
+  const int64_t rows = (chunk_size + 15) / 16 * 16;
+  const int64_t stride = steps_interleave_heads
+                             ? std::max(d.key_heads * d.key_dim, d.value_heads * d.value_dim)
+                             : std::max(d.key_dim, d.value_dim);
+  if (rows * stride > int64_t(std::numeric_limits<int32_t>::max())) {
+    fail(ErrorCode::Unsupported,
+         cat(call.op, ": steps ", stride, " elements apart with chunk_size = ", chunk_size,
+             " pass the GPU kernels' 32-bit offsets inside a chunk; expected ", rows, " x ",
+             stride, " < 2^31"));
+  }
   const int64_t need = gdn::cuda::chunked_shared_bytes(p);
   const int64_t limit = int64_t(cuda::device_info(call.device).shared_bytes_per_block_optin);
   if (need > limit) {
@@ -633,8 +667,31 @@ void require_gpu_chunked(const OpCall& call, const gdn::Chunked& p) {
              "device's opt-in limit of ",
              limit, " bytes (use a smaller chunk_size)"));
   }
-}
+#else
+  (void)d;
+  (void)chunk_size;
+  (void)dtype;
+  (void)steps_interleave_heads;
+  fail(ErrorCode::Unsupported, cat(call.op, ": ruDNN was built without CUDA"));
 #endif
+}
+
+// The chunked kernels over a recurrence problem (both forms), with their workspace allocated
+// on the call's stream.
+void run_gpu_chunked(OpCall& call, const gdn::Recurrence& r, int64_t chunk_size) {
+#if RUDNN_WITH_CUDA
+  gdn::Chunked p;
+  static_cast<gdn::Recurrence&>(p) = r;
+  p.chunk = chunk_size;
+  const Tensor& workspace = call.keep(
+      call.empty({std::max<int64_t>(gdn::cuda::chunked_workspace_bytes(p), 1)}, DType::u8));
+  gdn::cuda::chunked(p, workspace.data(), call.stream);
+#else
+  (void)r;
+  (void)chunk_size;
+  fail(ErrorCode::Unsupported, cat(call.op, ": ruDNN was built without CUDA"));
+#endif
+}
 
 GatedDeltaOutput chunk_rule_impl(OpCall& call, Outputs& outs, const GatedDeltaInput& in,
                                  int64_t chunk_size, const Tensor& cu) {
@@ -642,22 +699,7 @@ GatedDeltaOutput chunk_rule_impl(OpCall& call, Outputs& outs, const GatedDeltaIn
   const int64_t entries = in.query.defined() && in.query.dim() == 4 ? in.query.shape()[0] : 0;
   const Dims d = check_rule_input(call, in, cu, seqs);
   check_chunk_size(call, chunk_size);
-  gdn::Chunked p;
-  p.sequences = d.batch;
-  p.steps = d.steps;
-  p.heads = d.key_heads;
-  p.key_dim = d.key_dim;
-  p.value_dim = d.value_dim;
-  p.chunk = chunk_size;
-  p.dtype = in.query.dtype();
-  p.scale = in.query_scale;
-  if (!call.device.is_cpu()) {
-#if RUDNN_WITH_CUDA
-    require_gpu_chunked(call, p);
-#else
-    fail(ErrorCode::Unsupported, cat(call.op, ": ruDNN was built without CUDA"));
-#endif
-  }
+  if (!call.device.is_cpu()) require_gpu_chunked(call, d, chunk_size, in.query.dtype(), false);
   GatedDeltaOutput out;
   out.output =
       outs.take("output_out", {entries, d.key_heads, d.steps, d.value_dim}, in.query.dtype());
@@ -670,21 +712,11 @@ GatedDeltaOutput chunk_rule_impl(OpCall& call, Outputs& outs, const GatedDeltaIn
                        {"initial_state", &in.initial_state},
                        {"cu_seqlens", &cu}});
   if (!call.device.is_cpu()) {
-#if RUDNN_WITH_CUDA
-    p.q = common::dense_in(call, in.query);
-    p.k = common::dense_in(call, in.key);
-    p.v = common::dense_in(call, in.value);
-    p.beta = common::dense_in(call, in.beta);
-    p.log_decay = static_cast<const float*>(common::dense_in(call, in.log_decay));
-    p.state_in = static_cast<const float*>(common::dense_in(call, in.initial_state));
-    p.state_out = static_cast<float*>(out.final_state.data());
+    gdn::Recurrence p = bhtd_problem(call, d, in);
     p.y = out.output.data();
+    p.state_out = out.final_state.data();
     if (cu.defined()) p.cu_seqlens = static_cast<const int32_t*>(cu.data());
-    const Tensor& workspace =
-        call.keep(call.empty({std::max<int64_t>(gdn::cuda::chunked_workspace_bytes(p), 1)},
-                             DType::u8));
-    gdn::cuda::chunked(p, workspace.data(), call.stream);
-#endif
+    run_gpu_chunked(call, p, chunk_size);
     return out;
   }
   std::vector<double> s = host_doubles(in.initial_state), y;

@@ -60,18 +60,13 @@ struct RecurrenceBackward {
 
 namespace rudnn::gdn {
 
-// The validated chunked problem (spec 000's form, dense [B,H,T,D] operands, [K,V] F32 state).
-struct Chunked {
-  int64_t sequences = 0;  // B, or N with cu_seqlens (then the operands have batch 1)
-  int64_t steps = 0, heads = 0, key_dim = 0, value_dim = 0, chunk = 0;
-  DType dtype = DType::f32;  // query, key, value, beta and output
-  const void *q = nullptr, *k = nullptr, *v = nullptr, *beta = nullptr;
-  const float* log_decay = nullptr;
-  const float* state_in = nullptr;  // [N, H, K, V]
-  float* state_out = nullptr;
-  void* y = nullptr;
-  float scale = 1.0f;
-  const int32_t* cu_seqlens = nullptr;  // [N + 1] on the device, or null (dense)
+// The validated chunked problem: a recurrence problem (both forms, through its strides: spec
+// 000's [B,H,T,D] operands, log decay and [K,V] F32 state, spec 003's [B,T,H,D] operands, the
+// gate itself and a [V,K] state of any floating dtype) cut into chunks. batch counts the
+// sequences (N with cu_seqlens), value_heads the heads the kernels run; y takes v's strides;
+// every_step and the slots are not used.
+struct Chunked : Recurrence {
+  int64_t chunk = 0;
   // Set by the launch: rows of q and k (async_qk), of v (async_v) are whole 16-byte chunks,
   // 16-byte aligned, so that they can be copied with cp.async.
   bool async_qk = false, async_v = false;

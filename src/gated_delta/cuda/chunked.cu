@@ -22,7 +22,7 @@ int64_t chunked_shared_bytes(const Chunked& p) {
 int64_t chunked_workspace_bytes(const Chunked& p) { return chunk::Geometry(p).ws_bytes; }
 
 void chunked(const Chunked& p, void* workspace, const Stream& stream) {
-  if (p.sequences == 0 || p.heads == 0) return;
+  if (p.batch == 0 || p.value_heads == 0) return;
   rudnn::cuda::with_float_type(p.dtype, [&](auto tag) {
     chunk::launch<typename decltype(tag)::type>(p, workspace, stream);
   });

@@ -1,5 +1,5 @@
-// The chunked gated delta rule on the GPU (spec 000's form; the algebra is in
-// chunked_reference.cpp and the header). Three kernels, fla's split: only the second walks
+// The chunked gated delta rule on the GPU (both forms, through Chunked's strides; the algebra
+// is in chunked_reference.cpp and the header). Three kernels, fla's split: only the second walks
 // a sequence's chunks in order, and it does just the two products the state depends on.
 //   prepare (parallel, one block per (chunk, head)): G (the running log decay), A = strictly
 //     lower (beta K K^T * exp(G_i - G_j)) in FP32 shared memory, T = (I + A)^-1 solved in
@@ -31,6 +31,7 @@
 #include "cuda/tensor_core/mma_sync.cuh"
 #include "cuda/types.cuh"
 #include "gated_delta/cuda/launch.h"
+#include "gated_delta/cuda/scalars.cuh"
 
 namespace rudnn::gdn::cuda::chunk {
 
@@ -88,7 +89,7 @@ struct Geometry {
   // state pass, zeros to the end of a 64-byte multiple. Floats.
   int64_t fstride;
   // byte offsets
-  int64_t prep_ks, prep_xs, prep_a, prep_x, prep_t16, prep_g, prep_b, prep_bytes;
+  int64_t prep_ks, prep_xs, prep_a, prep_x, prep_t16, prep_g, prep_z, prep_b, prep_bytes;
   int64_t ws_w, ws_u, ws_a, ws_g, ws_s, ws_cf, ws_bytes;
 
   __host__ __device__ explicit Geometry(const Chunked& p) {
@@ -98,7 +99,7 @@ struct Geometry {
     Kp = round_up(p.key_dim, 16);
     Vp = round_up(p.value_dim, 16);
     chunks_per_seq = (p.steps + C - 1) / C;
-    slots = p.cu_seqlens == nullptr ? p.sequences * chunks_per_seq : chunks_per_seq + p.sequences;
+    slots = p.cu_seqlens == nullptr ? p.batch * chunks_per_seq : chunks_per_seq + p.batch;
     pad = 16 / item;
     ldk = Kp + pad;
     ldx = (Kp > Vp ? Kp : Vp) + pad;
@@ -111,17 +112,18 @@ struct Geometry {
     prep_x = sm.take(16 * Cp * 4);
     prep_t16 = sm.take(item == 2 ? Cp * ldc * item : 0);
     prep_g = sm.take(Cp * 4);
+    prep_z = sm.take(Cp * 4);
     prep_b = sm.take(Cp * 4);
     prep_bytes = sm.at;
     Carve wk(256);
-    const int64_t units = slots * p.heads;
+    const int64_t units = slots * p.value_heads;
     ws_w = wk.take(units * Cp * Kp * item);
     ws_u = wk.take(units * Cp * Vp * item);
     ws_a = wk.take(units * Cp * Cp * item);
     fstride = 2 * Cp + 16;
     ws_g = wk.take(units * fstride * 4);
     ws_s = wk.take(units * Kp * Vp * item);
-    ws_cf = wk.take((p.sequences + 1) * 4);
+    ws_cf = wk.take((p.batch + 1) * 4);
     ws_bytes = wk.at;
   }
 
@@ -275,6 +277,54 @@ __device__ __forceinline__ void for_tiles(int M, int N, F&& f) {
   for (int i = warp; i < tiles; i += warps) f((i / tn) * 16, (i % tn) * 8 * kN);
 }
 
+// Offsets of element (batch entry, value head h, step t, 0) of q / k (h's key head), of v / y,
+// and of the gate / beta.
+__device__ __forceinline__ int64_t qk_at(const Chunked& p, int64_t entry, int64_t h, int64_t t) {
+  const unsigned key_head = unsigned(h) / (unsigned(p.value_heads) / unsigned(p.key_heads));
+  return entry * p.qk_b + t * p.qk_t + int64_t(key_head) * p.qk_h;
+}
+__device__ __forceinline__ int64_t v_at(const Chunked& p, int64_t entry, int64_t h, int64_t t) {
+  return entry * p.v_b + t * p.v_t + h * p.v_h;
+}
+__device__ __forceinline__ int64_t g_at(const Chunked& p, int64_t entry, int64_t h, int64_t t) {
+  return entry * p.g_b + t * p.g_t + h * p.g_h;
+}
+
+// The decay between two steps of a chunk, the product of the gates after j up to i, kept exact
+// where a gate is zero (spec 000's log decay -inf, a reset) or negative (spec 003's gate), for
+// which a running sum of logs alone gives NaN: per step the running sum of log |decay| (g) and
+// a code (code) counting the zero decays (in units of kZeroDecay) and the negative ones.
+constexpr int kZeroDecay = 256;  // above kMaxChunk, so that negative counts never reach it
+struct ChunkDecay {
+  const float* g;
+  const int* code;
+  // prod_{j < m <= i} decay_m (i >= j): exp(g_i - g_j), as the plain form computes it.
+  __device__ __forceinline__ float between(int i, int j) const {
+    const int d = code[i] - code[j];
+    if (d >= kZeroDecay) return 0.0f;
+    const float e = expf(g[i] - g[j]);
+    return d & 1 ? -e : e;
+  }
+  // prod_{m <= i} decay_m.
+  __device__ __forceinline__ float through(int i) const {
+    const int c = code[i];
+    if (c >= kZeroDecay) return 0.0f;
+    const float e = expf(g[i]);
+    return c & 1 ? -e : e;
+  }
+};
+
+// One step's gate as (log |decay|, code): spec 000's log decay as it is (-inf: a zero decay),
+// spec 003's gate through its logarithm and sign.
+__device__ __forceinline__ float log_decay_of(float gate, bool log_gate, int& code) {
+  if (log_gate) {
+    code = gate == -__builtin_huge_valf() ? kZeroDecay : 0;
+    return code != 0 ? 0.0f : gate;
+  }
+  code = gate == 0.0f ? kZeroDecay : (gate < 0.0f ? 1 : 0);
+  return gate == 0.0f ? 0.0f : logf(fabsf(gate));
+}
+
 // Sequence n's steps [first, last) of batch entry `entry` (cu_seqlens clamped into [0, T]).
 struct Range {
   int64_t entry, first, last;
@@ -296,8 +346,8 @@ __global__ void __launch_bounds__(kTableThreads)
     chunk_first_kernel(const Chunked p, int32_t* first_slot) {
   __shared__ int64_t run_start[kTableThreads];
   const Geometry geo(p);
-  const int64_t per = (p.sequences + kTableThreads - 1) / kTableThreads;
-  const int64_t n0 = threadIdx.x * per, n1 = min(n0 + per, p.sequences);
+  const int64_t per = (p.batch + kTableThreads - 1) / kTableThreads;
+  const int64_t n0 = threadIdx.x * per, n1 = min(n0 + per, p.batch);
   auto chunks = [&](int64_t n) {
     const Range r = sequence_range(p, n);
     return (r.last - r.first + geo.C - 1) / geo.C;
@@ -425,8 +475,8 @@ __device__ __forceinline__ Place locate(const Chunked& p, const Geometry& geo,
     local = slot % geo.chunks_per_seq;
   } else {
     const int32_t* cf = reinterpret_cast<const int32_t*>(ws + geo.ws_cf);
-    if (slot >= cf[p.sequences]) return {{0, 0, 0}, 0, 0};
-    int64_t lo = 0, hi = p.sequences - 1;  // the last n with cf[n] <= slot
+    if (slot >= cf[p.batch]) return {{0, 0, 0}, 0, 0};
+    int64_t lo = 0, hi = p.batch - 1;  // the last n with cf[n] <= slot
     while (lo < hi) {
       const int64_t mid = (lo + hi + 1) / 2;
       if (cf[mid] <= slot)
@@ -450,7 +500,7 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
     prepare_kernel(const Chunked p, unsigned char* ws) {
   extern __shared__ __align__(16) unsigned char smem[];
   const Geometry geo(p);
-  const int64_t H = p.heads, Dk = p.key_dim, Dv = p.value_dim;
+  const int64_t H = p.value_heads, Dk = p.key_dim, Dv = p.value_dim;
   const int Cp = int(geo.Cp), Kp = int(geo.Kp), Vp = int(geo.Vp);
   const int64_t units = geo.slots * H;
 
@@ -458,22 +508,20 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
   float* Xf = reinterpret_cast<float*>(smem + geo.prep_x);
   T* T16 = reinterpret_cast<T*>(smem + geo.prep_t16);
   float* Gs = reinterpret_cast<float*>(smem + geo.prep_g);
+  int* Zs = reinterpret_cast<int*>(smem + geo.prep_z);
+  const ChunkDecay decay{Gs, Zs};
   float* Bs = reinterpret_cast<float*>(smem + geo.prep_b);
   const int ldk = int(geo.ldk), ldx = int(geo.ldx), ldc = int(geo.ldc), lda = int(geo.lda);
   T* const Ks = reinterpret_cast<T*>(smem + geo.prep_ks);
   T* const Xs = reinterpret_cast<T*>(smem + geo.prep_xs);
-  // The first (b, h, t) row of unit u's chunk.
-  auto first_row = [&](const Place& pl, int64_t u) {
-    return (pl.range.entry * H + u % H) * p.steps + pl.t0;
-  };
   // K and Q of unit u (at pl) into Ks and Xs, one cp.async group (empty for an empty varlen
   // slot).
   auto issue_kq = [&](const Place& pl, int64_t u) {
     if (pl.rows > 0) {
-      const int64_t row0 = first_row(pl, u);
-      copy_tile<T>(Ks, ldk, static_cast<const T*>(p.k) + row0 * Dk, int(Dk), Cp, pl.rows, Kp,
+      const int64_t at = qk_at(p, pl.range.entry, u % H, pl.t0);
+      copy_tile<T>(Ks, ldk, static_cast<const T*>(p.k) + at, int(p.qk_t), Cp, pl.rows, Kp,
                    int(Dk), p.async_qk);
-      copy_tile<T>(Xs, ldx, static_cast<const T*>(p.q) + row0 * Dk, int(Dk), Cp, pl.rows, Kp,
+      copy_tile<T>(Xs, ldx, static_cast<const T*>(p.q) + at, int(p.qk_t), Cp, pl.rows, Kp,
                    int(Dk), p.async_qk);
     }
     rudnn::cuda::tc::cp_async_commit();
@@ -483,37 +531,60 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
     const Place pl = locate(p, geo, ws, unit / H);
     const int L = pl.rows;  // <= 0: an empty varlen slot
     issue_kq(pl, unit);
-    const int64_t row0 = L > 0 ? first_row(pl, unit) : 0;
-    const T* v = static_cast<const T*>(p.v) + row0 * Dv;
-    const T* beta = static_cast<const T*>(p.beta) + row0;
-    const float* log_decay = p.log_decay + row0;
+    const int64_t h = unit % H;
+    const T* v = static_cast<const T*>(p.v) + (L > 0 ? v_at(p, pl.range.entry, h, pl.t0) : 0);
+    const int64_t gate0 = L > 0 ? g_at(p, pl.range.entry, h, pl.t0) : 0;
 
     if (L > 0) {
-      for (int i = threadIdx.x; i < Cp; i += blockDim.x) Bs[i] = i < L ? to_float(beta[i]) : 0.0f;
+      // Each step's beta and (log |decay|, code) (ChunkDecay), zero past the chunk's rows (no
+      // decay of their own); then G and the codes as running sums in place: each lane of the
+      // first warp sums its run of Cp / 32 (<= 4) steps, a warp scan adds the runs before it.
+      for (int i = threadIdx.x; i < Cp; i += blockDim.x) {
+        int code = 0;
+        Bs[i] = i < L ? load_any(p.beta, gate0 + i * p.g_t, p.beta_dtype) : 0.0f;
+        Gs[i] = i < L ? log_decay_of(load_any(p.gate, gate0 + i * p.g_t, p.gate_dtype),
+                                     p.log_gate, code)
+                      : 0.0f;
+        Zs[i] = code;
+      }
+      __syncthreads();
       if (threadIdx.x < 32) {
-        // G, the running sum of log_decay: each lane sums its run of Cp / 32 (<= 4) steps, a
-        // warp scan adds the runs before it. Padded rows add 0 (no decay of their own).
         constexpr int kMaxRun = int(kMaxChunk) / 32;
         const int lane = threadIdx.x, run = (Cp + 31) / 32;
         float x[kMaxRun];
+        int xc[kMaxRun];
         float sum = 0.0f;
+        int csum = 0;
 #pragma unroll
         for (int j = 0; j < kMaxRun; ++j) {
           const int i = lane * run + j;
-          sum += j < run && i < L ? log_decay[i] : 0.0f;
+          const bool in = j < run && i < Cp;
+          sum += in ? Gs[i] : 0.0f;
+          csum += in ? Zs[i] : 0;
           x[j] = sum;
+          xc[j] = csum;
         }
         float before = sum;
+        int cbefore = csum;
 #pragma unroll
         for (int d = 1; d < 32; d *= 2) {
           const float other = __shfl_up_sync(0xffffffffu, before, d);
-          if (lane >= d) before += other;
+          const int cother = __shfl_up_sync(0xffffffffu, cbefore, d);
+          if (lane >= d) {
+            before += other;
+            cbefore += cother;
+          }
         }
         before -= sum;  // exclusive
+        cbefore -= csum;
+        __syncwarp();  // every lane has read its run before any is overwritten
 #pragma unroll
         for (int j = 0; j < kMaxRun; ++j) {
           const int i = lane * run + j;
-          if (j < run && i < Cp) Gs[i] = before + x[j];
+          if (j < run && i < Cp) {
+            Gs[i] = before + x[j];
+            Zs[i] = cbefore + xc[j];
+          }
         }
       }
     }
@@ -530,8 +601,8 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
         tile_mma_two<T, false>(kk, qk, ko, ko, Op<T, true>{Xs, ldx}, ko, m0, n0, Kp);
       }
       for_pairs<2>(m0, n0, [&](int jt, int e, int i, int j) {
-        const float d0 = j <= i ? expf(Gs[i] - Gs[j]) : 0.0f;
-        const float d1 = j + 1 <= i ? expf(Gs[i] - Gs[j + 1]) : 0.0f;
+        const float d0 = j <= i ? decay.between(i, j) : 0.0f;
+        const float d1 = j + 1 <= i ? decay.between(i, j + 1) : 0.0f;
         if (j < i) Af[i * lda + j] = Bs[i] * kk[jt][e] * d0;
         if (j + 1 < i) Af[i * lda + j + 1] = Bs[i] * kk[jt][e + 1] * d1;
         store_pair(Ag + int64_t(i) * Cp + j, j <= i ? p.scale * qk[jt][e] * d0 : 0.0f,
@@ -542,7 +613,7 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
 
     // T = (I + A)^-1. T[i][j] (i > j) is stored at Af[j][i]; its diagonal is 1 (implicit).
     // V into Q's place (Q K^T is done), landing while T is solved.
-    copy_tile<T>(Xs, ldx, v, int(Dv), Cp, L, Vp, int(Dv), p.async_v);
+    copy_tile<T>(Xs, ldx, v, int(p.v_t), Cp, L, Vp, int(Dv), p.async_v);
     rudnn::cuda::tc::cp_async_commit();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     const int solver_warps = (Cp + 31) / 32;  // <= 4 of the 8
@@ -550,7 +621,7 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
     //    warps meanwhile scale K in place to beta exp(G) K.
     if (warp >= solver_warps) {
       scale_rows(Ks, ldk, Cp, Kp, 32 * solver_warps, 32 * (warps - solver_warps),
-                 [&](int r) { return make_float2(Bs[r], expf(Gs[r])); });
+                 [&](int r) { return make_float2(Bs[r], decay.through(r)); });
     } else if (threadIdx.x < Cp) {
       const int base = threadIdx.x / 16 * 16, c = threadIdx.x % 16;
       float x[16];
@@ -670,12 +741,11 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
       solve(TriView{Af, lda});
     else
       solve(Op<T, true>{T16, ldc});
-    const float g_last = Gs[L - 1];
     for (int i = threadIdx.x; i < Cp; i += blockDim.x) {
-      Fg[i] = p.scale * expf(Gs[i]);
-      Fg[Cp + i] = i < L ? expf(g_last - Gs[i]) : 0.0f;
+      Fg[i] = p.scale * decay.through(i);
+      Fg[Cp + i] = i < L ? decay.between(L - 1, i) : 0.0f;
     }
-    if (threadIdx.x < 16) Fg[2 * Cp + threadIdx.x] = threadIdx.x == 0 ? expf(g_last) : 0.0f;
+    if (threadIdx.x < 16) Fg[2 * Cp + threadIdx.x] = threadIdx.x == 0 ? decay.through(L - 1) : 0.0f;
     __syncthreads();  // shared memory is free for the block's next unit
   }
 }
@@ -695,7 +765,7 @@ __global__ void __launch_bounds__(kStateThreads, 2)
   extern __shared__ __align__(16) unsigned char smem[];
   const Geometry geo(p);
   const StateLayout lay = geo.state_layout(kCols);
-  const int64_t H = p.heads, Dk = p.key_dim, Dv = p.value_dim;
+  const int64_t H = p.value_heads, Dk = p.key_dim, Dv = p.value_dim;
   const int Cp = int(geo.Cp), Kp = int(geo.Kp);
   const int64_t slabs = (Dv + kCols - 1) / kCols;
   const int64_t nh = blockIdx.x / slabs, n = nh / H, h = nh % H;
@@ -730,11 +800,10 @@ __global__ void __launch_bounds__(kStateThreads, 2)
       unsigned char* b = stage(ci);
       const int64_t u = unit_of(ci);
       const T* wsrc = reinterpret_cast<const T*>(ws + geo.ws_w) + u * geo.Cp * geo.Kp;
-      const int64_t row0 = (r.entry * H + h) * p.steps + r.first + ci * geo.C;
-      const T* ksrc = k + row0 * Dk;
+      const T* ksrc = k + qk_at(p, r.entry, h, r.first + ci * geo.C);
       T* wdst = reinterpret_cast<T*>(b + lay.w);
       T* kdst = reinterpret_cast<T*>(b + lay.k);
-      const int rows = rows_of(ci), dk = int(Dk);
+      const int rows = rows_of(ci), dk = int(Dk), ldq = int(p.qk_t);
       const bool async_k = p.async_qk;
       constexpr int per = 16 / int(sizeof(T));
       for_grid(Cp, Kp / per, [&](int rr, int piece) {
@@ -742,10 +811,10 @@ __global__ void __launch_bounds__(kStateThreads, 2)
         rudnn::cuda::tc::cp_async_16(wdst + d, wsrc + rr * Kp + c, 16u);
         if (async_k) {
           const bool in = rr < rows && c < dk;
-          rudnn::cuda::tc::cp_async_16(kdst + d, ksrc + (in ? rr * dk + c : 0), in ? 16u : 0u);
+          rudnn::cuda::tc::cp_async_16(kdst + d, ksrc + (in ? rr * ldq + c : 0), in ? 16u : 0u);
         }
       });
-      if (!async_k) copy_tile<T>(kdst, ldk, ksrc, dk, Cp, rows, Kp, dk, false);
+      if (!async_k) copy_tile<T>(kdst, ldk, ksrc, ldq, Cp, rows, Kp, dk, false);
       copy_tile<T>(reinterpret_cast<T*>(b + lay.u), lds,
                    reinterpret_cast<const T*>(ws + geo.ws_u) + u * geo.Cp * geo.Vp + v0,
                    int(geo.Vp), Cp, Cp, kCols, cw, true);
@@ -761,13 +830,17 @@ __global__ void __launch_bounds__(kStateThreads, 2)
   const int warp = threadIdx.x / 32;
   float S[kRowTiles][kCols / 8][4];
   const int64_t state_base = (n * H + h) * Dk * Dv;
+  auto state_at = [&](int64_t kk, int64_t vv) {
+    return state_base + (p.state_transposed ? kk * Dv + vv : vv * Dk + kk);
+  };
 #pragma unroll
   for (int j = 0; j < kRowTiles; ++j)
     for_pairs<kCols / 8>(16 * (warp + kWarps * j), 0, [&](int jt, int e, int kk, int c) {
 #pragma unroll
       for (int x = 0; x < 2; ++x)
-        S[j][jt][e + x] =
-            kk < Dk && v0 + c + x < Dv ? p.state_in[state_base + kk * Dv + v0 + c + x] : 0.0f;
+        S[j][jt][e + x] = kk < Dk && v0 + c + x < Dv
+                              ? load_any(p.state_in, state_at(kk, v0 + c + x), p.state_dtype)
+                              : 0.0f;
     });
 
   for (int s = 0; s + 1 < stages; ++s) issue(s);
@@ -846,7 +919,7 @@ __global__ void __launch_bounds__(kStateThreads, 2)
 #pragma unroll
       for (int x = 0; x < 2; ++x)
         if (kk < Dk && v0 + c + x < Dv)
-          p.state_out[state_base + kk * Dv + v0 + c + x] = S[j][jt][e + x];
+          store_any(p.state_out, state_at(kk, v0 + c + x), p.state_dtype, S[j][jt][e + x]);
     });
 }
 
@@ -861,7 +934,7 @@ __global__ void __launch_bounds__(kOutThreads, sizeof(T) == 4 ? 2 : 4)
   extern __shared__ __align__(16) unsigned char smem[];
   const Geometry geo(p);
   const OutLayout lay = geo.out_layout(vo);
-  const int64_t H = p.heads, Dk = p.key_dim, Dv = p.value_dim;
+  const int64_t H = p.value_heads, Dk = p.key_dim, Dv = p.value_dim;
   const int Cp = int(geo.Cp), Kp = int(geo.Kp);
   const int64_t vblocks = (geo.Vp + vo - 1) / vo;
   const int64_t uh = blockIdx.x / vblocks, slot = uh / H, h = uh % H;
@@ -871,7 +944,6 @@ __global__ void __launch_bounds__(kOutThreads, sizeof(T) == 4 ? 2 : 4)
   const int L = pl.rows;
   const int cw = int(min(int64_t(vo), geo.Vp - vo0));
   const int64_t unit = slot * H + h;
-  const int64_t row0 = (pl.range.entry * H + h) * p.steps + pl.t0;
   const int ldk = int(geo.ldk), ldc = int(geo.ldc), ldo = int(lay.ldo);
 
   T* Qs = reinterpret_cast<T*>(smem + lay.q);
@@ -879,8 +951,8 @@ __global__ void __launch_bounds__(kOutThreads, sizeof(T) == 4 ? 2 : 4)
   T* As = reinterpret_cast<T*>(smem + lay.a);
   T* Vs = reinterpret_cast<T*>(smem + lay.v);
   float* G = reinterpret_cast<float*>(smem + lay.g);
-  copy_tile<T>(Qs, ldk, static_cast<const T*>(p.q) + row0 * Dk, int(Dk), Cp, L, Kp, int(Dk),
-               p.async_qk);
+  copy_tile<T>(Qs, ldk, static_cast<const T*>(p.q) + qk_at(p, pl.range.entry, h, pl.t0),
+               int(p.qk_t), Cp, L, Kp, int(Dk), p.async_qk);
   copy_tile<T>(Ss, ldo, reinterpret_cast<const T*>(ws + geo.ws_s) + unit * geo.Kp * geo.Vp + vo0,
                int(geo.Vp), Kp, Kp, vo, cw, true);
   copy_tile<T>(As, ldc, reinterpret_cast<const T*>(ws + geo.ws_a) + unit * geo.Cp * geo.Cp, Cp, Cp,
@@ -893,7 +965,7 @@ __global__ void __launch_bounds__(kOutThreads, sizeof(T) == 4 ? 2 : 4)
   rudnn::cuda::tc::cp_async_wait<0>();
   __syncthreads();
 
-  T* y = static_cast<T*>(p.y) + row0 * Dv + vo0;
+  T* y = static_cast<T*>(p.y) + v_at(p, pl.range.entry, h, pl.t0) + vo0;
   const int cols = int(min(int64_t(vo), Dv - vo0));  // this block's columns inside V
   for_tiles<2>(Cp, vo, [&](int m0, int n0) {
     float qs[2][4] = {}, av[2][4] = {};
@@ -903,7 +975,7 @@ __global__ void __launch_bounds__(kOutThreads, sizeof(T) == 4 ? 2 : 4)
       if (i >= L || c >= cols) return;
       const float f = G[i];  // scale exp(G_i)
       const float o0 = f * qs[jt][e] + av[jt][e], o1 = f * qs[jt][e + 1] + av[jt][e + 1];
-      T* at = y + int64_t(i) * Dv + c;
+      T* at = y + int64_t(i) * p.v_t + c;
       if (vector_y) {  // cols is even then
         store_pair(at, o0, o1);
       } else {
@@ -929,8 +1001,10 @@ void launch(const Chunked& problem, void* workspace, const Stream& stream) {
   Chunked p = problem;
   const Geometry geo(p);
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  p.async_qk = (p.key_dim * geo.item) % 16 == 0 && aligned(p.q) && aligned(p.k);
-  p.async_v = (p.value_dim * geo.item) % 16 == 0 && aligned(p.v);
+  auto whole = [&](int64_t elements) { return (elements * geo.item) % 16 == 0; };
+  p.async_qk = whole(p.key_dim) && whole(p.qk_t) && whole(p.qk_h) && whole(p.qk_b) &&
+               aligned(p.q) && aligned(p.k);
+  p.async_v = whole(p.value_dim) && whole(p.v_t) && whole(p.v_h) && whole(p.v_b) && aligned(p.v);
   auto* ws = static_cast<unsigned char*>(workspace);
   if (p.cu_seqlens != nullptr) {
     chunk_first_kernel<T>
@@ -938,7 +1012,7 @@ void launch(const Chunked& problem, void* workspace, const Stream& stream) {
     detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule chunk table launch");
   }
   const rudnn::cuda::DeviceInfo& info = rudnn::cuda::device_info(ctx.device);
-  const int64_t units = geo.slots * p.heads;
+  const int64_t units = geo.slots * p.value_heads;
   if (units > 0) {
     auto* kernel = prepare_kernel<T>;
     detail::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -949,7 +1023,7 @@ void launch(const Chunked& problem, void* workspace, const Stream& stream) {
   }
   const int64_t limit = int64_t(info.shared_bytes_per_block_optin);
   const int64_t sms = info.multiprocessors;
-  const int64_t heads = p.sequences * p.heads;
+  const int64_t heads = p.batch * p.value_heads;
   auto grid_of = [&](int cols) { return heads * ((p.value_dim + cols - 1) / cols); };
   if (grid_of(kSlab) == 0) return;  // V = 0: nothing to compute or write
   // Three operand stages (two chunks in flight) when the blocks are one an SM anyway (long
@@ -971,7 +1045,8 @@ void launch(const Chunked& problem, void* workspace, const Stream& stream) {
         cudaFuncSetAttribute(output_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              int(bytes)),
         "chunk_gated_delta_rule output shared memory");
-    const bool vector_y = (p.value_dim * geo.item) % 16 == 0 && aligned(p.y);
+    const bool vector_y = whole(p.value_dim) && whole(p.v_t) && whole(p.v_h) && whole(p.v_b) &&
+                          aligned(p.y);
     output_kernel<T>
         <<<unsigned(units * ((geo.Vp + vo - 1) / vo)), kOutThreads, size_t(bytes), ctx.stream>>>(
             p, ws, vo, vector_y);

@@ -18,6 +18,7 @@
 #include "cuda/reduce.cuh"
 #include "cuda/types.cuh"
 #include "gated_delta/cuda/launch.h"
+#include "gated_delta/cuda/scalars.cuh"
 
 namespace rudnn::gdn::cuda {
 
@@ -27,30 +28,6 @@ using rudnn::cuda::to_float;
 constexpr int kRowsPerWarp = 4;
 constexpr int kWarpsPerBlock = 4;
 constexpr int kRowsPerBlock = kRowsPerWarp * kWarpsPerBlock;
-
-__device__ __forceinline__ float load_any(const void* p, int64_t i, DType dt) {
-  switch (dt) {
-    case DType::f16:
-      return __half2float(static_cast<const __half*>(p)[i]);
-    case DType::bf16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
-__device__ __forceinline__ void store_any(void* p, int64_t i, DType dt, float v) {
-  switch (dt) {
-    case DType::f16:
-      static_cast<__half*>(p)[i] = __float2half_rn(v);
-      break;
-    case DType::bf16:
-      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-      break;
-    default:
-      static_cast<float*>(p)[i] = v;
-      break;
-  }
-}
 
 using rudnn::cuda::warp_sum;
 

@@ -388,6 +388,30 @@ TEST(GatedDeltaChunkedGpu, LongSequenceAndStrongDecay) {
   }
 }
 
+// A log decay of -inf is a zero decay (a reset): the chunk's running sums of logs would give
+// -inf - (-inf) = NaN, so the kernels count such steps apart (ChunkDecay); the results equal
+// the recurrence's, with the resets at a chunk's first, inner and last steps and the first
+// step of the sequence.
+TEST(GatedDeltaChunkedGpu, MinusInfinityLogDecayResets) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    GatedDeltaInput host = random_input(rng, 2, 2, 150, 64, 32, dt);
+    std::vector<double> ld = to_doubles(host.log_decay);
+    for (size_t i = 0; i < ld.size(); i += 23) ld[i] = -std::numeric_limits<double>::infinity();
+    for (size_t i : {size_t(0), size_t(15), size_t(16), size_t(63), size_t(64), size_t(151)})
+      ld[i] = -std::numeric_limits<double>::infinity();
+    host.log_decay = host_tensor(ld, host.log_decay.shape(), DType::f32);
+    const GatedDeltaOutput want = reference(host);
+    for (int64_t chunk : {16, 64}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " chunk " << chunk);
+      const GatedDeltaOutput got = chunk_gated_delta_rule(on(host, kGpu), chunk);
+      EXPECT_TRUE(all_close(got.output.to_host(), want.output, gpu_tolerance(dt)));
+      EXPECT_TRUE(all_close(got.final_state.to_host(), want.final_state, gpu_tolerance(dt)));
+    }
+  }
+}
+
 // The state pass keeps two chunks' operands in flight (three stages) when its grid has no
 // more blocks than the device has SMs, else one (two stages): B2 H40 V100 gives 320 blocks of
 // 32 value columns (more than any GPU's SM count), B1 H2 a handful, so each is checked on every

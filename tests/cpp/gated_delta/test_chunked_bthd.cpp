@@ -5,7 +5,10 @@
 // chained through the final state equal to one call; the pool and varlen forms equal to
 // separate calls;
 // inputs unchanged, outputs poisoned first; every argument rule, nothing written on error.
-// GPU tensors are refused (no CUDA kernel for this layout yet); that test skips without one.
+// On a GPU (skipped without one): the chunked kernels through spec 003's strides against the
+// recurrence (grouped heads, states of every dtype, zero and negative gates, varlen); the pool
+// form is refused there (no CUDA kernel yet).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -538,33 +541,123 @@ TEST(GatedDeltaChunkedBthdErrors, VarlenRules) {
 
 // ---- GPU (skipped without one) ----------------------------------------------------------------
 
-// No CUDA kernel takes spec 003's layout in chunks yet: Unsupported, naming what is missing,
-// after the argument checks and before any output is written.
-TEST(GatedDeltaChunkedBthdGpu, UnsupportedNamesTheMissingKernel) {
+double gpu_tolerance(DType dt) {
+  return dt == DType::f32 ? 1e-4 : dt == DType::f16 ? 5e-3 : 2e-2;
+}
+
+Bthd on_gpu(const Bthd& h) {
+  const Device gpu = Device::cuda(0);
+  return {h.q.to(gpu), h.k.to(gpu), h.v.to(gpu), h.g.to(gpu), h.beta.to(gpu), h.state.to(gpu)};
+}
+
+// Against the float64 recurrence: Hv / Hk = 1, 2, 4, head dims that are and are not whole
+// 16-byte rows, T not a multiple of the chunk, T = 0; states in F32 and in the 16-bit types
+// (read and written in their dtype); inputs unchanged, outputs poisoned first.
+TEST(GatedDeltaChunkedBthdGpu, MatchesTheRecurrence) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  PoisonScope poison(true);
+  struct Case {
+    int64_t B, T, Hk, Hv, Dk, Dv;
+  };
+  for (const Case c : {Case{2, 130, 2, 4, 128, 128}, Case{1, 37, 1, 4, 40, 24},
+                       Case{1, 77, 3, 3, 20, 12}, Case{2, 0, 1, 2, 32, 16}}) {
+    for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+      for (DType sdt : {DType::f32, dt}) {
+        const Bthd host = random_bthd(rng, c.B, c.T, c.Hk, c.Hv, c.Dk, c.Dv, dt, sdt);
+        const Snapshot before(host);
+        const GatedDeltaResult want = reference(host);
+        const Bthd dev = on_gpu(host);
+        for (int64_t chunk : {16, 64, 50}) {
+          SCOPED_TRACE(::testing::Message()
+                       << dtype_name(dt) << " state " << dtype_name(sdt) << " B" << c.B << " T"
+                       << c.T << " Hk" << c.Hk << " Hv" << c.Hv << " Dk" << c.Dk << " Dv" << c.Dv
+                       << " chunk " << chunk);
+          const GatedDeltaResult r = run_segment(dev, chunk);
+          ASSERT_EQ(r.y.shape(), want.y.shape());
+          ASSERT_EQ(r.state.dtype(), sdt);
+          EXPECT_TRUE(all_close(r.y.to_host(), want.y, gpu_tolerance(dt)));
+          EXPECT_TRUE(all_close(r.state.to_host(), want.state,
+                                std::max(gpu_tolerance(dt), gpu_tolerance(sdt))));
+          const Tensor y = poisoned(want.y.shape(), dt, dev.q.device());
+          const Tensor s = poisoned(want.state.shape(), sdt, dev.q.device());
+          chunk_gated_delta_into(y, s, dev.q, dev.k, dev.v, dev.g, dev.beta, dev.state, chunk);
+          EXPECT_TRUE(bit_equal(y.to_host(), r.y.to_host()));
+          EXPECT_TRUE(bit_equal(s.to_host(), r.state.to_host()));
+        }
+        const Bthd back{dev.q.to_host(), dev.k.to_host(),    dev.v.to_host(),
+                        dev.g.to_host(), dev.beta.to_host(), dev.state.to_host()};
+        EXPECT_TRUE(Snapshot(back) == before) << "an input or the state was written";
+      }
+    }
+  }
+}
+
+// The gate itself, not its log: zero gates (resets) and negative ones, which the kernels'
+// running sums of log |g| keep apart (ChunkDecay), at a chunk's first, inner and last steps.
+TEST(GatedDeltaChunkedBthdGpu, ZeroAndNegativeGates) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Bthd host = random_bthd(rng, 2, 100, 1, 2, 64, 32, dt, DType::f32, 0.5f);
+    std::vector<double> g = to_doubles(host.g);
+    for (size_t i = 0; i < g.size(); i += 11) g[i] = 0.0;
+    for (size_t i = 5; i < g.size(); i += 13) g[i] = -g[i];
+    for (size_t i : {size_t(0), size_t(31), size_t(32), size_t(127), size_t(128)}) g[i] = 0.0;
+    host.g = host_tensor(g, host.g.shape(), dt);
+    const GatedDeltaResult want = reference(host);
+    for (int64_t chunk : {16, 64}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " chunk " << chunk);
+      const GatedDeltaResult r = run_segment(on_gpu(host), chunk);
+      EXPECT_TRUE(all_close(r.y.to_host(), want.y, gpu_tolerance(dt)));
+      EXPECT_TRUE(all_close(r.state.to_host(), want.state, gpu_tolerance(dt)));
+    }
+  }
+}
+
+// Packed sequences (device offsets): each sequence equals a separate GPU call on it, and the
+// whole the recurrence; the pool form is refused on the GPU, before anything is written.
+TEST(GatedDeltaChunkedBthdGpu, VarlenAndThePoolForm) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
   const Device gpu = Device::cuda(0);
-  const Bthd h = random_bthd(rng, 1, 8, 1, 2, 4, 2, DType::bf16, DType::f32);
-  const Bthd in{h.q.to(gpu), h.k.to(gpu),    h.v.to(gpu),
-                h.g.to(gpu), h.beta.to(gpu), h.state.to(gpu)};
-  EXPECT_TRUE(throws_error(
-      [&] { chunk_gated_delta(in.q, in.k, in.v, in.g, in.beta, in.state, 16); },
-      ErrorCode::Unsupported, {"chunk_gated_delta", "no CUDA kernel for spec 003's layout"}));
-  const Tensor pool = Tensor::zeros({2, 2, 2, 4}, DType::f32).to(gpu);
-  const Tensor slots = Tensor::from_host(std::vector<int32_t>{1}, {1}).to(gpu);
+  const std::vector<int32_t> lens{5, 0, 70, 17, 1};
+  std::vector<int32_t> cu{0};
+  for (int32_t n : lens) cu.push_back(cu.back() + n);
+  const int64_t T = cu.back(), N = int64_t(lens.size()), Hk = 2, Hv = 4, Dk = 64, Dv = 48;
+  Bthd host = random_bthd(rng, 1, T, Hk, Hv, Dk, Dv, DType::bf16, DType::f32);
+  host.state = random_tensor(rng, {N, Hv, Dv, Dk}, DType::f32, 0.0f, 0.1f);
+  const Bthd dev = on_gpu(host);
+  const Tensor cu_t = Tensor::from_host(cu, {N + 1}).to(gpu);
+  const GatedDeltaResult r =
+      chunk_gated_delta_varlen(dev.q, dev.k, dev.v, dev.g, dev.beta, dev.state, cu_t, 32);
+  const Tensor y = r.y.to_host(), st = r.state.to_host();
+  for (int64_t n = 0; n < N; ++n) {
+    SCOPED_TRACE(::testing::Message() << "sequence " << n << " of length " << lens[size_t(n)]);
+    const GatedDeltaResult alone = run_segment(
+        on_gpu(segment(host, cu[size_t(n)], cu[size_t(n + 1)], seq(host.state, n))), 32);
+    EXPECT_TRUE(bit_equal(steps(y, cu[size_t(n)], cu[size_t(n + 1)]), alone.y.to_host()));
+    EXPECT_TRUE(bit_equal(seq(st, n), alone.state.to_host()));
+  }
+  const GatedDeltaResult want = gated_delta_varlen(host.q, host.k, host.v, host.g, host.beta,
+                                                   host.state, Tensor::from_host(cu, {N + 1}));
+  EXPECT_TRUE(all_close(y, want.y, gpu_tolerance(DType::bf16)));
+  EXPECT_TRUE(all_close(st, want.state, gpu_tolerance(DType::bf16)));
+
+  const Tensor pool = Tensor::zeros({N + 1, Hv, Dv, Dk}, DType::f32).to(gpu);
+  const Tensor slots = Tensor::from_host(std::vector<int32_t>{1, 0, 2, 3, 4}, {N}).to(gpu);
   const Tensor pool_before = pool.to_host();
   EXPECT_TRUE(throws_error(
-      [&] { chunk_gated_delta_slots(in.q, in.k, in.v, in.g, in.beta, pool, slots, 16); },
-      ErrorCode::Unsupported, {"chunk_gated_delta_slots", "no CUDA kernel for spec 003's layout"}));
+      [&] {
+        chunk_gated_delta_slots_varlen(dev.q, dev.k, dev.v, dev.g, dev.beta, pool, slots, cu_t, 32);
+      },
+      ErrorCode::Unsupported, {"chunk_gated_delta_slots_varlen", "state pool"}));
   EXPECT_TRUE(bit_equal(pool.to_host(), pool_before));
-  const Tensor cu = Tensor::from_host(std::vector<int32_t>{0, 8}, {2}).to(gpu);
-  EXPECT_TRUE(throws_error(
-      [&] { chunk_gated_delta_varlen(in.q, in.k, in.v, in.g, in.beta, in.state, cu, 16); },
-      ErrorCode::Unsupported,
-      {"chunk_gated_delta_varlen", "no CUDA kernel for spec 003's layout"}));
   // The argument rules still come first.
-  EXPECT_TRUE(throws_error([&] { chunk_gated_delta(in.q, in.k, in.v, in.g, in.beta, in.state, 0); },
-                           ErrorCode::InvalidArgument, {"chunk_gated_delta: chunk_size = 0"}));
+  const Tensor state0 = seq(host.state, 0).to(gpu);
+  EXPECT_TRUE(throws_error(
+      [&] { chunk_gated_delta(dev.q, dev.k, dev.v, dev.g, dev.beta, state0, 0); },
+      ErrorCode::InvalidArgument, {"chunk_gated_delta: chunk_size = 0"}));
 }
 
 }  // namespace

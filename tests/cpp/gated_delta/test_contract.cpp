@@ -241,8 +241,7 @@ std::vector<OpRow> make_rows() {
                                           i[4], i[5], i[6], s);
           },
       .takes_big = false,
-      .cpu_only = true,
-  });
+        });
   rows.push_back({
       .name = "gated_delta_slots_varlen",
       .inputs = {{"q"}, {"k"}, {"v"}, {"g"}, {"beta"}, {"slots", DType::f32}, kOffsets},
@@ -356,16 +355,23 @@ std::vector<OpRow> make_rows() {
       .takes_big = false,
       .not_capturable_because = kChunkWorkspace,
   });
-  // Spec 003's chunked forms at chunk size 2 (T = 3: a full and a padded chunk). CPU only
-  // (cpu_only): GPU tensors are refused with Unsupported.
+  // Spec 003's chunked forms at chunk size 2 (T = 3: a full and a padded chunk); beta = 0 for
+  // 16-bit inputs as above. The pool forms are CPU only (cpu_only): GPU tensors are refused
+  // with Unsupported.
+  auto chunk_bthd_inputs = [](Rng& rng, DType dt, int64_t entries, int64_t steps,
+                              int64_t states, int64_t dv) {
+    std::vector<Tensor> in = bthd_inputs(rng, dt, entries, steps, states, dv);
+    if (dt == DType::f16 || dt == DType::bf16) in[4] = Tensor::zeros(in[4].shape(), dt);
+    return in;
+  };
   rows.push_back({
       .name = "chunk_gated_delta",
       .inputs = bthd_operands(),
       .outputs = {{"y_out"}, {"state_out"}},
       .make =
-          [](Rng& rng, DType dt, int64_t r, int64_t cols) {
+          [chunk_bthd_inputs](Rng& rng, DType dt, int64_t r, int64_t cols) {
             const int64_t dv = value_dim(cols);
-            return Args{bthd_inputs(rng, dt, r, kT, r, dv),
+            return Args{chunk_bthd_inputs(rng, dt, r, kT, r, dv),
                         {Tensor::empty({r, kT, kHv, dv}, dt),
                          Tensor::empty({r, kHv, dv, kDk}, DType::f32)}};
           },
@@ -382,7 +388,7 @@ std::vector<OpRow> make_rows() {
                                    2, s);
           },
       .takes_big = false,
-      .cpu_only = true,
+      .not_capturable_because = kChunkWorkspace,
   });
   // In place (the pool), as gated_delta_slots.
   rows.push_back({
@@ -412,9 +418,9 @@ std::vector<OpRow> make_rows() {
       .inputs = with_offsets(bthd_operands()),
       .outputs = {{"y_out"}, {"state_out"}},
       .make =
-          [](Rng& rng, DType dt, int64_t r, int64_t cols) {
+          [chunk_bthd_inputs](Rng& rng, DType dt, int64_t r, int64_t cols) {
             const int64_t dv = value_dim(cols), t = packed_steps(r);
-            std::vector<Tensor> in = bthd_inputs(rng, dt, 1, t, r, dv);
+            std::vector<Tensor> in = chunk_bthd_inputs(rng, dt, 1, t, r, dv);
             in.push_back(packed_offsets(r));
             return Args{
                 in,
@@ -434,7 +440,7 @@ std::vector<OpRow> make_rows() {
                                           i[5], i[6], 2, s);
           },
       .takes_big = false,
-      .cpu_only = true,
+      .not_capturable_because = kChunkWorkspace,
   });
   rows.push_back({
       .name = "chunk_gated_delta_slots_varlen",

@@ -1,7 +1,6 @@
 // Variable-length packed sequences (cu_seqlens): every varlen form equals the dense form on
 // each sequence alone (bit for bit, on the CPU and on the GPU), and the GPU matches the
-// float64 reference; the offsets' rules; gated_delta_steps_varlen (CPU only: Unsupported on a
-// GPU after the checks).
+// float64 reference; the offsets' rules; gated_delta_steps_varlen on both.
 #include <cmath>
 #include <vector>
 
@@ -292,12 +291,14 @@ TEST(GatedDeltaVarlenGpu, BadDeviceOffsetsDoNotFault) {
 
 // gated_delta_steps_varlen: every step's state of packed sequences equals gated_delta_steps on
 // each sequence alone, bit for bit; its last step equals gated_delta_varlen's final state.
-void expect_steps_equal_separate_calls(const std::vector<int32_t>& lens, DType dt, Rng& rng) {
+void expect_steps_equal_separate_calls(Device device, const std::vector<int32_t>& lens, DType dt,
+                                       int64_t Dk, int64_t Dv, Rng& rng) {
   PoisonScope poison(true);
-  const int64_t Hk = 1, Hv = 2, Dk = 5, Dv = 3;
-  const Packed in = random_packed(rng, lens, Hk, Hv, Dk, Dv, dt);
-  const auto q0 = bytes_of(in.q), state0 = bytes_of(in.state), v0 = bytes_of(in.v);
-  const Tensor cu = cu_tensor(in.cu, Device::cpu());
+  const int64_t Hk = 1, Hv = 2;
+  const Packed host = random_packed(rng, lens, Hk, Hv, Dk, Dv, dt);
+  Packed in = host;
+  for (Tensor* t : {&in.q, &in.k, &in.v, &in.g, &in.beta, &in.state}) *t = t->to(device);
+  const Tensor cu = cu_tensor(in.cu, device);
   const GatedDeltaResult r =
       gated_delta_steps_varlen(in.q, in.k, in.v, in.g, in.beta, in.state, cu);
   const int64_t T = in.cu.back();
@@ -305,43 +306,54 @@ void expect_steps_equal_separate_calls(const std::vector<int32_t>& lens, DType d
   ASSERT_EQ(r.state.shape(), (Shape{1, T, Hv, Dv, Dk}));
   EXPECT_EQ(r.y.dtype(), dt);
   EXPECT_EQ(r.state.dtype(), DType::f32);
+  const Tensor y = r.y.to_host(), states = r.state.to_host();
   const GatedDeltaResult finals =
       gated_delta_varlen(in.q, in.k, in.v, in.g, in.beta, in.state, cu);
-  EXPECT_TRUE(bit_equal(r.y, finals.y));
+  const Tensor final_states = finals.state.to_host();
+  EXPECT_TRUE(bit_equal(y, finals.y.to_host()));
   for (size_t n = 0; n < lens.size(); ++n) {
     SCOPED_TRACE(::testing::Message() << "sequence " << n << " of length " << lens[n]);
     const int64_t t0 = in.cu[n], t1 = in.cu[n + 1];
     if (t1 == t0) continue;
+    auto part = [&](const Tensor& x) { return seq(x, t0, t1).to(device); };
     const GatedDeltaResult alone =
-        gated_delta_steps(seq(in.q, t0, t1), seq(in.k, t0, t1), seq(in.v, t0, t1),
-                          seq(in.g, t0, t1), seq(in.beta, t0, t1), entry(in.state, int64_t(n)));
-    EXPECT_TRUE(bit_equal(seq(r.y, t0, t1), alone.y));
-    EXPECT_TRUE(bit_equal(seq(r.state, t0, t1), alone.state));
-    const Tensor last = r.state.slice(1, t1 - 1, t1).contiguous().view({1, Hv, Dv, Dk});
-    EXPECT_TRUE(bit_equal(last, entry(finals.state, int64_t(n))));
+        gated_delta_steps(part(host.q), part(host.k), part(host.v), part(host.g),
+                          part(host.beta), entry(host.state, int64_t(n)).to(device));
+    EXPECT_TRUE(bit_equal(seq(y, t0, t1), alone.y.to_host()));
+    EXPECT_TRUE(bit_equal(seq(states, t0, t1), alone.state.to_host()));
+    const Tensor last = states.slice(1, t1 - 1, t1).contiguous().view({1, Hv, Dv, Dk});
+    EXPECT_TRUE(bit_equal(last, entry(final_states, int64_t(n))));
   }
+  // Against the float64 reference's every step.
+  std::vector<double> s = to_doubles(host.state), yr, all;
+  ref::gated_delta_bthd({int64_t(lens.size()), T, Hk, Hv, Dk, Dv}, to_doubles(host.q),
+                        to_doubles(host.k), to_doubles(host.v), to_doubles(host.g),
+                        to_doubles(host.beta), s, yr, &all,
+                        ref::SeqLens(host.cu.begin(), host.cu.end()));
+  EXPECT_TRUE(all_close(y, host_tensor(yr, y.shape(), dt)));
+  EXPECT_TRUE(all_close(states, host_tensor(all, states.shape(), DType::f32)));
   // The _into form writes the same bits into poisoned outputs.
-  const Tensor y_out = poisoned({1, T, Hv, Dv}, dt, Device::cpu());
-  const Tensor s_out = poisoned({1, T, Hv, Dv, Dk}, DType::f32, Device::cpu());
+  const Tensor y_out = poisoned({1, T, Hv, Dv}, dt, device);
+  const Tensor s_out = poisoned({1, T, Hv, Dv, Dk}, DType::f32, device);
   gated_delta_steps_varlen_into(y_out, s_out, in.q, in.k, in.v, in.g, in.beta, in.state, cu);
-  EXPECT_TRUE(bit_equal(y_out, r.y));
-  EXPECT_TRUE(bit_equal(s_out, r.state));
-  EXPECT_EQ(bytes_of(in.q), q0) << "q changed";
-  EXPECT_EQ(bytes_of(in.v), v0) << "v changed";
-  EXPECT_EQ(bytes_of(in.state), state0) << "state changed";
+  EXPECT_TRUE(bit_equal(y_out.to_host(), y));
+  EXPECT_TRUE(bit_equal(s_out.to_host(), states));
+  EXPECT_TRUE(bit_equal(in.q.to_host(), host.q)) << "q changed";
+  EXPECT_TRUE(bit_equal(in.v.to_host(), host.v)) << "v changed";
+  EXPECT_TRUE(bit_equal(in.state.to_host(), host.state)) << "state changed";
 }
 
 TEST(GatedDeltaStepsVarlen, EqualsSeparateCallsBitForBit) {
   RUDNN_SEEDED_RNG(rng);
   for (DType dt : {DType::f32, DType::bf16, DType::f64}) {
     SCOPED_TRACE(dtype_name(dt));
-    expect_steps_equal_separate_calls({3, 0, 5, 1}, dt, rng);
+    expect_steps_equal_separate_calls(Device::cpu(), {3, 0, 5, 1}, dt, 5, 3, rng);
   }
 }
 
 TEST(GatedDeltaStepsVarlen, EmptySequences) {
   RUDNN_SEEDED_RNG(rng);
-  expect_steps_equal_separate_calls({0, 4, 0, 0, 2, 0}, DType::f32, rng);
+  expect_steps_equal_separate_calls(Device::cpu(), {0, 4, 0, 0, 2, 0}, DType::f32, 5, 3, rng);
   // Every sequence empty: T = 0, nothing to write.
   const Packed in = random_packed(rng, {0, 0}, 1, 2, 4, 3, DType::f32);
   const GatedDeltaResult r =
@@ -401,16 +413,15 @@ TEST(GatedDeltaStepsVarlen, Errors) {
       ErrorCode::DTypeMismatch, {op, "states_out"}));
 }
 
-TEST(GatedDeltaVarlenGpu, StepsAreUnsupportedAfterTheChecks) {
+TEST(GatedDeltaVarlenGpu, StepsEqualSeparateCallsBitForBit) {
   RUDNN_REQUIRE_CUDA();
-  const Device gpu = Device::cuda(0);
-  const Tensor q = Tensor::zeros({1, 5, 1, 4}, DType::f32).to(gpu);
-  const Tensor v = Tensor::zeros({1, 5, 2, 3}, DType::f32).to(gpu);
-  const Tensor g = Tensor::zeros({1, 5, 2}, DType::f32).to(gpu);
-  const Tensor state = Tensor::zeros({2, 2, 3, 4}, DType::f32).to(gpu);
-  const Tensor cu = cu_tensor({0, 2, 5}, gpu);
-  EXPECT_TRUE(throws_error([&] { gated_delta_steps_varlen(q, q, v, g, g, state, cu); },
-                           ErrorCode::Unsupported, {"gated_delta_steps_varlen", "CPU"}));
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " lens 3,0,5,1 Dk128 Dv40");
+    expect_steps_equal_separate_calls(kGpu, {3, 0, 5, 1}, dt, 128, 40, rng);
+  }
+  SCOPED_TRACE("f32 lens 0,4,0,0,2,0 Dk5 Dv3 (the general kernel, empty sequences)");
+  expect_steps_equal_separate_calls(kGpu, {0, 4, 0, 0, 2, 0}, DType::f32, 5, 3, rng);
 }
 
 }  // namespace
