@@ -43,7 +43,14 @@ functions of the same names):
     affine_grid(theta, size, align_corners=False)
     gated_delta(q, k, v, g, beta, state, cu_seqlens=None)  -> (y, state)
     gated_delta_rule(query, key, value, beta, log_decay, initial_state, query_scale=1.0,
-                     cu_seqlens=None)                       -> (output, final_state)
+                     cu_seqlens=None, chunk_size=None)      -> (output, final_state)
+    chunk_gated_delta_rule(q, k, v, g, beta=None, scale=None, initial_state=None,
+                           output_final_state=False, cu_seqlens=None,
+                           use_qk_l2norm_in_kernel=False)   -> (o, final_state or None)
+    fused_recurrent_gated_delta_rule(...)                   the same arguments
+  chunk_gated_delta_rule and fused_recurrent_gated_delta_rule take fla's signature and
+  [B, T, H, D] layout (log-space g), so that a Qwen3-Next gated-delta layer runs on them
+  unchanged.
     ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean",
              zero_infinity=False)
     attention(q, k, v, *, scale=None, is_causal=False, mask=None, bias=None, sinks=None,
@@ -123,6 +130,8 @@ __all__ = [
     "affine_grid",
     "gated_delta",
     "gated_delta_rule",
+    "chunk_gated_delta_rule",
+    "fused_recurrent_gated_delta_rule",
     "ctc_loss",
     "attention",
     "scaled_dot_product_attention",
@@ -402,6 +411,86 @@ def gated_delta_rule(
         query, key, value, beta, log_decay, initial_state, _number("gated_delta_rule", "query_scale", query_scale),
         cu_seqlens, chunk_size,
     )
+
+
+def _fla_form(op: str, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+              use_qk_l2norm_in_kernel, chunk_size):
+    # fla's [B, T, H, D] operands and log-space gate through gated_delta_rule's [B, H, T, D]
+    # form: transposed views (read without a copy when dense in D), key heads repeated for
+    # grouped value heads, the state created or made float32, the output made contiguous.
+    for name, t, rank in (("q", q, 4), ("k", k, 4), ("v", v, 4), ("g", g, 3)):
+        if t.dim() != rank:
+            raise _rudnn.ShapeMismatch(f"{op}: {name} has rank {t.dim()}; expected {rank} ([B, T, H, D] / [B, T, H])")
+    B, T, Hk, K = q.shape
+    Hv, V = v.shape[2], v.shape[3]
+    if Hk == 0 or Hv % Hk != 0:
+        raise _rudnn.ShapeMismatch(f"{op}: v has {Hv} heads and q {Hk}; expected a multiple of q's")
+    if _flag(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel):
+        q, k = _l2norm(q), _l2norm(k)
+    if Hv != Hk:
+        q, k = q.repeat_interleave(Hv // Hk, 2), k.repeat_interleave(Hv // Hk, 2)
+    if beta is None:
+        beta = torch.ones(B, T, Hv, dtype=q.dtype, device=q.device)
+    scale = K**-0.5 if scale is None else _number(op, "scale", scale)
+    sequences = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    if initial_state is None:
+        initial_state = torch.zeros(sequences, Hv, K, V, dtype=torch.float32, device=q.device)
+    if cu_seqlens is not None:
+        cu_seqlens = cu_seqlens.to(torch.int32)
+    out, final = _lib.gated_delta_rule(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), beta.to(q.dtype).transpose(1, 2),
+        g.float().transpose(1, 2), initial_state.float(), scale, cu_seqlens, chunk_size,
+    )
+    return out.transpose(1, 2).contiguous(), (final if _flag(op, "output_final_state", output_final_state) else None)
+
+
+def _l2norm(x: Tensor) -> Tensor:
+    # fla's and Hugging Face's in-kernel normalisation: x / sqrt(sum(x^2) + 1e-6), in float32.
+    f = x.float()
+    return (f * torch.rsqrt((f * f).sum(-1, keepdim=True) + 1e-6)).to(x.dtype)
+
+
+def chunk_gated_delta_rule(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Optional[Tensor] = None, scale: Optional[float] = None,
+    initial_state: Optional[Tensor] = None, output_final_state: bool = False, cu_seqlens: Optional[Tensor] = None,
+    use_qk_l2norm_in_kernel: bool = False, chunk_size: int = 64,
+) -> Tuple[Tensor, Optional[Tensor]]:
+    """fla's ``chunk_gated_delta_rule`` (what Qwen3-Next's gated-delta layer calls), differentiable:
+    ruDNN's chunked prefill (:func:`gated_delta_rule` with ``chunk_size``) in fla's layout.
+
+    Args:
+        q, k: ``[B, T, Hk, K]``; v: ``[B, T, Hv, V]``, Hv a multiple of Hk (key heads are
+            repeated for the value heads that share them); one dtype (float32, float16,
+            bfloat16; float64 on the CPU). K and V up to 256 on a GPU.
+        g: ``[B, T, Hv]``, the decay in log space (any floating dtype; used as float32).
+        beta: ``[B, T, Hv]`` (cast to q's dtype); None: ones.
+        scale: the query scale; None: ``K ** -0.5``.
+        initial_state: ``[N, Hv, K, V]`` (N = B, or the sequence count with cu_seqlens), used as
+            float32; None: zeros.
+        output_final_state: return the final state (float32 ``[N, Hv, K, V]``) instead of None.
+        cu_seqlens: ``[N + 1]`` offsets of packed sequences along T (B = 1), any integer dtype
+            (made int32 on the device).
+        use_qk_l2norm_in_kernel: normalise q and k over their last axis first
+            (``x / sqrt(sum(x**2) + 1e-6)`` in float32), as Qwen3-Next asks.
+        chunk_size: steps per chunk of the prefill (64, as fla).
+
+    Returns:
+        ``(o, final_state)``: o ``[B, T, Hv, V]`` in q's dtype (contiguous), final_state or None.
+        Gradients reach q, k, v, g, beta and initial_state (the recurrence's backward).
+    """
+    return _fla_form("chunk_gated_delta_rule", q, k, v, g, beta, scale, initial_state, output_final_state,
+                     cu_seqlens, use_qk_l2norm_in_kernel, _index("chunk_gated_delta_rule", "chunk_size", chunk_size))
+
+
+def fused_recurrent_gated_delta_rule(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Optional[Tensor] = None, scale: Optional[float] = None,
+    initial_state: Optional[Tensor] = None, output_final_state: bool = False, cu_seqlens: Optional[Tensor] = None,
+    use_qk_l2norm_in_kernel: bool = False,
+) -> Tuple[Tensor, Optional[Tensor]]:
+    """fla's ``fused_recurrent_gated_delta_rule`` (Qwen3-Next's decode step), differentiable:
+    the token-by-token recurrence, arguments and results as :func:`chunk_gated_delta_rule`."""
+    return _fla_form("fused_recurrent_gated_delta_rule", q, k, v, g, beta, scale, initial_state, output_final_state,
+                     cu_seqlens, use_qk_l2norm_in_kernel, None)
 
 
 def _lengths(value, like: Tensor) -> Tensor:

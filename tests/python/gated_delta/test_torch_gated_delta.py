@@ -227,3 +227,154 @@ def test_compile_fullgraph(rng, gen, device):
         results.append([loss.detach(), state2] + [t.grad for t in leaves.values()])
     for x, y in zip(*results):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+
+
+# ---- fla's signature (Qwen3-Next's gated-delta core) -------------------------------------------
+
+
+def ref_fla(q, k, v, g, beta, scale, state, l2norm):
+    """fla's chunk / fused_recurrent gated delta rule as a float64 recurrence over [B, T, H, D]
+    operands, log-space g, state [B, Hv, K, V]: (o [B, T, Hv, V], final state)."""
+    q, k, v, g, beta, S = (t.double() for t in (q, k, v, g, beta, state))
+    if l2norm:
+        q, k = (x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6) for x in (q, k))
+    group = v.shape[2] // q.shape[2]
+    q, k = q.repeat_interleave(group, 2) * scale, k.repeat_interleave(group, 2)
+    outs = []
+    for t in range(q.shape[1]):
+        S = S * g[:, t].exp()[..., None, None]
+        err = (v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, t])) * beta[:, t, :, None]
+        S = S + torch.einsum("bhk,bhv->bhkv", k[:, t], err)
+        outs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    o = torch.stack(outs, 1) if outs else v.new_zeros(v.shape[0], 0, v.shape[2], v.shape[3])
+    return o, S
+
+
+def fla_inputs(gen, B, T, Hk, Hv, K, V, dtype, device, sequences):
+    def r(*shape):
+        return torch.randn(shape, generator=gen, dtype=torch.float64)
+
+    t = dict(q=r(B, T, Hk, K), k=r(B, T, Hk, K), v=r(B, T, Hv, V),
+             g=-torch.nn.functional.softplus(r(B, T, Hv)) * 0.3,  # log decay, as Qwen3-Next's -A * softplus(.)
+             beta=torch.sigmoid(r(B, T, Hv)))
+    t = {n: x.to(device=device, dtype=torch.float32 if n == "g" else dtype) for n, x in t.items()}
+    t["initial_state"] = (r(sequences, Hv, K, V) * 0.3).to(device=device, dtype=torch.float32)
+    return t
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("form", ["chunk", "fused_recurrent"])
+@pytest.mark.parametrize("varlen", [False, True])
+def test_fla_signature_against_a_float64_recurrence(rng, gen, device, dtype, form, varlen):
+    # Qwen3-Next's call: l2-normalised q and k in the kernel, grouped value heads (Hv = 2 Hk),
+    # the default scale K**-0.5, an initial state, the final state returned; the gradients of
+    # every input against torch autograd of the float64 recurrence.
+    B, T, Hk, Hv, K, V = (1, 29, 2, 4, 64, 32) if varlen else (2, 21, 2, 4, 64, 32)
+    spans = [(0, 11), (11, 11), (11, 29)] if varlen else [(0, T)] * B
+    cu = torch.tensor([0, 11, 11, 29], dtype=torch.int64, device=device) if varlen else None
+    a = fla_inputs(gen, B, T, Hk, Hv, K, V, dtype, device, len(spans))
+    mine = {n: x.clone().requires_grad_() for n, x in a.items()}
+    ref = {n: x.detach().double().requires_grad_() for n, x in a.items()}
+    fn = ta.chunk_gated_delta_rule if form == "chunk" else ta.fused_recurrent_gated_delta_rule
+    extra = dict(chunk_size=16) if form == "chunk" else {}
+    o, final = fn(**mine, output_final_state=True, cu_seqlens=cu, use_qk_l2norm_in_kernel=True, **extra)
+    assert o.shape == (B, T, Hv, V) and o.dtype == dtype and o.is_contiguous()
+    assert final.shape == (len(spans), Hv, K, V) and final.dtype == torch.float32
+    parts = []
+    for n, (s, e) in enumerate(spans):
+        b = 0 if varlen else n
+        parts.append(ref_fla(*(ref[x][b:b + 1, s:e] for x in ("q", "k", "v", "g", "beta")), K**-0.5,
+                             ref["initial_state"][n:n + 1], True))
+    ro = torch.cat([p[0] for p in parts], 1 if varlen else 0)
+    rs = torch.cat([p[1] for p in parts], 0)
+    do = torch.randn(o.shape, generator=gen, dtype=torch.float64).to(device)
+    ds = torch.randn(final.shape, generator=gen, dtype=torch.float64).to(device)
+    ((o.double() * do).sum() + (final.double() * ds).sum()).backward()
+    ((ro * do).sum() + (rs * ds).sum()).backward()
+    case = dict(form=form, varlen=varlen, device=device)
+    tol = 1e-4 if dtype == torch.float32 and device == "cuda" and form == "chunk" else None
+    close("o", o, ro.to(dtype), dtype, rng.seed_value, case, tol)
+    close("final_state", final, rs.float(), torch.float32 if tol else dtype, rng.seed_value, case, tol)
+    for n in mine:
+        close(f"d{n}", mine[n].grad, ref[n].grad.to(mine[n].dtype), dtype, rng.seed_value, case)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_qwen3_next_prefill_then_decode(rng, gen, device):
+    # A Qwen3-Next gated-delta layer's core as the model runs it: a chunked prefill without an
+    # initial state returning its final state, then decode steps through the recurrent form from
+    # that state; the outputs equal one recurrence over the whole sequence.
+    B, T, steps, Hk, Hv, K, V = 2, 40, 3, 2, 4, 64, 64
+    a = fla_inputs(gen, B, T + steps, Hk, Hv, K, V, torch.bfloat16, device, B)
+    pre = {n: a[n][:, :T] for n in ("q", "k", "v", "g", "beta")}
+    o, state = ta.chunk_gated_delta_rule(**pre, output_final_state=True, use_qk_l2norm_in_kernel=True)
+    outs = [o]
+    for t in range(T, T + steps):
+        step = {n: a[n][:, t:t + 1] for n in ("q", "k", "v", "g", "beta")}
+        o_t, state = ta.fused_recurrent_gated_delta_rule(**step, initial_state=state, output_final_state=True,
+                                                          use_qk_l2norm_in_kernel=True)
+        outs.append(o_t)
+    none = ta.chunk_gated_delta_rule(**pre, use_qk_l2norm_in_kernel=True)[1]
+    assert none is None, "output_final_state=False must give None"
+    ro, rs = ref_fla(*(a[n] for n in ("q", "k", "v", "g", "beta")), K**-0.5,
+                     torch.zeros(B, Hv, K, V, dtype=torch.float64, device=device), True)
+    close("o", torch.cat(outs, 1), ro.to(torch.bfloat16), torch.bfloat16, rng.seed_value)
+    close("state", state, rs.float(), torch.bfloat16, rng.seed_value)
+
+
+def test_fla_signature_errors(gen):
+    a = fla_inputs(gen, 1, 3, 2, 3, 8, 8, torch.float32, "cpu", 1)
+    with pytest.raises(rudnn.ShapeMismatch, match="^chunk_gated_delta_rule: v has 3 heads and q 2"):
+        ta.chunk_gated_delta_rule(**a)
+    a = fla_inputs(gen, 1, 3, 2, 2, 8, 8, torch.float32, "cpu", 1)
+    with pytest.raises(rudnn.ShapeMismatch, match="^fused_recurrent_gated_delta_rule: q has rank 3"):
+        ta.fused_recurrent_gated_delta_rule(**dict(a, q=a["q"][0]))
+    with pytest.raises(rudnn.InvalidArgument, match="use_qk_l2norm_in_kernel must be a bool"):
+        ta.chunk_gated_delta_rule(**a, use_qk_l2norm_in_kernel=1)
+    with pytest.raises(rudnn.Error, match="chunk_size"):
+        ta.chunk_gated_delta_rule(**a, chunk_size=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fla_signature_compiles_fullgraph(rng, gen, device):
+    a = fla_inputs(gen, 2, 9, 1, 2, 16, 16, torch.float32, device, 2)
+
+    def loss(q, k, v, g, beta, initial_state):
+        o, s = ta.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=initial_state, output_final_state=True,
+                                         use_qk_l2norm_in_kernel=True, chunk_size=4)
+        return (o**2).sum() + s.sum()
+
+    results = []
+    for fn in (torch.compile(loss, fullgraph=True), loss):
+        leaves = {n: t.clone().requires_grad_() for n, t in a.items()}
+        value = fn(**leaves)
+        value.backward()
+        results.append([value.detach()] + [t.grad for t in leaves.values()])
+    for x, y in zip(*results):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA GPU (or ruDNN built without CUDA)")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_spec003_chunked_form_on_the_gpu(rng, gen, dtype):
+    # rudnn.chunk_gated_delta on torch CUDA tensors (grouped value heads, a padded last chunk,
+    # a float32 and a bfloat16 state) against the float64 recurrence; varlen equal to separate calls.
+    a = inputs(gen, 2, 37, 2, 4, 64, 32, dtype, "cuda")
+    tol = 1e-4 if dtype == torch.float32 else None
+    for state_dtype in (torch.float32, torch.bfloat16):
+        a["state"] = a["state"].to(state_dtype)
+        y, state = rudnn.chunk_gated_delta(**a, chunk_size=16)
+        ref_y, ref_state = ref_gated_delta(**a)
+        assert y.device.type == "cuda" and state.dtype == state_dtype
+        close("y", y, ref_y.to(dtype), dtype, rng.seed_value, state_dtype, tol)
+        close("state", state, ref_state.to(state_dtype), torch.bfloat16 if state_dtype == torch.bfloat16 else dtype,
+              rng.seed_value, state_dtype, tol if state_dtype == torch.float32 else None)
+    packed = {n: a[n][:1] for n in ("q", "k", "v", "g", "beta")}
+    states = a["state"].float().repeat(2, 1, 1, 1)[:3]
+    cu = torch.tensor([0, 10, 10, 37], dtype=torch.int32, device="cuda")
+    y, s = rudnn.chunk_gated_delta(**packed, state=states, chunk_size=16, cu_seqlens=cu)
+    for n, (t0, t1) in enumerate([(0, 10), (10, 10), (10, 37)]):
+        y_n, s_n = rudnn.chunk_gated_delta(*(packed[x][:, t0:t1] for x in ("q", "k", "v", "g", "beta")),
+                                           states[n:n + 1], chunk_size=16)
+        assert torch.equal(y[:, t0:t1], y_n) and torch.equal(s[n:n + 1], s_n), f"sequence {n} (seed={rng.seed_value})"
