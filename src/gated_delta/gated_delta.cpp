@@ -213,9 +213,8 @@ void run_gpu(const OpCall& call, const gdn::Recurrence& p) {
 #endif
 }
 
-// Spec 003's dense [B,T,H,D] operands.
-gdn::Recurrence bthd_problem(OpCall& call, const Dims& d, const Tensor& q, const Tensor& k,
-                             const Tensor& v, const Tensor& g, const Tensor& beta) {
+// A recurrence problem of d's sizes (batch: the sequences) in q's dtype, its operands unset.
+gdn::Recurrence sized_problem(const Dims& d, DType dtype) {
   gdn::Recurrence p;
   p.batch = d.batch;
   p.steps = d.steps;
@@ -223,7 +222,14 @@ gdn::Recurrence bthd_problem(OpCall& call, const Dims& d, const Tensor& q, const
   p.value_heads = d.value_heads;
   p.key_dim = d.key_dim;
   p.value_dim = d.value_dim;
-  p.dtype = q.dtype();
+  p.dtype = dtype;
+  return p;
+}
+
+// Spec 003's dense [B,T,H,D] operands.
+gdn::Recurrence bthd_problem(OpCall& call, const Dims& d, const Tensor& q, const Tensor& k,
+                             const Tensor& v, const Tensor& g, const Tensor& beta) {
+  gdn::Recurrence p = sized_problem(d, q.dtype());
   p.q = common::dense_in(call, q);
   p.k = common::dense_in(call, k);
   p.v = common::dense_in(call, v);
@@ -245,13 +251,7 @@ gdn::Recurrence bthd_problem(OpCall& call, const Dims& d, const Tensor& q, const
 
 // Spec 000's [B,H,T,D] operands (H = Hk = Hv), log decay, transposed state.
 gdn::Recurrence bhtd_problem(OpCall& call, const Dims& d, const GatedDeltaInput& in) {
-  gdn::Recurrence p;
-  p.batch = d.batch;
-  p.steps = d.steps;
-  p.key_heads = p.value_heads = d.key_heads;
-  p.key_dim = d.key_dim;
-  p.value_dim = d.value_dim;
-  p.dtype = in.query.dtype();
+  gdn::Recurrence p = sized_problem(d, in.query.dtype());
   p.q = common::dense_in(call, in.query);
   p.k = common::dense_in(call, in.key);
   p.v = common::dense_in(call, in.value);
@@ -321,8 +321,7 @@ class Outputs {
 };
 
 void check_chunk_size(const OpCall& call, int64_t chunk_size);
-void require_gpu_chunked(const OpCall& call, const Dims& d, int64_t chunk_size, DType dtype,
-                         bool steps_interleave_heads);
+void require_gpu_chunked(const OpCall& call, const Dims& d, int64_t chunk_size, DType dtype);
 void run_gpu_chunked(OpCall& call, const gdn::Recurrence& r, int64_t chunk_size);
 
 // The chunked form over a state pool (chunk_gated_delta_slots*) has no CUDA kernel.
@@ -351,7 +350,7 @@ GatedDeltaResult gated_delta_impl(OpCall& call, Outputs& outs, const Tensor& q, 
   if (chunked) check_chunk_size(call, chunk_size);
   if (!call.device.is_cpu()) {
     if (chunked)
-      require_gpu_chunked(call, d, chunk_size, q.dtype(), true);
+      require_gpu_chunked(call, d, chunk_size, q.dtype());
     else
       require_gpu_key_dim(call, d.key_dim);
   }
@@ -621,20 +620,10 @@ void check_chunk_size(const OpCall& call, int64_t chunk_size) {
 }
 
 // What the GPU kernels do not take (after the contract's checks passed): d's sizes (value
-// heads, sequences) in q's dtype; steps_interleave_heads: spec 003's [B,T,H,D] layout, where
-// a step's rows are H x D elements apart (spec 000's: D).
-void require_gpu_chunked(const OpCall& call, const Dims& d, int64_t chunk_size, DType dtype,
-                         bool steps_interleave_heads) {
+// heads, sequences) in q's dtype.
+void require_gpu_chunked(const OpCall& call, const Dims& d, int64_t chunk_size, DType dtype) {
 #if RUDNN_WITH_CUDA
-  gdn::Chunked p;
-  p.batch = d.batch;
-  p.steps = d.steps;
-  p.key_heads = d.key_heads;
-  p.value_heads = d.value_heads;
-  p.key_dim = d.key_dim;
-  p.value_dim = d.value_dim;
-  p.dtype = dtype;
-  p.chunk = chunk_size;
+  const gdn::Chunked p{sized_problem(d, dtype), chunk_size};
   if (p.chunk > gdn::cuda::kMaxChunk) {
     fail(ErrorCode::Unsupported, cat(call.op, ": chunk_size = ", p.chunk,
                                      " is not supported on the GPU yet; expected chunk_size <= ",
@@ -645,17 +634,6 @@ void require_gpu_chunked(const OpCall& call, const Dims& d, int64_t chunk_size, 
          cat(call.op, ": K = ", p.key_dim, ", V = ", p.value_dim,
              " are not supported by the GPU chunked kernels yet; expected K, V <= ",
              gdn::cuda::kMaxChunkDim));
-  }
-  // The kernels address a chunk's rows with 32-bit offsets (rows x step stride).
-  const int64_t rows = (chunk_size + 15) / 16 * 16;
-  const int64_t stride = steps_interleave_heads
-                             ? std::max(d.key_heads * d.key_dim, d.value_heads * d.value_dim)
-                             : std::max(d.key_dim, d.value_dim);
-  if (rows * stride > int64_t(std::numeric_limits<int32_t>::max())) {
-    fail(ErrorCode::Unsupported,
-         cat(call.op, ": steps ", stride, " elements apart with chunk_size = ", chunk_size,
-             " pass the GPU kernels' 32-bit offsets inside a chunk; expected ", rows, " x ",
-             stride, " < 2^31"));
   }
   const int64_t need = gdn::cuda::chunked_shared_bytes(p);
   const int64_t limit = int64_t(cuda::device_info(call.device).shared_bytes_per_block_optin);
@@ -671,18 +649,24 @@ void require_gpu_chunked(const OpCall& call, const Dims& d, int64_t chunk_size, 
   (void)d;
   (void)chunk_size;
   (void)dtype;
-  (void)steps_interleave_heads;
   fail(ErrorCode::Unsupported, cat(call.op, ": ruDNN was built without CUDA"));
 #endif
 }
 
 // The chunked kernels over a recurrence problem (both forms), with their workspace allocated
-// on the call's stream.
+// on the call's stream. They address a chunk's rows with 32-bit offsets (rows x step stride:
+// D in spec 000's layout, H x D in spec 003's), so steps further apart are Unsupported, before
+// anything is written.
 void run_gpu_chunked(OpCall& call, const gdn::Recurrence& r, int64_t chunk_size) {
 #if RUDNN_WITH_CUDA
-  gdn::Chunked p;
-  static_cast<gdn::Recurrence&>(p) = r;
-  p.chunk = chunk_size;
+  const gdn::Chunked p{r, chunk_size};
+  const int64_t rows = (chunk_size + 15) / 16 * 16, stride = std::max(p.qk_t, p.v_t);
+  if (rows * stride > int64_t(std::numeric_limits<int32_t>::max())) {
+    fail(ErrorCode::Unsupported,
+         cat(call.op, ": steps ", stride, " elements apart with chunk_size = ", chunk_size,
+             " pass the GPU kernels' 32-bit offsets inside a chunk; expected ", rows, " x ",
+             stride, " < 2^31"));
+  }
   const Tensor& workspace = call.keep(
       call.empty({std::max<int64_t>(gdn::cuda::chunked_workspace_bytes(p), 1)}, DType::u8));
   gdn::cuda::chunked(p, workspace.data(), call.stream);
@@ -699,7 +683,7 @@ GatedDeltaOutput chunk_rule_impl(OpCall& call, Outputs& outs, const GatedDeltaIn
   const int64_t entries = in.query.defined() && in.query.dim() == 4 ? in.query.shape()[0] : 0;
   const Dims d = check_rule_input(call, in, cu, seqs);
   check_chunk_size(call, chunk_size);
-  if (!call.device.is_cpu()) require_gpu_chunked(call, d, chunk_size, in.query.dtype(), false);
+  if (!call.device.is_cpu()) require_gpu_chunked(call, d, chunk_size, in.query.dtype());
   GatedDeltaOutput out;
   out.output =
       outs.take("output_out", {entries, d.key_heads, d.steps, d.value_dim}, in.query.dtype());
