@@ -250,31 +250,32 @@ Tensor poisoned(const Shape& shape, DType dtype, Device device) {
   return t;
 }
 
-int device_compute_major() {
+namespace {
+// Device 0's compute capability; false in builds without CUDA and when the query fails.
+bool compute_capability(int& major, int& minor) {
 #if RUDNN_TEST_CUDA
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return major;
-#else
-  return 0;
-#endif
-}
-
-bool device_is_sm90() {
-#if RUDNN_TEST_CUDA
-  int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
-  return major == 9 && minor == 0;
+  return true;
 #else
+  (void)major;
+  (void)minor;
   return false;
 #endif
+}
+}  // namespace
+
+int device_compute_major() {
+  int major = 0, minor = 0;
+  return compute_capability(major, minor) ? major : 0;
+}
+
+bool device_is_sm90() {
+  int major = 0, minor = 0;
+  return compute_capability(major, minor) && major == 9 && minor == 0;
 }
 
 }  // namespace rudnn::test

@@ -105,6 +105,25 @@ __device__ __forceinline__ void merge_warp_states(const float* row_state, int wa
   }
 }
 
+// Writes one row's FP32 partial record at `rec` (what RecordMerge reads): this lane's
+// unnormalised features o (c · 128 + 4 · lane + e, those below dim_v), then (lane 0) the max
+// m and the sum l.
+template <int kChunks>
+__device__ __forceinline__ void store_partial_record(float* rec, const float (&o)[kChunks][4],
+                                                     float m, float l, int dim_v, int lane) {
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int d = c * 128 + lane * 4;
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (d + e < dim_v) rec[d + e] = o[c][e];
+  }
+  if (lane == 0) {
+    rec[dim_v] = m;
+    rec[dim_v + 1] = l;
+  }
+}
+
 // Partial records of one row (each `record` floats: Dv unnormalised features, the max, the
 // sum) of partitions first .. last, merged in partition order.
 struct RecordMerge {

@@ -116,18 +116,8 @@ __device__ __forceinline__ void finish_or_hand_over_row(const ScalarForwardArgs&
   const int dim_v = static_cast<int>(sz.dim_v);
   if (a.partials) {
     const int64_t row_id = (b * sz.heads_q + h) * sz.len_q + i;
-    float* const rec = a.partials + (row_id * a.splits + split) * a.record;
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const int d = c * 128 + lane * 4;
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (d + e < dim_v) rec[d + e] = o[c][e];
-    }
-    if (lane == 0) {
-      rec[dim_v] = m;
-      rec[dim_v + 1] = l;
-    }
+    store_partial_record<kChunks>(a.partials + (row_id * a.splits + split) * a.record, o, m, l,
+                                  dim_v, lane);
     return;
   }
   const RowEnd end = finish_row(m, l, a.rules.sinks != nullptr, sink_of(a.rules, h));

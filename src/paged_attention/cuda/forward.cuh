@@ -200,18 +200,9 @@ __global__ void __launch_bounds__(kThreads) paged_forward_kernel(const ForwardAr
     const int64_t g = item.first + rho / a.group;
     const int64_t h = hk * a.group + rho % a.group;
     if (p.partials) {
-      float* const rec = p.partials + ((g * p.heads_q + h) * p.splits + split) * p.record;
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const int d = c * 128 + lane * 4;
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (d + e < dim_v) rec[d + e] = acc[c][e];
-      }
-      if (lane == 0) {
-        rec[dim_v] = top;
-        rec[dim_v + 1] = sum;
-      }
+      attn::cuda::store_partial_record<kChunks>(
+          p.partials + ((g * p.heads_q + h) * p.splits + split) * p.record, acc, top, sum, dim_v,
+          lane);
       continue;
     }
     const RowEnd end = finish_row(top, sum, false, kNegInf);
