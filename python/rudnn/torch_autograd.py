@@ -425,6 +425,7 @@ def _fla_form(op: str, q, k, v, g, beta, scale, initial_state, output_final_stat
     Hv, V = v.shape[2], v.shape[3]
     if Hk == 0 or Hv % Hk != 0:
         raise _rudnn.ShapeMismatch(f"{op}: v has {Hv} heads and q {Hk}; expected a multiple of q's")
+    want_final = _flag(op, "output_final_state", output_final_state)
     if _flag(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel):
         q, k = _l2norm(q), _l2norm(k)
     if Hv != Hk:
@@ -441,7 +442,7 @@ def _fla_form(op: str, q, k, v, g, beta, scale, initial_state, output_final_stat
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), beta.to(q.dtype).transpose(1, 2),
         g.float().transpose(1, 2), initial_state.float(), scale, cu_seqlens, chunk_size,
     )
-    return out.transpose(1, 2).contiguous(), (final if _flag(op, "output_final_state", output_final_state) else None)
+    return out.transpose(1, 2).contiguous(), (final if want_final else None)
 
 
 def _l2norm(x: Tensor) -> Tensor:
