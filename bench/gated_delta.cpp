@@ -9,7 +9,8 @@
 //   B = --gdn-bwd-batch, T = --gdn-steps, forward, and backward from dy and dstate. Bytes:
 //   every operand and result once (the backward's workspace traffic is not counted).
 //
-// - chunk_gated_delta_rule: the chunked prefill at the shapes (see bench_chunked).
+// - chunk_gated_delta_rule: the chunked prefill at the shapes (see bench_chunked), and
+//   its backward (bench_chunked_backward).
 //
 // Check: the first and last sequences against the CPU path (the float64 reference).
 //
@@ -248,6 +249,56 @@ void bench_chunked(Bench& b, const std::string& op, int64_t B, int64_t H, int64_
       2e-2);
 }
 
+// chunk_gated_delta_rule_backward at bench_chunked's inputs (chunk 64, bf16, upstream gradients
+// of the output and the final state): the forward pass again and the chunked backward. Bytes:
+// the forward's inputs and every gradient once. Check: the first and last (sequence, head)
+// against the recurrence's backward on the GPU (gated_delta_rule_backward).
+void bench_chunked_backward(Bench& b, const std::string& op, int64_t B, int64_t H, int64_t T) {
+  if (!b.wanted(op)) return;
+  const int64_t K = 128, V = 128, chunk = 64;
+  const DType bf = DType::bf16;
+  GatedDeltaInput in;
+  in.query = b.normal({B, H, T, K}, bf, 621, 0.0f, 0.09f);
+  in.key = b.normal({B, H, T, K}, bf, 622, 0.0f, 0.09f);
+  in.value = b.normal({B, H, T, V}, bf, 623);
+  in.beta = b.normal({B, H, T}, bf, 624, 0.5f, 0.1f);
+  in.log_decay = b.normal({B, H, T}, DType::f32, 625, -0.05f, 0.02f);
+  in.initial_state = b.normal({B, H, K, V}, DType::f32, 626, 0.0f, 0.05f);
+  in.query_scale = 0.088f;
+  const Tensor dout = b.normal({B, H, T, V}, bf, 627);
+  const Tensor dfinal = b.normal({B, H, K, V}, DType::f32, 628, 0.0f, 0.05f);
+  const double tokens = double(B) * H * T;
+  const double bytes = 2 * (tokens * ((2 * K + 2 * V) * 2 + 2 + 4) + 2.0 * B * H * K * V * 4) +
+                       tokens * V * 2;
+  GatedDeltaInputGrads g0;
+  b.run(
+      op, {B, H, T, K}, bf, bytes, 1,
+      [&](int) {
+        GatedDeltaInputGrads r = chunk_gated_delta_rule_backward(dout, dfinal, in, chunk, {}, b.stream);
+        if (!g0.dquery.defined()) g0 = r;
+      },
+      [&] {
+        b.sync();
+        double err = 0;
+        for (auto [bb, hh] : {std::pair<int64_t, int64_t>{0, 0}, {B - 1, H - 1}}) {
+          auto one = [&](const Tensor& t) {
+            return t.slice(0, bb, bb + 1).slice(1, hh, hh + 1).contiguous();
+          };
+          GatedDeltaInput h = in;
+          for (Tensor* t : {&h.query, &h.key, &h.value, &h.beta, &h.log_decay, &h.initial_state})
+            *t = one(*t);
+          const GatedDeltaInputGrads r = gated_delta_rule_backward(one(dout), one(dfinal), h);
+          for (auto [got, want] : {std::pair{&g0.dquery, &r.dquery}, {&g0.dkey, &r.dkey},
+                                   {&g0.dvalue, &r.dvalue}, {&g0.dbeta, &r.dbeta},
+                                   {&g0.dlog_decay, &r.dlog_decay},
+                                   {&g0.dinitial_state, &r.dinitial_state}})
+            err = bench::worst(err, bench::relative_l2_error(one(*got).to_host(), want->to_host()));
+        }
+        return err;
+      },
+      3e-2);
+}
+
 // Spec 003's chunked prefill (chunk_gated_delta: [B,T,H,D] operands read through strides, the
 // gate itself, a [B,H,V,K] F32 state), chunk 64, the first shape of bench_chunked: the cost of
 // fla's layout against spec 000's. Check as bench_chunked (against gated_delta).
@@ -292,6 +343,7 @@ void bench_all(Bench& b) {
   bench_chunked(b, "chunk_gated_delta_rule B4 T4096 H16", 4, 16, 4096);
   bench_chunked(b, "chunk_gated_delta_rule B1 T32768 H32", 1, 32, 32768);
   bench_chunked_bthd(b, "chunk_gated_delta (spec 003 layout) B4 T4096 H16", 4, 16, 4096);
+  bench_chunked_backward(b, "chunk_gated_delta_rule backward B4 T4096 H16", 4, 16, 4096);
 }
 
 bench::Family make_family() {

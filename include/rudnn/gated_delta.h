@@ -55,9 +55,9 @@
 // sequences racing on one state). Device cu_seqlens are clamped into [0, T] and made
 // non-decreasing, so bad offsets cannot address outside the inputs either.
 //
-// NOT IMPLEMENTED YET (later work of issue 14): a chunked backward kernel (the chunked form's
-// gradients are the recurrence's: gated_delta_backward / gated_delta_rule_backward), GPU
-// Dk > 256, and the chunked pool form (chunk_gated_delta_slots*) on the GPU.
+// NOT IMPLEMENTED YET (later work of issue 14): a chunked backward for spec 003's form (its
+// gradients are the recurrence's: gated_delta_backward), GPU Dk > 256, and the chunked pool
+// form (chunk_gated_delta_slots*) on the GPU.
 //
 // Errors (rudnn::Error, message "op: argument ...; expected ..."): a chunk_size that is not
 // positive or whose workspace exceeds the shared-memory limit (chunk_gated_delta*), an
@@ -339,5 +339,34 @@ GatedDeltaInputGrads gated_delta_rule_backward(const Tensor& doutput, const Tens
 void gated_delta_rule_backward_into(const GatedDeltaInputGrads& out, const Tensor& doutput,
                                     const Tensor& dfinal_state, const GatedDeltaInput& input,
                                     const Tensor& cu_seqlens = {}, const Stream& stream = {});
+
+// The backward of chunk_gated_delta_rule (cu_seqlens undefined) or
+// chunk_gated_delta_rule_varlen: gated_delta_rule_backward's arguments, gradients and errors,
+// plus chunk_size's rule and errors (chunk_gated_delta_rule's). The gradients are the
+// recurrence's up to rounding; on the CPU exactly gated_delta_rule_backward's (the float64
+// reference).
+// On a CUDA device, the chunked algorithm's backward (src/gated_delta/cuda/chunked_backward.cuh):
+// the chunked forward pass again, a sequential pass per (sequence, head, 32 value columns)
+// walking the chunks in reverse with dS in FP32 registers, and two parallel kernels per
+// (chunk, head); products on tensor cores with FP32 accumulation for f16/bf16 (their operands
+// rounded to q's dtype: the states, dS and dV' per chunk), FP32 for the WY transform's
+// gradient; deterministic (fixed-order sums, no atomics). Memory (device workspace, bytes, per
+// chunk and head, Cp = chunk_size rounded up to 16, Kp, Vp = K, V rounded up to 16, s = q's
+// item size): the forward's (Cp (Kp + Vp + 2 Cp) s + Kp Vp s) plus Kp Vp s + Cp Vp s +
+// 4 (3 Cp Kp + 2 Cp^2 + Cp + 16); e.g. about 0.25 MB per 64-step chunk and head at K = V = 128
+// in bf16. Where the kernels do not take the problem (chunk_size > 128, K or V > 256, shared
+// memory past the device's limit: e.g. F32 at K = V = 128, or chunk_size 128) the recurrence's
+// backward kernels run instead (gated_delta_rule_backward's, same results up to rounding).
+GatedDeltaInputGrads chunk_gated_delta_rule_backward(const Tensor& doutput,
+                                                     const Tensor& dfinal_state,
+                                                     const GatedDeltaInput& input,
+                                                     int64_t chunk_size,
+                                                     const Tensor& cu_seqlens = {},
+                                                     const Stream& stream = {});
+void chunk_gated_delta_rule_backward_into(const GatedDeltaInputGrads& out, const Tensor& doutput,
+                                          const Tensor& dfinal_state,
+                                          const GatedDeltaInput& input, int64_t chunk_size,
+                                          const Tensor& cu_seqlens = {},
+                                          const Stream& stream = {});
 
 }  // namespace rudnn

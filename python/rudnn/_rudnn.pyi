@@ -226,8 +226,8 @@ def gated_delta_backward(
 ) -> Tuple[Any, ...]: ...
 def gated_delta_rule_backward(
     doutput: Any, dfinal_state: Any, query: Any, key: Any, value: Any, beta: Any, log_decay: Any,
-    initial_state: Any, query_scale: float = 1.0, *, cu_seqlens: Any = None, stream: Any = None,
-    out: Any = None,
+    initial_state: Any, query_scale: float = 1.0, *, cu_seqlens: Any = None,
+    chunk_size: Optional[int] = None, stream: Any = None, out: Any = None,
 ) -> Tuple[Any, ...]: ...
 def ctc_loss(
     log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: int = 0,

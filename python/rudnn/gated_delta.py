@@ -362,16 +362,25 @@ def gated_delta_rule_backward(
     query_scale: float = 1.0,
     *,
     cu_seqlens: Optional[Array] = None,
+    chunk_size: Optional[int] = None,
     out: Optional[Tuple[Array, ...]] = None,
     stream: StreamLike = None,
 ) -> Tuple[Array, Array, Array, Array, Array, Array]:
     """Gradients of :func:`gated_delta_rule`: ``(dquery, dkey, dvalue, dbeta, dlog_decay,
     dinitial_state)``; dlog_decay and dinitial_state float32, the others in their inputs'
     dtypes. ``doutput``: output's gradient; ``dfinal_state``: the final state's, or None.
-    Other arguments, precision and errors as :func:`gated_delta_backward`."""
+
+    ``chunk_size``: None for the recurrence's backward; a positive integer for the chunked
+    form's (C++ ``chunk_gated_delta_rule_backward``, the backward of ``gated_delta_rule(...,
+    chunk_size=)``): the same gradients up to rounding, on a GPU through the chunked backward
+    kernels (chunk_size <= 128, K, V <= 256 and their shared memory within the device's;
+    elsewhere the recurrence's backward runs), on the CPU the float64 reference. Its rule and
+    errors are ``gated_delta_rule``'s. Other arguments, precision and errors as
+    :func:`gated_delta_backward`."""
     kind, stream = io.context(doutput, stream)
     r = _rudnn.gated_delta_rule_backward(
         io.as_input(doutput), io.as_input(dfinal_state), *_inputs(query, key, value, beta, log_decay, initial_state),
-        query_scale, cu_seqlens=io.as_input(cu_seqlens), stream=stream, out=io.as_output(out),
+        query_scale, cu_seqlens=io.as_input(cu_seqlens), chunk_size=chunk_size, stream=stream,
+        out=io.as_output(out),
     )
     return out if out is not None else io.results(kind, r)

@@ -405,8 +405,8 @@ def gated_delta_rule(
     query_scale: float = 1.0, cu_seqlens: Optional[Tensor] = None, chunk_size: Optional[int] = None,
 ) -> Tuple[Tensor, Tensor]:
     """Differentiable :func:`rudnn.gated_delta_rule` (every tensor input gets a gradient); with
-    ``chunk_size`` the forward is the chunked prefill and the gradient the recurrence's
-    backward (a chunked backward kernel is not implemented)."""
+    ``chunk_size`` the forward is the chunked prefill and the gradient the chunked form's
+    backward (:func:`rudnn.gated_delta_rule_backward` with ``chunk_size``)."""
     return _lib.gated_delta_rule(
         query, key, value, beta, log_decay, initial_state, _number("gated_delta_rule", "query_scale", query_scale),
         cu_seqlens, chunk_size,
@@ -477,7 +477,7 @@ def chunk_gated_delta_rule(
 
     Returns:
         ``(o, final_state)``: o ``[B, T, Hv, V]`` in q's dtype (contiguous), final_state or None.
-        Gradients reach q, k, v, g, beta and initial_state (the recurrence's backward).
+        Gradients reach q, k, v, g, beta and initial_state (the chunked backward).
     """
     return _fla_form("chunk_gated_delta_rule", q, k, v, g, beta, scale, initial_state, output_final_state,
                      cu_seqlens, use_qk_l2norm_in_kernel, _index("chunk_gated_delta_rule", "chunk_size", chunk_size))

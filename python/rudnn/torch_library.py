@@ -982,7 +982,7 @@ def gated_delta_rule(
     chunk_size: Optional[int] = None,
 ) -> Tuple[Tensor, Tensor]:
     """rudnn.gated_delta_rule: (output [B, H, T, V] in query's dtype, final_state float32); with
-    chunk_size the chunked prefill, differentiated through the recurrence's backward."""
+    chunk_size the chunked prefill, differentiated through the chunked backward."""
     return _gd.gated_delta_rule(
         query, key, value, beta, log_decay, initial_state, query_scale, cu_seqlens=cu_seqlens, chunk_size=chunk_size
     )
@@ -1007,15 +1007,29 @@ def gated_delta_rule_backward(
     initial_state: Tensor,
     query_scale: float,
     cu_seqlens: Optional[Tensor],
+    chunk_size: Optional[int] = None,
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(dquery, dkey, dvalue, dbeta, dlog_decay, dinitial_state)."""
+    """(dquery, dkey, dvalue, dbeta, dlog_decay, dinitial_state); with chunk_size the chunked
+    form's backward."""
     return _gd.gated_delta_rule_backward(
-        doutput, dfinal_state, query, key, value, beta, log_decay, initial_state, query_scale, cu_seqlens=cu_seqlens
+        doutput,
+        dfinal_state,
+        query,
+        key,
+        value,
+        beta,
+        log_decay,
+        initial_state,
+        query_scale,
+        cu_seqlens=cu_seqlens,
+        chunk_size=chunk_size,
     )
 
 
 @gated_delta_rule_backward.register_fake
-def _(doutput, dfinal_state, query, key, value, beta, log_decay, initial_state, query_scale, cu_seqlens):
+def _(
+    doutput, dfinal_state, query, key, value, beta, log_decay, initial_state, query_scale, cu_seqlens, chunk_size=None
+):
     return tuple(t.new_empty(t.shape) for t in (query, key, value, beta)) + (
         log_decay.new_empty(log_decay.shape, dtype=torch.float32),
         initial_state.new_empty(initial_state.shape, dtype=torch.float32),
@@ -1023,15 +1037,16 @@ def _(doutput, dfinal_state, query, key, value, beta, log_decay, initial_state, 
 
 
 def _gated_delta_rule_setup(ctx, inputs, output):
-    *tensors, query_scale, cu_seqlens, _chunk_size = inputs
+    *tensors, query_scale, cu_seqlens, chunk_size = inputs
     ctx.save_for_backward(*tensors, cu_seqlens)
     ctx.query_scale = query_scale
+    ctx.chunk_size = chunk_size
 
 
 def _gated_delta_rule_grad(ctx, doutput, dfinal_state):
     *tensors, cu_seqlens = ctx.saved_tensors
     grads = gated_delta_rule_backward(
-        doutput.contiguous(), dfinal_state.contiguous(), *tensors, ctx.query_scale, cu_seqlens
+        doutput.contiguous(), dfinal_state.contiguous(), *tensors, ctx.query_scale, cu_seqlens, ctx.chunk_size
     )
     return grads + (None, None, None)
 

@@ -3,7 +3,8 @@
 // chunk_gated_delta_slots (CPU only in C++), gated_delta_rule (spec 000's; with `chunk_size` the
 // chunked prefill chunk_gated_delta_rule), each dense or, with `cu_seqlens`, over packed
 // variable-length sequences (the *_varlen C++ functions), and the
-// backward passes gated_delta_backward / gated_delta_rule_backward. The _into forms are
+// backward passes gated_delta_backward / gated_delta_rule_backward (with `chunk_size`,
+// chunk_gated_delta_rule_backward). The _into forms are
 // reached through `out=`; gated_delta_slots writes its state pool in place (imported
 // writable: a read-only pool is refused, never copied). The documented Python functions are
 // in python/rudnn/gated_delta.py.
@@ -257,24 +258,34 @@ py::object gated_delta_rule_backward(py::object doutput, py::object dfinal_state
                                      py::object query, py::object key, py::object value,
                                      py::object beta, py::object log_decay,
                                      py::object initial_state, py::object query_scale,
-                                     py::object cu_seqlens, py::object stream, py::object out) {
+                                     py::object cu_seqlens, py::object chunk_size,
+                                     py::object stream, py::object out) {
   const OpArgs a("gated_delta_rule_backward", stream);
   Tensor tdo = a.tensor(doutput, "doutput");
   Tensor tdf = a.optional_tensor(dfinal_state, "dfinal_state");
   const rudnn::GatedDeltaInput in =
       rule_input(a, query, key, value, beta, log_decay, initial_state, query_scale);
   Tensor cu = a.optional_tensor(cu_seqlens, "cu_seqlens");
+  // None: the recurrence's backward; an integer: the chunked form's (as gated_delta_rule).
+  const std::optional<int64_t> chunk = a.optional_int(chunk_size, "chunk_size");
   const rudnn::Stream s = a.stream_for(in.query);
   if (out.is_none()) {
-    rudnn::GatedDeltaInputGrads r = without_gil(
-        [&] { return rudnn::gated_delta_rule_backward(tdo, tdf, in, cu, s); });
+    rudnn::GatedDeltaInputGrads r = without_gil([&] {
+      return chunk ? rudnn::chunk_gated_delta_rule_backward(tdo, tdf, in, *chunk, cu, s)
+                   : rudnn::gated_delta_rule_backward(tdo, tdf, in, cu, s);
+    });
     return wrap_all(std::move(r.dquery), std::move(r.dkey), std::move(r.dvalue),
                     std::move(r.dbeta), std::move(r.dlog_decay), std::move(r.dinitial_state));
   }
   auto o = a.outputs(out, {"out[0] (dquery)", "out[1] (dkey)", "out[2] (dvalue)",
                            "out[3] (dbeta)", "out[4] (dlog_decay)", "out[5] (dinitial_state)"});
   const rudnn::GatedDeltaInputGrads grads{o[0], o[1], o[2], o[3], o[4], o[5]};
-  without_gil([&] { rudnn::gated_delta_rule_backward_into(grads, tdo, tdf, in, cu, s); });
+  without_gil([&] {
+    if (chunk)
+      rudnn::chunk_gated_delta_rule_backward_into(grads, tdo, tdf, in, *chunk, cu, s);
+    else
+      rudnn::gated_delta_rule_backward_into(grads, tdo, tdf, in, cu, s);
+  });
   return out;
 }
 
@@ -311,7 +322,7 @@ void bind_gated_delta(py::module_& m) {
         py::arg("dfinal_state"), py::arg("query"), py::arg("key"), py::arg("value"),
         py::arg("beta"), py::arg("log_decay"), py::arg("initial_state"),
         py::arg("query_scale") = 1.0, py::kw_only(), py::arg("cu_seqlens") = none,
-        py::arg("stream") = none, py::arg("out") = none);
+        py::arg("chunk_size") = none, py::arg("stream") = none, py::arg("out") = none);
 }
 
 }  // namespace rudnn_py

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -657,11 +658,16 @@ void require_gpu_chunked(const OpCall& call, const Dims& d, int64_t chunk_size, 
 // on the call's stream. They address a chunk's rows with 32-bit offsets (rows x step stride:
 // D in spec 000's layout, H x D in spec 003's), so steps further apart are Unsupported, before
 // anything is written.
+bool chunk_offsets_fit(const gdn::Chunked& p) {
+  const int64_t rows = (p.chunk + 15) / 16 * 16, stride = std::max(p.qk_t, p.v_t);
+  return rows * stride <= int64_t(std::numeric_limits<int32_t>::max());
+}
+
 void run_gpu_chunked(OpCall& call, const gdn::Recurrence& r, int64_t chunk_size) {
 #if RUDNN_WITH_CUDA
   const gdn::Chunked p{r, chunk_size};
-  const int64_t rows = (chunk_size + 15) / 16 * 16, stride = std::max(p.qk_t, p.v_t);
-  if (rows * stride > int64_t(std::numeric_limits<int32_t>::max())) {
+  if (!chunk_offsets_fit(p)) {
+    const int64_t rows = (chunk_size + 15) / 16 * 16, stride = std::max(p.qk_t, p.v_t);
     fail(ErrorCode::Unsupported,
          cat(call.op, ": steps ", stride, " elements apart with chunk_size = ", chunk_size,
              " pass the GPU kernels' 32-bit offsets inside a chunk; expected ", rows, " x ",
@@ -805,13 +811,36 @@ GatedDeltaGrads gated_delta_backward_impl(OpCall& call, Outputs& outs, const Ten
   return out;
 }
 
+// The chunked backward kernels take the problem: the chunk, K and V within their limits (and
+// not 0: the recurrence's backward writes those zero gradients), their shared memory within
+// the device's, the 32-bit offsets inside a chunk.
+bool gpu_chunked_backward_fits(const OpCall& call, const gdn::Chunked& p) {
+#if RUDNN_WITH_CUDA
+  if (p.chunk > gdn::cuda::kMaxChunk || p.key_dim > gdn::cuda::kMaxChunkDim ||
+      p.value_dim > gdn::cuda::kMaxChunkDim || p.key_dim == 0 || p.value_dim == 0 ||
+      !chunk_offsets_fit(p))
+    return false;
+  const int64_t limit = int64_t(cuda::device_info(call.device).shared_bytes_per_block_optin);
+  return gdn::cuda::chunked_backward_shared_bytes(p) <= limit;
+#else
+  (void)call;
+  (void)p;
+  return false;
+#endif
+}
+
+// No chunk_size: gated_delta_rule_backward*; one: chunk_gated_delta_rule_backward*, whose GPU
+// path runs the chunked backward kernels where they take the problem and the recurrence's
+// backward otherwise (the same gradients up to rounding).
 GatedDeltaInputGrads gated_delta_rule_backward_impl(OpCall& call, Outputs& outs,
                                                     const Tensor& doutput,
                                                     const Tensor& dfinal_state,
-                                                    const GatedDeltaInput& in, const Tensor& cu) {
+                                                    const GatedDeltaInput& in, const Tensor& cu,
+                                                    std::optional<int64_t> chunk_size = {}) {
   gdn::reference::SeqLens seqs;
   const int64_t entries = in.query.defined() && in.query.dim() == 4 ? in.query.shape()[0] : 0;
   const Dims d = check_rule_input(call, in, cu, seqs);
+  if (chunk_size) check_chunk_size(call, *chunk_size);
   require_grad(call, "doutput", doutput, {entries, d.key_heads, d.steps, d.value_dim},
                "output's shape [B, H, T, V]", false);
   require_grad(call, "dfinal_state", dfinal_state, in.initial_state.shape(),
@@ -833,6 +862,32 @@ GatedDeltaInputGrads gated_delta_rule_backward_impl(OpCall& call, Outputs& outs,
                        {"log_decay", &in.log_decay},
                        {"initial_state", &in.initial_state},
                        {"cu_seqlens", &cu}});
+  if (!call.device.is_cpu() && chunk_size) {
+    gdn::ChunkedBackward p;
+    p.f = gdn::Chunked{bhtd_problem(call, d, in), *chunk_size};
+    if (cu.defined()) p.f.cu_seqlens = static_cast<const int32_t*>(cu.data());
+    if (gpu_chunked_backward_fits(call, p.f)) {
+      p.dy = common::dense_in(call, doutput);
+      p.dy_dtype = doutput.dtype();
+      if (dfinal_state.defined()) {
+        p.dfinal = common::dense_in(call, dfinal_state);
+        p.dfinal_dtype = dfinal_state.dtype();
+      }
+      p.dq = out.dquery.data();
+      p.dk = out.dkey.data();
+      p.dv = out.dvalue.data();
+      p.dbeta = out.dbeta.data();
+      p.dlog_decay = out.dlog_decay.data();
+      p.dstate = out.dinitial_state.data();
+      p.dbeta_dtype = in.beta.dtype();
+#if RUDNN_WITH_CUDA
+      const Tensor& workspace = call.keep(call.empty(
+          {std::max<int64_t>(gdn::cuda::chunked_backward_workspace_bytes(p.f), 1)}, DType::u8));
+      gdn::cuda::chunked_backward(p, workspace.data(), call.stream);
+#endif
+      return out;
+    }
+  }
   if (!call.device.is_cpu()) {
     gdn::RecurrenceBackward p;
     p.f = bhtd_problem(call, d, in);
@@ -1162,6 +1217,28 @@ void gated_delta_rule_backward_into(const GatedDeltaInputGrads& out, const Tenso
                                   out.dbeta,  out.dlog_decay, out.dinitial_state};
   Outputs outs(call, &given);
   gated_delta_rule_backward_impl(call, outs, doutput, dfinal_state, in, cu_seqlens);
+}
+
+GatedDeltaInputGrads chunk_gated_delta_rule_backward(const Tensor& doutput,
+                                                     const Tensor& dfinal_state,
+                                                     const GatedDeltaInput& in,
+                                                     int64_t chunk_size, const Tensor& cu_seqlens,
+                                                     const Stream& stream) {
+  OpCall call("chunk_gated_delta_rule_backward", "query", in.query, stream);
+  Outputs outs(call, nullptr);
+  return gated_delta_rule_backward_impl(call, outs, doutput, dfinal_state, in, cu_seqlens,
+                                        chunk_size);
+}
+
+void chunk_gated_delta_rule_backward_into(const GatedDeltaInputGrads& out, const Tensor& doutput,
+                                          const Tensor& dfinal_state, const GatedDeltaInput& in,
+                                          int64_t chunk_size, const Tensor& cu_seqlens,
+                                          const Stream& stream) {
+  OpCall call("chunk_gated_delta_rule_backward", "query", in.query, stream);
+  const std::vector<Tensor> given{out.dquery, out.dkey,       out.dvalue,
+                                  out.dbeta,  out.dlog_decay, out.dinitial_state};
+  Outputs outs(call, &given);
+  gated_delta_rule_backward_impl(call, outs, doutput, dfinal_state, in, cu_seqlens, chunk_size);
 }
 
 }  // namespace rudnn

@@ -70,6 +70,24 @@ struct Chunked : Recurrence {
   // Set by the launch: rows of q and k (async_qk), of v (async_v) are whole 16-byte chunks,
   // 16-byte aligned, so that they can be copied with cp.async.
   bool async_qk = false, async_v = false;
+  // The backward's forward pass: prepare also keeps T = (I + A)^-1 in the workspace.
+  bool keep_wy = false;
+};
+
+// The backward of the chunked form, spec 000's (log decay, one head count): the forward's
+// problem `f` (its y and state_out unused) and the upstream gradients: dy dense in output's
+// layout (v's strides), any floating dtype; dfinal (or null: zero) in the state's layout.
+// Outputs in the forward inputs' layouts: dq, dk as q, dv as v (f.dtype), dbeta as beta (its
+// dtype), dlog_decay and dstate F32.
+struct ChunkedBackward {
+  Chunked f;
+  const void* dy = nullptr;
+  DType dy_dtype = DType::f32;
+  const void* dfinal = nullptr;
+  DType dfinal_dtype = DType::f32;
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr, *dbeta = nullptr, *dlog_decay = nullptr,
+       *dstate = nullptr;
+  DType dbeta_dtype = DType::f32;
 };
 
 }  // namespace rudnn::gdn

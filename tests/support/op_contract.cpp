@@ -48,8 +48,11 @@ std::vector<Tensor> reference(const OpRow& row, const Args& host) {
   return a.outputs;
 }
 
+// `input`: the case's dtype, whose tolerance an F32 output gets when the row asks for it
+// (f32_outputs_at_input_precision); otherwise each output's own.
 ::testing::AssertionResult outputs_match(const std::vector<Tensor>& got,
-                                         const std::vector<Tensor>& expected) {
+                                         const std::vector<Tensor>& expected,
+                                         const OpRow& row, DType input) {
   if (got.size() != expected.size()) {
     return ::testing::AssertionFailure() << got.size() << " outputs, expected " << expected.size();
   }
@@ -57,7 +60,9 @@ std::vector<Tensor> reference(const OpRow& row, const Args& host) {
     if (!expected[j].defined()) continue;
     if (!got[j].defined())
       return ::testing::AssertionFailure() << "output " << j << " is undefined";
-    const auto close = all_close(got[j], expected[j]);
+    const bool at_input = row.f32_outputs_at_input_precision && expected[j].dtype() == DType::f32;
+    const auto close =
+        all_close(got[j], expected[j], tolerance(at_input ? input : expected[j].dtype()));
     if (!close) return ::testing::AssertionFailure() << "output " << j << ": " << close.message();
   }
   return ::testing::AssertionSuccess();
@@ -338,9 +343,10 @@ void check_runs_on_the_given_stream(const ContractCase& c) {
   const Args a = upload(row, first, c.device);
   if (c.device.is_cpu()) {  // the host stream runs the op inline
     row.into(a, Stream::cpu());
-    EXPECT_TRUE(outputs_match(a.outputs, reference(row, first)));
+    EXPECT_TRUE(outputs_match(a.outputs, reference(row, first), row, c.dtype));
     if (row.functional)
-      EXPECT_TRUE(outputs_match(row.functional(a, Stream::cpu()), reference(row, first)));
+      EXPECT_TRUE(
+          outputs_match(row.functional(a, Stream::cpu()), reference(row, first), row, c.dtype));
     return;
   }
 #if RUDNN_TEST_CUDA
@@ -354,9 +360,9 @@ void check_runs_on_the_given_stream(const ContractCase& c) {
   if (row.functional) functional = row.functional(a, stream);
   stream.synchronize();  // and nothing else
   const std::vector<Tensor> expected = reference(row, second);
-  EXPECT_TRUE(outputs_match(a.outputs, expected)) << "_into form";
+  EXPECT_TRUE(outputs_match(a.outputs, expected, row, c.dtype)) << "_into form";
   if (row.functional) {
-    EXPECT_TRUE(outputs_match(functional, expected)) << "functional form";
+    EXPECT_TRUE(outputs_match(functional, expected, row, c.dtype)) << "functional form";
     for (const Tensor& t : functional) {
       if (t.defined())
         EXPECT_EQ(t.allocation_stream(), stream) << "a result allocated on another stream";
@@ -421,14 +427,15 @@ void check_cuda_graph_capture(const ContractCase& c) {
 
     expect_cuda(cudaGraphLaunch(exec, native), "cudaGraphLaunch");
     stream.synchronize();
-    EXPECT_TRUE(outputs_match(a.outputs, eager)) << "replay against the eager call";
+    EXPECT_TRUE(outputs_match(a.outputs, eager, row, c.dtype)) << "replay against the eager call";
 
     // The graph reads its inputs at replay time.
     rewrite_inputs(row, a, staged_second, stream);
     reset_outputs(staged_second);
     expect_cuda(cudaGraphLaunch(exec, native), "cudaGraphLaunch");
     stream.synchronize();
-    EXPECT_TRUE(outputs_match(a.outputs, reference(row, second))) << "replay on rewritten inputs";
+    EXPECT_TRUE(outputs_match(a.outputs, reference(row, second), row, c.dtype))
+        << "replay on rewritten inputs";
 
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);

@@ -90,7 +90,7 @@ struct Geometry {
   int64_t fstride;
   // byte offsets
   int64_t prep_ks, prep_xs, prep_a, prep_x, prep_t16, prep_g, prep_z, prep_b, prep_bytes;
-  int64_t ws_w, ws_u, ws_a, ws_g, ws_s, ws_cf, ws_bytes;
+  int64_t ws_w, ws_u, ws_a, ws_g, ws_s, ws_cf, ws_t, ws_bytes;
 
   __host__ __device__ explicit Geometry(const Chunked& p) {
     item = p.dtype == DType::f32 ? 4 : 2;
@@ -124,6 +124,7 @@ struct Geometry {
     ws_g = wk.take(units * fstride * 4);
     ws_s = wk.take(units * Kp * Vp * item);
     ws_cf = wk.take((p.batch + 1) * 4);
+    ws_t = p.keep_wy ? wk.take(units * Cp * Cp * item) : -1;  // T per unit, q's dtype
     ws_bytes = wk.at;
   }
 
@@ -492,6 +493,61 @@ __device__ __forceinline__ Place locate(const Chunked& p, const Geometry& geo,
   return {r, t0, int(min(geo.C, r.last - t0))};
 }
 
+// Each step's beta (Bs) and (log |decay|, code) (ChunkDecay), zero past the chunk's L rows (no
+// decay of their own); then G and the codes as running sums in place (Gs, Zs: Cp entries).
+// The block's first warp scans; the caller's barrier makes the sums visible.
+__device__ __forceinline__ void chunk_decay_and_beta(const Chunked& p, int64_t gate0, int L,
+                                                     int Cp, float* Bs, float* Gs, int* Zs) {
+  for (int i = threadIdx.x; i < Cp; i += blockDim.x) {
+    int code = 0;
+    Bs[i] = i < L ? load_any(p.beta, gate0 + i * p.g_t, p.beta_dtype) : 0.0f;
+    Gs[i] = i < L ? log_decay_of(load_any(p.gate, gate0 + i * p.g_t, p.gate_dtype),
+                                 p.log_gate, code)
+                  : 0.0f;
+    Zs[i] = code;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {  // each lane sums a run of Cp / 32 (<= 4) steps, then a warp scan
+    constexpr int kMaxRun = int(kMaxChunk) / 32;
+    const int lane = threadIdx.x, run = (Cp + 31) / 32;
+    float x[kMaxRun];
+    int xc[kMaxRun];
+    float sum = 0.0f;
+    int csum = 0;
+#pragma unroll
+    for (int j = 0; j < kMaxRun; ++j) {
+      const int i = lane * run + j;
+      const bool in = j < run && i < Cp;
+      sum += in ? Gs[i] : 0.0f;
+      csum += in ? Zs[i] : 0;
+      x[j] = sum;
+      xc[j] = csum;
+    }
+    float before = sum;
+    int cbefore = csum;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const float other = __shfl_up_sync(0xffffffffu, before, d);
+      const int cother = __shfl_up_sync(0xffffffffu, cbefore, d);
+      if (lane >= d) {
+        before += other;
+        cbefore += cother;
+      }
+    }
+    before -= sum;  // exclusive
+    cbefore -= csum;
+    __syncwarp();  // every lane has read its run before any is overwritten
+#pragma unroll
+    for (int j = 0; j < kMaxRun; ++j) {
+      const int i = lane * run + j;
+      if (j < run && i < Cp) {
+        Gs[i] = before + x[j];
+        Zs[i] = cbefore + xc[j];
+      }
+    }
+  }
+}
+
 // One block per (chunk slot, head) unit, three an SM for 16-bit (their shared memory allows
 // it; F32: two, and more registers). (A persistent form whose blocks prefetched their next
 // unit's K and Q measured slower: round 50.)
@@ -535,59 +591,7 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
     const T* v = static_cast<const T*>(p.v) + (L > 0 ? v_at(p, pl.range.entry, h, pl.t0) : 0);
     const int64_t gate0 = L > 0 ? g_at(p, pl.range.entry, h, pl.t0) : 0;
 
-    if (L > 0) {
-      // Each step's beta and (log |decay|, code) (ChunkDecay), zero past the chunk's rows (no
-      // decay of their own); then G and the codes as running sums in place: each lane of the
-      // first warp sums its run of Cp / 32 (<= 4) steps, a warp scan adds the runs before it.
-      for (int i = threadIdx.x; i < Cp; i += blockDim.x) {
-        int code = 0;
-        Bs[i] = i < L ? load_any(p.beta, gate0 + i * p.g_t, p.beta_dtype) : 0.0f;
-        Gs[i] = i < L ? log_decay_of(load_any(p.gate, gate0 + i * p.g_t, p.gate_dtype),
-                                     p.log_gate, code)
-                      : 0.0f;
-        Zs[i] = code;
-      }
-      __syncthreads();
-      if (threadIdx.x < 32) {
-        constexpr int kMaxRun = int(kMaxChunk) / 32;
-        const int lane = threadIdx.x, run = (Cp + 31) / 32;
-        float x[kMaxRun];
-        int xc[kMaxRun];
-        float sum = 0.0f;
-        int csum = 0;
-#pragma unroll
-        for (int j = 0; j < kMaxRun; ++j) {
-          const int i = lane * run + j;
-          const bool in = j < run && i < Cp;
-          sum += in ? Gs[i] : 0.0f;
-          csum += in ? Zs[i] : 0;
-          x[j] = sum;
-          xc[j] = csum;
-        }
-        float before = sum;
-        int cbefore = csum;
-#pragma unroll
-        for (int d = 1; d < 32; d *= 2) {
-          const float other = __shfl_up_sync(0xffffffffu, before, d);
-          const int cother = __shfl_up_sync(0xffffffffu, cbefore, d);
-          if (lane >= d) {
-            before += other;
-            cbefore += cother;
-          }
-        }
-        before -= sum;  // exclusive
-        cbefore -= csum;
-        __syncwarp();  // every lane has read its run before any is overwritten
-#pragma unroll
-        for (int j = 0; j < kMaxRun; ++j) {
-          const int i = lane * run + j;
-          if (j < run && i < Cp) {
-            Gs[i] = before + x[j];
-            Zs[i] = cbefore + xc[j];
-          }
-        }
-      }
-    }
+    if (L > 0) chunk_decay_and_beta(p, gate0, L, Cp, Bs, Gs, Zs);
     rudnn::cuda::tc::cp_async_wait<0>();
     __syncthreads();
     if (L <= 0) continue;  // (uniform over the block; the barrier below is skipped by all)
@@ -699,9 +703,15 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
     __syncthreads();
     scale_rows(Xs, ldx, Cp, Vp, 0, int(blockDim.x),
                [&](int r) { return make_float2(Bs[r], 1.0f); });
-    if constexpr (!std::is_same_v<T, float>) {
+    // (The backward's forward pass also keeps T, in the workspace.)
+    T* Tg = geo.ws_t >= 0 ? reinterpret_cast<T*>(ws + geo.ws_t) + unit * geo.Cp * geo.Cp : nullptr;
+    if (!std::is_same_v<T, float> || Tg != nullptr) {
       for (int rr = warp; rr < Cp; rr += warps)
-        for (int c = lane; c < Cp; c += 32) T16[rr * ldc + c] = from_float<T>(t_at(rr, c));
+        for (int c = lane; c < Cp; c += 32) {
+          const T t = from_float<T>(t_at(rr, c));
+          if constexpr (!std::is_same_v<T, float>) T16[rr * ldc + c] = t;
+          if (Tg != nullptr) Tg[rr * Cp + c] = t;
+        }
     }
     __syncthreads();
 
@@ -750,6 +760,71 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
   }
 }
 
+// A sequential pass's block: sequence n, head h, value columns [v0, v0 + cols); the sequence's
+// steps and its chunk slots [slot0, slot0 + count). Blocks are (sequence, head, slab) in
+// order, a head's slabs adjacent.
+struct SlabBlock {
+  Range r;
+  int64_t n, h, v0, slot0, count;
+};
+__device__ __forceinline__ SlabBlock slab_block(const Chunked& p, const Geometry& geo,
+                                                const unsigned char* ws, int cols) {
+  const int64_t slabs = (p.value_dim + cols - 1) / cols;
+  const int64_t nh = blockIdx.x / slabs;
+  SlabBlock b;
+  b.n = nh / p.value_heads;
+  b.h = nh % p.value_heads;
+  b.v0 = int64_t(blockIdx.x % slabs) * cols;
+  b.r = sequence_range(p, b.n);
+  b.slot0 = b.n * geo.chunks_per_seq;
+  b.count = (b.r.last - b.r.first + geo.C - 1) / geo.C;
+  if (p.cu_seqlens != nullptr) {
+    const int32_t* cf = reinterpret_cast<const int32_t*>(ws + geo.ws_cf);
+    b.slot0 = cf[b.n];
+    b.count = cf[b.n + 1] - cf[b.n];
+  }
+  return b;
+}
+
+// The block's FP32 state slab in registers, as the update product's accumulators: warp w holds
+// rows [16 (w + 8 j), +16) (kRowTiles of them), kCols columns. Loads it from (zeros where src
+// is null or past K and V) or stores it to a state tensor of the problem's state layout.
+constexpr int kSlabRowTiles = int(kMaxChunkDim) / 16 / 8;
+template <int kCols>
+using StateSlab = float[kSlabRowTiles][kCols / 8][4];
+template <int kCols, class F>
+__device__ __forceinline__ void for_slab(F&& f) {
+  const int warp = threadIdx.x / 32;
+#pragma unroll
+  for (int j = 0; j < kSlabRowTiles; ++j)
+    for_pairs<kCols / 8>(16 * (warp + 8 * j), 0, [&](int jt, int e, int kk, int c) {
+#pragma unroll
+      for (int x = 0; x < 2; ++x) f(j, jt, e + x, kk, c + x);
+    });
+}
+__device__ __forceinline__ int64_t state_index(const Chunked& p, const SlabBlock& b, int64_t kk,
+                                               int64_t c) {
+  const int64_t Dk = p.key_dim, Dv = p.value_dim, vv = b.v0 + c;
+  return (b.n * p.value_heads + b.h) * Dk * Dv + (p.state_transposed ? kk * Dv + vv : vv * Dk + kk);
+}
+template <int kCols>
+__device__ __forceinline__ void load_slab(StateSlab<kCols>& S, const Chunked& p,
+                                          const SlabBlock& b, const void* src, DType dtype) {
+  for_slab<kCols>([&](int j, int jt, int e, int kk, int c) {
+    S[j][jt][e] = src != nullptr && kk < p.key_dim && b.v0 + c < p.value_dim
+                      ? load_any(src, state_index(p, b, kk, c), dtype)
+                      : 0.0f;
+  });
+}
+template <int kCols>
+__device__ __forceinline__ void store_slab(const StateSlab<kCols>& S, const Chunked& p,
+                                           const SlabBlock& b, void* dst, DType dtype) {
+  for_slab<kCols>([&](int j, int jt, int e, int kk, int c) {
+    if (kk < p.key_dim && b.v0 + c < p.value_dim)
+      store_any(dst, state_index(p, b, kk, c), dtype, S[j][jt][e]);
+  });
+}
+
 // The state pass. One block per (sequence, head, slab of kCols value columns), slabs of a
 // head adjacent in the grid so that they read W and K while those are in L2. Warp w keeps
 // rows [16 (w + 8 j), +16) of the FP32 state slab in registers (the update product's
@@ -767,16 +842,9 @@ __global__ void __launch_bounds__(kStateThreads, 2)
   const StateLayout lay = geo.state_layout(kCols);
   const int64_t H = p.value_heads, Dk = p.key_dim, Dv = p.value_dim;
   const int Cp = int(geo.Cp), Kp = int(geo.Kp);
-  const int64_t slabs = (Dv + kCols - 1) / kCols;
-  const int64_t nh = blockIdx.x / slabs, n = nh / H, h = nh % H;
-  const int64_t v0 = int64_t(blockIdx.x % slabs) * kCols;
-  const Range r = sequence_range(p, n);
-  int64_t slot0 = n * geo.chunks_per_seq, count = (r.last - r.first + geo.C - 1) / geo.C;
-  if (p.cu_seqlens != nullptr) {
-    const int32_t* cf = reinterpret_cast<const int32_t*>(ws + geo.ws_cf);
-    slot0 = cf[n];
-    count = cf[n + 1] - cf[n];
-  }
+  const SlabBlock blk = slab_block(p, geo, ws, kCols);
+  const int64_t h = blk.h, v0 = blk.v0, slot0 = blk.slot0, count = blk.count;
+  const Range r = blk.r;
   // The slab's columns inside Vp (the workspace rows' width): a multiple of 16.
   const int cw = int(min(int64_t(kCols), geo.Vp - v0));
   const int ldk = int(geo.ldk), lds = int(lay.ldv);
@@ -825,23 +893,12 @@ __global__ void __launch_bounds__(kStateThreads, 2)
     rudnn::cuda::tc::cp_async_commit();
   };
 
+  static_assert(kStateThreads == 256, "the state slab's layout (for_slab) assumes 8 warps");
   constexpr int kWarps = kStateThreads / 32;
-  constexpr int kRowTiles = int(kMaxChunkDim) / 16 / kWarps;
+  constexpr int kRowTiles = kSlabRowTiles;
   const int warp = threadIdx.x / 32;
-  float S[kRowTiles][kCols / 8][4];
-  const int64_t state_base = (n * H + h) * Dk * Dv;
-  auto state_at = [&](int64_t kk, int64_t vv) {
-    return state_base + (p.state_transposed ? kk * Dv + vv : vv * Dk + kk);
-  };
-#pragma unroll
-  for (int j = 0; j < kRowTiles; ++j)
-    for_pairs<kCols / 8>(16 * (warp + kWarps * j), 0, [&](int jt, int e, int kk, int c) {
-#pragma unroll
-      for (int x = 0; x < 2; ++x)
-        S[j][jt][e + x] = kk < Dk && v0 + c + x < Dv
-                              ? load_any(p.state_in, state_at(kk, v0 + c + x), p.state_dtype)
-                              : 0.0f;
-    });
+  StateSlab<kCols> S;
+  load_slab<kCols>(S, p, blk, p.state_in, p.state_dtype);
 
   for (int s = 0; s + 1 < stages; ++s) issue(s);
   for (int64_t ci = 0; ci < count; ++ci) {
@@ -912,15 +969,8 @@ __global__ void __launch_bounds__(kStateThreads, 2)
     }
   }
   rudnn::cuda::tc::cp_async_wait<0>();
-
-#pragma unroll
-  for (int j = 0; j < kRowTiles; ++j)
-    for_pairs<kCols / 8>(16 * (warp + kWarps * j), 0, [&](int jt, int e, int kk, int c) {
-#pragma unroll
-      for (int x = 0; x < 2; ++x)
-        if (kk < Dk && v0 + c + x < Dv)
-          store_any(p.state_out, state_at(kk, v0 + c + x), p.state_dtype, S[j][jt][e + x]);
-    });
+  if (p.state_out != nullptr)  // (null: the backward's forward pass)
+    store_slab<kCols>(S, p, blk, p.state_out, p.state_dtype);
 }
 
 // The output, per (chunk, head, vo value columns), in parallel once every S_c is known:
@@ -995,16 +1045,31 @@ inline int output_columns(const Geometry& geo, int64_t limit, int64_t widest) {
   return 0;
 }
 
+inline bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+// Rows of `elements` items (a dimension or a stride) whose bytes are whole 16-byte pieces.
+inline bool whole16(const Geometry& geo, int64_t elements) {
+  return (elements * geo.item) % 16 == 0;
+}
+
+// The problem with async_qk and async_v set: which operands cp.async may copy.
+inline Chunked with_copy_flags(const Chunked& problem) {
+  Chunked p = problem;
+  const Geometry geo(p);
+  auto whole = [&](int64_t elements) { return whole16(geo, elements); };
+  p.async_qk = whole(p.key_dim) && whole(p.qk_t) && whole(p.qk_h) && whole(p.qk_b) &&
+               aligned16(p.q) && aligned16(p.k);
+  p.async_v =
+      whole(p.value_dim) && whole(p.v_t) && whole(p.v_h) && whole(p.v_b) && aligned16(p.v);
+  return p;
+}
+
+// The three kernels (and the varlen chunk table); without y (the backward's forward pass)
+// the output kernel is not run.
 template <class T>
 void launch(const Chunked& problem, void* workspace, const Stream& stream) {
   rudnn::cuda::LaunchContext ctx(stream);
-  Chunked p = problem;
+  const Chunked p = with_copy_flags(problem);
   const Geometry geo(p);
-  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  auto whole = [&](int64_t elements) { return (elements * geo.item) % 16 == 0; };
-  p.async_qk = whole(p.key_dim) && whole(p.qk_t) && whole(p.qk_h) && whole(p.qk_b) &&
-               aligned(p.q) && aligned(p.k);
-  p.async_v = whole(p.value_dim) && whole(p.v_t) && whole(p.v_h) && whole(p.v_b) && aligned(p.v);
   auto* ws = static_cast<unsigned char*>(workspace);
   if (p.cu_seqlens != nullptr) {
     chunk_first_kernel<T>
@@ -1038,15 +1103,15 @@ void launch(const Chunked& problem, void* workspace, const Stream& stream) {
   state<<<unsigned(grid_of(kSlab)), kStateThreads, size_t(lay.bytes(stages)), ctx.stream>>>(p, ws,
                                                                                             stages);
   detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule state launch");
-  if (units > 0) {
+  if (units > 0 && p.y != nullptr) {
     const int vo = output_columns(geo, limit, kMaxOutCols);
     const int64_t bytes = geo.out_layout(vo).bytes;
     detail::check_cuda(
         cudaFuncSetAttribute(output_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              int(bytes)),
         "chunk_gated_delta_rule output shared memory");
-    const bool vector_y = whole(p.value_dim) && whole(p.v_t) && whole(p.v_h) && whole(p.v_b) &&
-                          aligned(p.y);
+    const bool vector_y = whole16(geo, p.value_dim) && whole16(geo, p.v_t) &&
+                          whole16(geo, p.v_h) && whole16(geo, p.v_b) && aligned16(p.y);
     output_kernel<T>
         <<<unsigned(units * ((geo.Vp + vo - 1) / vo)), kOutThreads, size_t(bytes), ctx.stream>>>(
             p, ws, vo, vector_y);

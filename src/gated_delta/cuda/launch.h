@@ -29,4 +29,13 @@ int64_t chunked_shared_bytes(const Chunked& p);
 int64_t chunked_workspace_bytes(const Chunked& p);
 void chunked(const Chunked& p, void* workspace, const Stream& stream);
 
+// The chunked backward (chunked_backward.cuh), spec 000's form: the forward pass again, a
+// reverse sequential pass for dS and dV', and two parallel kernels per (chunk, head). Its
+// largest per-block dynamic shared memory (the entry point runs the recurrence's backward
+// where this exceeds the device's opt-in limit) and its device workspace in bytes, for the
+// forward problem f.
+int64_t chunked_backward_shared_bytes(const Chunked& f);
+int64_t chunked_backward_workspace_bytes(const Chunked& f);
+void chunked_backward(const ChunkedBackward& p, void* workspace, const Stream& stream);
+
 }  // namespace rudnn::gdn::cuda

@@ -1,8 +1,9 @@
 // chunk_gated_delta_rule (the chunked WY / UT-transform prefill, spec 000's form): equal to
 // the float64 step-by-step recurrence for chunk sizes 1 .. 128 and T not a multiple of them,
 // segments chained through final_state equal to one call, varlen equal to separate calls,
-// inputs and the initial state unchanged, and every argument rule. The GPU tests (skipped
-// without a GPU) hold the tensor-core kernels to the same reference.
+// inputs and the initial state unchanged, and every argument rule; its backward
+// (chunk_gated_delta_rule_backward) against the float64 reference backward. The GPU tests
+// (skipped without a GPU) hold the tensor-core kernels to the same references.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -579,6 +580,239 @@ TEST(GatedDeltaChunkedGpu, IntoAndUnsupportedCases) {
                                                                        {2}),
                                              16),
                Error);
+}
+
+// ---- Backward ---------------------------------------------------------------------------------
+
+// The float64 reference backward on a host input (the definition of both backward ops).
+ref::Grads reference_grads(const GatedDeltaInput& in, const Tensor& dout, const Tensor& dfinal,
+                           const std::vector<int32_t>& cu = {}) {
+  const Shape& s = in.query.shape();
+  ref::Dims d{s[0], s[2], s[1], s[1], s[3], in.value.shape()[3]};
+  if (!cu.empty()) d.batch = int64_t(cu.size()) - 1;
+  return ref::gated_delta_bhtd_backward(
+      d, to_doubles(in.query), to_doubles(in.key), to_doubles(in.value), to_doubles(in.beta),
+      to_doubles(in.log_decay), in.query_scale, to_doubles(in.initial_state), to_doubles(dout),
+      dfinal.defined() ? to_doubles(dfinal) : std::vector<double>{},
+      ref::SeqLens(cu.begin(), cu.end()));
+}
+
+// Every gradient against the reference's, relative L2 within tol.
+void expect_grads_close(const GatedDeltaInputGrads& got, const ref::Grads& want,
+                        const GatedDeltaInput& in, double tol) {
+  auto close = [&](const char* name, const Tensor& t, const std::vector<double>& w,
+                   const Tensor& like, DType dt) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(t.shape(), like.shape());
+    ASSERT_EQ(t.dtype(), dt);
+    EXPECT_TRUE(all_close(t.to_host(), host_tensor(w, like.shape(), dt), tol));
+  };
+  close("dquery", got.dquery, want.dq, in.query, in.query.dtype());
+  close("dkey", got.dkey, want.dk, in.key, in.key.dtype());
+  close("dvalue", got.dvalue, want.dv, in.value, in.value.dtype());
+  close("dbeta", got.dbeta, want.dbeta, in.beta, in.beta.dtype());
+  close("dlog_decay", got.dlog_decay, want.dgate, in.log_decay, DType::f32);
+  close("dinitial_state", got.dinitial_state, want.dstate, in.initial_state, DType::f32);
+}
+
+void expect_grads_bit_equal(const GatedDeltaInputGrads& a, const GatedDeltaInputGrads& b) {
+  EXPECT_TRUE(bit_equal(a.dquery.to_host(), b.dquery.to_host()));
+  EXPECT_TRUE(bit_equal(a.dkey.to_host(), b.dkey.to_host()));
+  EXPECT_TRUE(bit_equal(a.dvalue.to_host(), b.dvalue.to_host()));
+  EXPECT_TRUE(bit_equal(a.dbeta.to_host(), b.dbeta.to_host()));
+  EXPECT_TRUE(bit_equal(a.dlog_decay.to_host(), b.dlog_decay.to_host()));
+  EXPECT_TRUE(bit_equal(a.dinitial_state.to_host(), b.dinitial_state.to_host()));
+}
+
+// On the CPU the chunked form's gradients are the reference's: gated_delta_rule_backward's,
+// bit for bit, for any chunk size, dense and varlen.
+TEST(GatedDeltaChunkedBackward, CpuIsTheReferenceBackward) {
+  RUDNN_SEEDED_RNG(rng);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const GatedDeltaInput in = random_input(rng, 2, 2, 37, 8, 5, dt);
+    const Tensor dout = random_tensor(rng, {2, 2, 37, 5}, dt);
+    const Tensor dfinal = random_tensor(rng, {2, 2, 8, 5}, DType::f32, 0.0f, 0.1f);
+    const GatedDeltaInputGrads want = gated_delta_rule_backward(dout, dfinal, in);
+    for (int64_t chunk : {1, 16, 64}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " chunk " << chunk);
+      expect_grads_bit_equal(chunk_gated_delta_rule_backward(dout, dfinal, in, chunk), want);
+    }
+    const std::vector<int32_t> cu{0, 5, 5, 37};
+    GatedDeltaInput packed = segment(in, 0, 37, random_tensor(rng, {3, 2, 8, 5}, DType::f32));
+    packed.query = packed.query.slice(0, 0, 1).contiguous();
+    packed.key = packed.key.slice(0, 0, 1).contiguous();
+    packed.value = packed.value.slice(0, 0, 1).contiguous();
+    packed.beta = packed.beta.slice(0, 0, 1).contiguous();
+    packed.log_decay = packed.log_decay.slice(0, 0, 1).contiguous();
+    const Tensor cu_t = Tensor::from_host(cu, {4});
+    const Tensor dpacked = dout.slice(0, 0, 1).contiguous();
+    expect_grads_bit_equal(chunk_gated_delta_rule_backward(dpacked, Tensor(), packed, 16, cu_t),
+                           gated_delta_rule_backward(dpacked, Tensor(), packed, cu_t));
+  }
+}
+
+TEST(GatedDeltaChunkedBackwardErrors, ChunkSizeAndArgumentRules) {
+  RUDNN_SEEDED_RNG(rng);
+  const GatedDeltaInput in = random_input(rng, 1, 2, 3, 4, 2, DType::f32);
+  const Tensor dout = random_tensor(rng, {1, 2, 3, 2}, DType::f32);
+  for (int64_t bad : {int64_t(0), int64_t(-1)}) {
+    EXPECT_TRUE(throws_error([&] { chunk_gated_delta_rule_backward(dout, Tensor(), in, bad); },
+                             ErrorCode::InvalidArgument,
+                             {"chunk_gated_delta_rule_backward: chunk_size = " +
+                                  std::to_string(bad),
+                              "expected a positive chunk size"}));
+  }
+  EXPECT_TRUE(throws_error([&] { chunk_gated_delta_rule_backward(dout, Tensor(), in, 241); },
+                           ErrorCode::InvalidArgument,
+                           {"chunk_gated_delta_rule_backward: chunk_size = 241",
+                            "per-block shared-memory limit"}));
+  const Tensor bad_dout = random_tensor(rng, {1, 2, 4, 2}, DType::f32);
+  EXPECT_TRUE(throws_error([&] { chunk_gated_delta_rule_backward(bad_dout, Tensor(), in, 16); },
+                           ErrorCode::ShapeMismatch,
+                           {"chunk_gated_delta_rule_backward", "doutput"}));
+  const Tensor bad_dfinal = random_tensor(rng, {1, 2, 4, 3}, DType::f32);
+  EXPECT_TRUE(throws_error([&] { chunk_gated_delta_rule_backward(dout, bad_dfinal, in, 16); },
+                           ErrorCode::ShapeMismatch,
+                           {"chunk_gated_delta_rule_backward", "dfinal_state"}));
+  GatedDeltaInput bad = in;
+  bad.log_decay = as_dtype(bad.log_decay, DType::f16);
+  EXPECT_TRUE(throws_error([&] { chunk_gated_delta_rule_backward(dout, Tensor(), bad, 16); },
+                           ErrorCode::DTypeMismatch,
+                           {"chunk_gated_delta_rule_backward", "log_decay"}));
+  // Nothing is written on bad input.
+  GatedDeltaInputGrads out{poisoned({1, 2, 3, 4}, DType::f32, Device::cpu()),
+                           poisoned({1, 2, 3, 4}, DType::f32, Device::cpu()),
+                           poisoned({1, 2, 3, 2}, DType::f32, Device::cpu()),
+                           poisoned({1, 2, 3}, DType::f32, Device::cpu()),
+                           poisoned({1, 2, 3}, DType::f32, Device::cpu()),
+                           poisoned({1, 2, 4, 2}, DType::f32, Device::cpu())};
+  const auto before = bytes_of(out.dquery), ds_before = bytes_of(out.dinitial_state);
+  EXPECT_THROW(chunk_gated_delta_rule_backward_into(out, dout, Tensor(), in, 0), Error);
+  EXPECT_EQ(bytes_of(out.dquery), before);
+  EXPECT_EQ(bytes_of(out.dinitial_state), ds_before);
+}
+
+// The GPU kernels against the float64 reference backward: chunk sizes 16 .. 64 and T not a
+// multiple of them, padded K and V (20, 70), with and without the final state's gradient;
+// the F32 case at K = V = 128 and chunk 128 (past the kernels' shared memory) run the
+// recurrence's backward, which the same check holds. The one-step sequence runs in F32 only:
+// there dlog_decay and dbeta are each one sum of a few terms that cancel, so the 16-bit
+// rounding of the products' operands is a relative error of several percent (measured
+// 3.7 % / 7.4 % in bf16, round 70), not a bound the tolerance can state.
+TEST(GatedDeltaChunkedBackwardGpu, MatchesTheReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  PoisonScope poison(true);
+  struct Case {
+    int64_t B, H, T, K, V, chunk;
+  };
+  for (const Case c : {Case{2, 2, 150, 128, 128, 64}, Case{1, 3, 77, 20, 70, 16},
+                       Case{2, 1, 200, 64, 32, 32}, Case{1, 2, 64, 128, 128, 64},
+                       Case{1, 1, 1, 32, 32, 64}, Case{1, 2, 90, 64, 64, 128},
+                       Case{1, 2, 0, 32, 32, 16}}) {
+    for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+      if (c.T == 1 && dt != DType::f32) continue;
+      for (bool with_dfinal : {true, false}) {
+        SCOPED_TRACE(::testing::Message()
+                     << dtype_name(dt) << " B" << c.B << " H" << c.H << " T" << c.T << " K"
+                     << c.K << " V" << c.V << " chunk " << c.chunk
+                     << (with_dfinal ? " dfinal" : ""));
+        const GatedDeltaInput host = random_input(rng, c.B, c.H, c.T, c.K, c.V, dt);
+        const Tensor dout = random_tensor(rng, {c.B, c.H, c.T, c.V}, dt);
+        const Tensor dfinal =
+            with_dfinal ? random_tensor(rng, {c.B, c.H, c.K, c.V}, DType::f32, 0.0f, 0.1f)
+                        : Tensor();
+        const GatedDeltaInput dev = on(host, kGpu);
+        const GatedDeltaInputGrads got = chunk_gated_delta_rule_backward(
+            dout.to(kGpu), with_dfinal ? dfinal.to(kGpu) : Tensor(), dev, c.chunk);
+        expect_grads_close(got, reference_grads(host, dout, dfinal), host, gpu_tolerance(dt));
+        EXPECT_TRUE(bit_equal(dev.query.to_host(), host.query));
+        EXPECT_TRUE(bit_equal(dev.key.to_host(), host.key));
+        EXPECT_TRUE(bit_equal(dev.log_decay.to_host(), host.log_decay));
+        EXPECT_TRUE(bit_equal(dev.initial_state.to_host(), host.initial_state));
+      }
+    }
+  }
+}
+
+// A long sequence (the reverse pass over 65 chunks), strong decay (exp(G) underflowing within a
+// chunk), zero decays (log decay -inf: resets, the gradient through them 0) and an upstream
+// gradient in another dtype than q's.
+TEST(GatedDeltaChunkedBackwardGpu, LongSequenceStrongDecayAndResets) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  for (float decay_lo : {-0.1f, -8.0f}) {
+    SCOPED_TRACE(::testing::Message() << "log_decay in [" << decay_lo << ", 0]");
+    GatedDeltaInput host = random_input(rng, 1, 2, 4100, 128, 128, DType::bf16, decay_lo);
+    const Tensor dout = random_tensor(rng, {1, 2, 4100, 128}, DType::f32);
+    const GatedDeltaInputGrads got =
+        chunk_gated_delta_rule_backward(dout.to(kGpu), Tensor(), on(host, kGpu), 64);
+    expect_grads_close(got, reference_grads(host, dout, Tensor()), host,
+                       gpu_tolerance(DType::bf16));
+  }
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " with resets");
+    GatedDeltaInput host = random_input(rng, 2, 2, 150, 64, 32, dt);
+    std::vector<double> ld = to_doubles(host.log_decay);
+    for (size_t i = 0; i < ld.size(); i += 23) ld[i] = -std::numeric_limits<double>::infinity();
+    for (size_t i : {size_t(0), size_t(15), size_t(16), size_t(63), size_t(64), size_t(151)})
+      ld[i] = -std::numeric_limits<double>::infinity();
+    host.log_decay = host_tensor(ld, host.log_decay.shape(), DType::f32);
+    const Tensor dout = random_tensor(rng, {2, 2, 150, 32}, dt);
+    const Tensor dfinal = random_tensor(rng, {2, 2, 64, 32}, DType::f32, 0.0f, 0.1f);
+    for (int64_t chunk : {16, 64}) {
+      SCOPED_TRACE(::testing::Message() << "chunk " << chunk);
+      const GatedDeltaInputGrads got = chunk_gated_delta_rule_backward(
+          dout.to(kGpu), dfinal.to(kGpu), on(host, kGpu), chunk);
+      expect_grads_close(got, reference_grads(host, dout, dfinal), host, gpu_tolerance(dt));
+    }
+  }
+}
+
+// Identical bits run to run; each packed sequence's gradients equal a separate call's, bit
+// for bit (the same per-chunk work); _into writes preallocated gradients.
+TEST(GatedDeltaChunkedBackwardGpu, DeterministicVarlenAndInto) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const std::vector<int32_t> cu{0, 100, 100, 101, 230};
+  const int64_t N = 4, T = 230, H = 2, K = 64, V = 48;
+  GatedDeltaInput host = random_input(rng, 1, H, T, K, V, DType::bf16);
+  host.initial_state = random_tensor(rng, {N, H, K, V}, DType::f32, 0.0f, 0.1f);
+  const Tensor dout = random_tensor(rng, {1, H, T, V}, DType::bf16);
+  const Tensor dfinal = random_tensor(rng, {N, H, K, V}, DType::f32, 0.0f, 0.1f);
+  const GatedDeltaInput dev = on(host, kGpu);
+  const Tensor cu_t = Tensor::from_host(cu, {N + 1}).to(kGpu);
+  auto run = [&] {
+    return chunk_gated_delta_rule_backward(dout.to(kGpu), dfinal.to(kGpu), dev, 32, cu_t);
+  };
+  const GatedDeltaInputGrads one = run(), two = run();
+  expect_grads_bit_equal(one, two);
+  expect_grads_close(one, reference_grads(host, dout, dfinal, cu), host,
+                     gpu_tolerance(DType::bf16));
+  for (int64_t n = 0; n < N; ++n) {
+    SCOPED_TRACE(::testing::Message() << "sequence " << n);
+    GatedDeltaInput alone = segment(dev, cu[n], cu[n + 1],
+                                    host.initial_state.slice(0, n, n + 1).contiguous().to(kGpu));
+    const GatedDeltaInputGrads g = chunk_gated_delta_rule_backward(
+        steps(dout, cu[n], cu[n + 1]).to(kGpu),
+        dfinal.slice(0, n, n + 1).contiguous().to(kGpu), alone, 32);
+    auto part = [&](const Tensor& x) { return steps(x.to_host(), cu[n], cu[n + 1]); };
+    EXPECT_TRUE(bit_equal(part(one.dquery), g.dquery.to_host()));
+    EXPECT_TRUE(bit_equal(part(one.dkey), g.dkey.to_host()));
+    EXPECT_TRUE(bit_equal(part(one.dvalue), g.dvalue.to_host()));
+    EXPECT_TRUE(bit_equal(part(one.dbeta), g.dbeta.to_host()));
+    EXPECT_TRUE(bit_equal(part(one.dlog_decay), g.dlog_decay.to_host()));
+    EXPECT_TRUE(bit_equal(one.dinitial_state.to_host().slice(0, n, n + 1).contiguous(),
+                          g.dinitial_state.to_host()));
+  }
+  const GatedDeltaInputGrads into{poisoned({1, H, T, K}, DType::bf16, kGpu),
+                                  poisoned({1, H, T, K}, DType::bf16, kGpu),
+                                  poisoned({1, H, T, V}, DType::bf16, kGpu),
+                                  poisoned({1, H, T}, DType::bf16, kGpu),
+                                  poisoned({1, H, T}, DType::f32, kGpu),
+                                  poisoned({N, H, K, V}, DType::f32, kGpu)};
+  chunk_gated_delta_rule_backward_into(into, dout.to(kGpu), dfinal.to(kGpu), dev, 32, cu_t);
+  expect_grads_bit_equal(into, one);
 }
 
 }  // namespace

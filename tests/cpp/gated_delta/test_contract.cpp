@@ -499,42 +499,60 @@ std::vector<OpRow> make_rows() {
       .takes_big = false,
       .not_capturable_because = kWorkspace,
   });
-  rows.push_back({
-      .name = "gated_delta_rule_backward",
-      .inputs = with_gradients("doutput", "dfinal_state", rule_operands()),
-      .outputs = {{"dquery_out"},
-                  {"dkey_out"},
-                  {"dvalue_out"},
-                  {"dbeta_out"},
-                  {"dlog_decay_out"},
-                  {"dinitial_state_out"}},
-      .make =
-          [](Rng& rng, DType dt, int64_t r, int64_t cols) {
-            const int64_t dv = value_dim(cols);
-            const std::vector<Tensor> f = rule_inputs(rng, dt, r, kT, r, dv);
-            std::vector<Tensor> in{random_tensor(rng, {r, kHv, kT, dv}, dt),
-                                   random_tensor(rng, {r, kHv, kDk, dv}, DType::f32, 0.0f, 0.1f)};
-            in.insert(in.end(), f.begin(), f.end());
-            std::vector<Tensor> out;
-            for (const Tensor& t : f) out.push_back(Tensor::empty(t.shape(), t.dtype()));
-            return Args{in, out};
-          },
-      .functional =
-          [](const Args& a, const Stream& s) {
-            const GatedDeltaInputGrads g =
-                gated_delta_rule_backward(a.inputs[0], a.inputs[1], rule_of(a.inputs, 2), {}, s);
-            return std::vector<Tensor>{g.dquery,     g.dkey,       g.dvalue,
-                                       g.dbeta,      g.dlog_decay, g.dinitial_state};
-          },
-      .into =
-          [](const Args& a, const Stream& s) {
-            const auto& o = a.outputs;
-            gated_delta_rule_backward_into({o[0], o[1], o[2], o[3], o[4], o[5]}, a.inputs[0],
-                                           a.inputs[1], rule_of(a.inputs, 2), {}, s);
-          },
-      .takes_big = false,
-      .not_capturable_because = kWorkspace,
-  });
+  // gated_delta_rule_backward (chunk 0) and chunk_gated_delta_rule_backward (chunk 2: on the
+  // GPU the chunked backward kernels).
+  auto rule_backward_row = [&](const char* name, int64_t chunk) {
+    return OpRow{
+        .name = name,
+        .inputs = with_gradients("doutput", "dfinal_state", rule_operands()),
+        .outputs = {{"dquery_out"},
+                    {"dkey_out"},
+                    {"dvalue_out"},
+                    {"dbeta_out"},
+                    {"dlog_decay_out"},
+                    {"dinitial_state_out"}},
+        .make =
+            [](Rng& rng, DType dt, int64_t r, int64_t cols) {
+              const int64_t dv = value_dim(cols);
+              const std::vector<Tensor> f = rule_inputs(rng, dt, r, kT, r, dv);
+              std::vector<Tensor> in{
+                  random_tensor(rng, {r, kHv, kT, dv}, dt),
+                  random_tensor(rng, {r, kHv, kDk, dv}, DType::f32, 0.0f, 0.1f)};
+              in.insert(in.end(), f.begin(), f.end());
+              std::vector<Tensor> out;
+              for (const Tensor& t : f) out.push_back(Tensor::empty(t.shape(), t.dtype()));
+              return Args{in, out};
+            },
+        .functional =
+            [chunk](const Args& a, const Stream& s) {
+              const GatedDeltaInput in = rule_of(a.inputs, 2);
+              const GatedDeltaInputGrads g =
+                  chunk > 0
+                      ? chunk_gated_delta_rule_backward(a.inputs[0], a.inputs[1], in, chunk, {}, s)
+                      : gated_delta_rule_backward(a.inputs[0], a.inputs[1], in, {}, s);
+              return std::vector<Tensor>{g.dquery,     g.dkey,       g.dvalue,
+                                         g.dbeta,      g.dlog_decay, g.dinitial_state};
+            },
+        .into =
+            [chunk](const Args& a, const Stream& s) {
+              const auto& o = a.outputs;
+              const GatedDeltaInputGrads g{o[0], o[1], o[2], o[3], o[4], o[5]};
+              const GatedDeltaInput in = rule_of(a.inputs, 2);
+              if (chunk > 0)
+                chunk_gated_delta_rule_backward_into(g, a.inputs[0], a.inputs[1], in, chunk, {},
+                                                     s);
+              else
+                gated_delta_rule_backward_into(g, a.inputs[0], a.inputs[1], in, {}, s);
+            },
+        .takes_big = false,
+        .not_capturable_because = kWorkspace,
+        // The chunked kernels round the states, dS and dV' to a 16-bit q's dtype (see the
+        // header): dlog_decay and dinitial_state carry that rounding.
+        .f32_outputs_at_input_precision = chunk > 0,
+    };
+  };
+  rows.push_back(rule_backward_row("gated_delta_rule_backward", 0));
+  rows.push_back(rule_backward_row("chunk_gated_delta_rule_backward", 2));
   return rows;
 }
 

@@ -244,6 +244,14 @@ def test_gated_delta_rule_backward_matches_finite_differences(rng):
     directional(ctx, "gated_delta_rule_backward (dfinal_state)", f, args[:4], grads[:4], [np.zeros(out.shape), dfinal],
                 h=1e-3, rtol=1e-3)
 
+    # chunk_size=: the chunked form's backward, on the CPU the same float64 reference.
+    for chunk in (1, 2, 64):
+        chunked = rudnn.gated_delta_rule_backward(np.zeros(out.shape), dfinal, *args, 0.7, chunk_size=chunk)
+        for got, want in zip(chunked, grads):
+            np.testing.assert_array_equal(got, want, err_msg=ctx.msg(f"chunk_size={chunk}"))
+    with pytest.raises(rudnn.Error, match=r"^chunk_gated_delta_rule_backward: chunk_size = 0"):
+        rudnn.gated_delta_rule_backward(dout, None, *args, 0.7, chunk_size=0)
+
 
 def test_varlen_forms_equal_each_sequence_alone(rng):
     ctx = Ctx(rng)

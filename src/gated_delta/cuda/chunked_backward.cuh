@@ -1,0 +1,734 @@
+// The backward of the chunked gated delta rule on the GPU, spec 000's form (log decay; the
+// heads of q, k and v one count). Per chunk, with the forward's quantities (chunked.cuh):
+//   G the running log decay, e = exp(G), D_ij = exp(G_i - G_j), r = exp(G_last - G);
+//   A = strictly lower(beta K K^T * D), T = (I + A)^-1, W = T (beta e K), U = T (beta V);
+//   V' = U - W S_c;  P = scale * lower(Q K^T * D);  O = scale e Q S_c + P V';
+//   S_next = exp(G_last) S_c + K^T (r V').
+// Given dO and dS_next, the chain rule gives, in this order:
+//   1. the forward again (prepare keeps T; the state pass writes S_c and V'), no output;
+//   2. dstate_kernel, sequential over a sequence's chunks in reverse, per (sequence, head,
+//      32 value columns) with dS in FP32 registers: it writes dS_next and
+//        dV' = P^T dO + r K dS_next,   then   dS_c = exp(G_last) dS_next + (scale e Q)^T dO - W^T dV';
+//      the last dS_c is d(initial state);
+//   3. grad_v_kernel, per (chunk, head), the products that sum over V:
+//        dQ_inter = scale e dO S_c^T, dK_state = r V' dS_next^T, dW = -dV' S_c^T,
+//        dP = lower(dO V'^T), dT_v = dV' V^T, dV = beta T^T dV' and its share of dbeta;
+//   4. grad_qk_kernel, per (chunk, head), the rest, over the chunk's rows and K:
+//        dT = dT_v beta + dW (beta e K)^T (strictly lower), dA = -T^T dT T^T (strictly lower),
+//        dQ = dQ_inter + (scale dP * D) K,
+//        dK = dK_state + (scale dP * D)^T Q + beta (dA * D) K + (dA * D)^T (beta K) + beta e T^T dW,
+//        dbeta and dG from the row and column sums of the elementwise products, and
+//        dlog_decay_t = sum over the chunk's rows i >= t of dG_i.
+// Products run on mma.sync with FP32 accumulation for 16-bit inputs, their operands in q's
+// dtype (grad_qk_kernel's FP32 intermediates rounded to it, as fla does), FP32 FMAs in the
+// same lane layout for F32; the row and column sums of elementwise products are FP32 over
+// FP32 intermediates. Every sum runs in a fixed order
+// (no atomics): identical bits run to run. The algebra is checked against the float64
+// reference backward by the GPU tests (rudnn_gated_delta_tests, *ChunkedBackward*).
+#pragma once
+
+#include "cuda/reduce.cuh"
+#include "gated_delta/cuda/chunked.cuh"
+
+namespace rudnn::gdn::cuda::chunk {
+
+constexpr int kBackThreads = 256;
+
+// The backward's workspace after the forward pass's (Geometry::ws_bytes), per unit (chunk
+// slot, head): dS_next [Kp][Vp] and dV' [Cp][Vp] in q's dtype; FP32 [Cp][Kp] dQ_inter,
+// dK_state and dW; FP32 [Cp][Cp] dP and dT_v; FP32 [Cp] dbeta's share from V; and FP32
+// sum(dS_next * S_c) (16 floats a unit, for alignment).
+struct BackwardGeometry {
+  int64_t ds, dv, xq, xk, xw, dp, dt, rows, sums, bytes;
+  __host__ __device__ BackwardGeometry(const Geometry& geo, int64_t units) {
+    Carve wk(256);
+    wk.at = round_up(geo.ws_bytes, 256);
+    ds = wk.take(units * geo.Kp * geo.Vp * geo.item);
+    dv = wk.take(units * geo.Cp * geo.Vp * geo.item);
+    xq = wk.take(units * geo.Cp * geo.Kp * 4);
+    xk = wk.take(units * geo.Cp * geo.Kp * 4);
+    xw = wk.take(units * geo.Cp * geo.Kp * 4);
+    dp = wk.take(units * geo.Cp * geo.Cp * 4);
+    dt = wk.take(units * geo.Cp * geo.Cp * 4);
+    rows = wk.take(units * geo.Cp * 4);
+    sums = wk.take(units * 16 * 4);
+    bytes = wk.at;
+  }
+};
+
+// dstate_kernel's shared memory for `cols` value columns a block: dS_next [Kp][ldv] and -dV'
+// [Cp][ldv], then per operand stage Q, K, W [Cp][ldk], P [Cp][ldc], dO [Cp][ldv] and the
+// chunk's decay factors.
+struct DStateLayout {
+  int64_t ldv, ds, nv, single, q, k, w, p, dy, f, stage;
+  __host__ __device__ int64_t bytes(int stages) const { return single + stages * stage; }
+};
+__host__ __device__ inline DStateLayout dstate_layout(const Geometry& geo, int64_t cols) {
+  DStateLayout l{};
+  l.ldv = cols + geo.pad;
+  Carve single(16);
+  l.ds = single.take(geo.Kp * l.ldv * geo.item);
+  l.nv = single.take(geo.Cp * l.ldv * geo.item);
+  l.single = single.at;
+  Carve stage(16);
+  l.q = stage.take(geo.Cp * geo.ldk * geo.item);
+  l.k = stage.take(geo.Cp * geo.ldk * geo.item);
+  l.w = stage.take(geo.Cp * geo.ldk * geo.item);
+  l.p = stage.take(geo.Cp * geo.ldc * geo.item);
+  l.dy = stage.take(geo.Cp * l.ldv * geo.item);
+  l.f = stage.take(geo.fstride * 4);
+  l.stage = stage.at;
+  return l;
+}
+
+// grad_v_kernel's shared memory: dO, V', dV', V [Cp][ldx], S_c and dS_next [Kp][ldx], T
+// [Cp][ldc], the factors, beta and the row partials of dbeta [Cp][Vp / 16] (FP32).
+struct GradVLayout {
+  int64_t ldx, dy, vp, dv, v, s, ds, t, f, b, part, bytes;
+};
+__host__ __device__ inline GradVLayout grad_v_layout(const Geometry& geo) {
+  GradVLayout l{};
+  l.ldx = geo.Vp + geo.pad;
+  Carve sm(16);
+  l.dy = sm.take(geo.Cp * l.ldx * geo.item);
+  l.vp = sm.take(geo.Cp * l.ldx * geo.item);
+  l.dv = sm.take(geo.Cp * l.ldx * geo.item);
+  l.v = sm.take(geo.Cp * l.ldx * geo.item);
+  l.s = sm.take(geo.Kp * l.ldx * geo.item);
+  l.ds = sm.take(geo.Kp * l.ldx * geo.item);
+  l.t = sm.take(geo.Cp * geo.ldc * geo.item);
+  l.f = sm.take(geo.fstride * 4);
+  l.b = sm.take(geo.Cp * 4);
+  l.part = sm.take(geo.Cp * (geo.Vp / 16) * 4);
+  l.bytes = sm.at;
+  return l;
+}
+
+// grad_qk_kernel's shared memory: Q, K [Cp][ldk] and T, P [Cp][ldc] in q's dtype; dW [Cp][ldw];
+// FP32 [Cp][Cp + 1] dP, dT (then dA * D) and K K^T (odd strides: the FP32 products and the row
+// and column sums read columns); beta, G, the decay codes, per-row sums and partials. For
+// 16-bit inputs dW is kept in q's dtype and the products' FP32 operands get copies in it too
+// (dT, M = T^T dT, scale dP * D, dA * D, beta K: tensor cores); for F32 dW and M are FP32.
+struct GradQKLayout {
+  int64_t ldw, q, k, t, p, w, dp, dt, m, kk, h_dt, h_m, h_dp, h_bk, b, g, z, rows, part, bytes;
+  static constexpr int kRowSums = 8;  // rowA, colA, rowP, colP, dG, z, (spare x2)
+  static constexpr int kParts = 3;    // q . dQ_inter, k . dK_state, k . T^T dW
+};
+__host__ __device__ inline GradQKLayout grad_qk_layout(const Geometry& geo) {
+  GradQKLayout l{};
+  const bool half = geo.item == 2;
+  const int64_t Cp = geo.Cp, h = half ? 2 : 0;  // bytes of a 16-bit copy's item (0: none)
+  l.ldw = half ? geo.ldk : geo.Kp + 1;
+  Carve sm(16);
+  l.q = sm.take(Cp * geo.ldk * geo.item);
+  l.k = sm.take(Cp * geo.ldk * geo.item);
+  l.t = sm.take(Cp * geo.ldc * geo.item);
+  l.p = sm.take(Cp * geo.ldc * geo.item);
+  l.w = sm.take(Cp * l.ldw * (half ? 2 : 4));
+  l.dp = sm.take(Cp * geo.lda * 4);
+  l.dt = sm.take(Cp * geo.lda * 4);
+  l.m = sm.take(half ? 0 : Cp * geo.lda * 4);
+  l.kk = sm.take(Cp * geo.lda * 4);
+  l.h_dt = sm.take(Cp * geo.ldc * h);  // dT, then dA * D
+  l.h_m = sm.take(Cp * geo.ldc * h);
+  l.h_dp = sm.take(Cp * geo.ldc * h);
+  l.h_bk = sm.take(Cp * geo.ldk * h);
+  l.b = sm.take(Cp * 4);
+  l.g = sm.take(Cp * 4);
+  l.z = sm.take(Cp * 4);
+  l.rows = sm.take(GradQKLayout::kRowSums * Cp * 4);
+  l.part = sm.take(GradQKLayout::kParts * Cp * (geo.Kp / 16) * 4);
+  l.bytes = sm.at;
+  return l;
+}
+
+// An FP32 intermediate of grad_qk_kernel (f, ldf; may be null for 16-bit inputs) and its copy
+// in q's dtype (h, ldh; 16-bit inputs only). As a product operand: the copy on tensor cores
+// for 16-bit inputs, the FP32 matrix for F32.
+template <class T>
+struct Inter {
+  float* f;
+  int ldf;
+  T* h;
+  int ldh;
+  template <bool kMajor>
+  __device__ __forceinline__ auto op() const {
+    if constexpr (std::is_same_v<T, float>)
+      return Op<float, kMajor>{f, ldf};
+    else
+      return Op<T, kMajor>{h, ldh};
+  }
+  __device__ __forceinline__ void put(int i, int j, float x) const {
+    if (f != nullptr) f[i * ldf + j] = x;
+    if constexpr (!std::is_same_v<T, float>) h[i * ldh + j] = from_float<T>(x);
+  }
+};
+
+// An operand whose k-th row (the summed index) is scaled by s[k]: (beta K) as a B operand.
+template <class O>
+struct RowScaled {
+  O base;
+  const float* s;
+  __device__ __forceinline__ float at(int mn, int k) const { return s[k] * base.at(mn, k); }
+};
+
+// For one warp's 16 x 16 tile at (m0, n0) (two 16 x 8 tiles): sums f(jt, e, row, col) (the
+// contribution of the lane's pair at (row, col), (row, col + 1)) over the tile's 16 columns
+// for each of its rows, and stores row's sum at part[row * parts + n0 / 16]. Every lane of the
+// warp calls it (shuffles); the caller sums a row's parts in order: a deterministic row sum.
+template <class F>
+__device__ __forceinline__ void row_partials(int m0, int n0, float* part, int parts, F&& f) {
+  float lo = 0.0f, hi = 0.0f;  // rows g and g + 8
+  for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
+    const float x = f(jt, e, i, c);
+    if (e == 0)
+      lo += x;
+    else
+      hi += x;
+  });
+#pragma unroll
+  for (int d = 1; d < 4; d *= 2) {
+    lo += __shfl_xor_sync(0xffffffffu, lo, d);
+    hi += __shfl_xor_sync(0xffffffffu, hi, d);
+  }
+  if (threadIdx.x % 4 == 0) {
+    const int g = (threadIdx.x % 32) / 4;
+    part[(m0 + g) * parts + n0 / 16] = lo;
+    part[(m0 + g + 8) * parts + n0 / 16] = hi;
+  }
+}
+
+// Copies a rows x cols tile of dO (the upstream gradient, any floating dtype, at `at` with
+// rows `ld` apart) into shared memory in q's dtype, zeros past rows_valid / cols_valid; by
+// cp.async when `async` (dO in q's dtype, aligned: the caller's check).
+template <class T>
+__device__ __forceinline__ void copy_dy_tile(T* dst, int ld_dst, const ChunkedBackward& b,
+                                             int64_t at, int ld, int rows, int rows_valid,
+                                             int cols, int cols_valid, bool async) {
+  if (async) {
+    copy_tile<T>(dst, ld_dst, static_cast<const T*>(b.dy) + at, ld, rows, rows_valid, cols,
+                 cols_valid, true);
+    return;
+  }
+  for_grid(rows, cols, [&](int r, int c) {
+    dst[r * ld_dst + c] = from_float<T>(r < rows_valid && c < cols_valid
+                                            ? load_any(b.dy, at + int64_t(r) * ld + c, b.dy_dtype)
+                                            : 0.0f);
+  });
+}
+
+// Step 2: the reverse pass. One block per (sequence, head, slab of kCols value columns); warp
+// w keeps rows [16 (w + 8 j), +16) of the FP32 dS slab in registers, as the forward's state
+// pass keeps S. Per chunk, last first: dS_next to shared memory and the workspace; dV' =
+// P^T dO + r K dS_next to the workspace and (negated) to shared memory; then dS =
+// exp(G_last) dS + (scale e Q)^T dO - W^T dV'. Two barriers a chunk; the next chunk's operands
+// land meanwhile.
+template <class T, int kCols>
+__global__ void __launch_bounds__(kBackThreads, 1)
+    dstate_kernel(const ChunkedBackward b, unsigned char* ws, int stages, bool async_dy) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const Chunked& p = b.f;
+  const Geometry geo(p);
+  const BackwardGeometry bg(geo, geo.slots * p.value_heads);
+  const DStateLayout lay = dstate_layout(geo, kCols);
+  const int64_t H = p.value_heads, Dk = p.key_dim, Dv = p.value_dim;
+  const int Cp = int(geo.Cp), Kp = int(geo.Kp);
+  const SlabBlock blk = slab_block(p, geo, ws, kCols);
+  const int64_t h = blk.h, v0 = blk.v0, slot0 = blk.slot0, count = blk.count;
+  const Range r = blk.r;
+  const int cw = int(min(int64_t(kCols), geo.Vp - v0));  // the slab's columns inside Vp
+  const int dyc = int(min(int64_t(kCols), Dv - v0));     // ... inside V
+  const int ldk = int(geo.ldk), ldc = int(geo.ldc), lds = int(lay.ldv), vp = int(geo.Vp);
+
+  T* dSs = reinterpret_cast<T*>(smem + lay.ds);  // dS_next, [Kp][lds]
+  T* nV = reinterpret_cast<T*>(smem + lay.nv);   // -dV', [Cp][lds]
+  auto stage = [&](int64_t i) {
+    const int64_t at = stages == 2 ? i % 2 : 0;
+    return smem + lay.single + at * lay.stage;
+  };
+  auto chunk_of = [&](int64_t i) { return count - 1 - i; };  // the i-th chunk walked
+  auto rows_of = [&](int64_t ci) { return int(min(geo.C, r.last - (r.first + ci * geo.C))); };
+  auto unit_of = [&](int64_t ci) { return (slot0 + ci) * H + h; };
+  // One cp.async group per call (empty past the last chunk walked).
+  auto issue = [&](int64_t i) {
+    if (i < count) {
+      const int64_t ci = chunk_of(i), u = unit_of(ci), t0 = r.first + ci * geo.C;
+      const int rows = rows_of(ci);
+      unsigned char* s = stage(i);
+      const int64_t qk = qk_at(p, r.entry, h, t0);
+      copy_tile<T>(reinterpret_cast<T*>(s + lay.q), ldk, static_cast<const T*>(p.q) + qk,
+                   int(p.qk_t), Cp, rows, Kp, int(Dk), p.async_qk);
+      copy_tile<T>(reinterpret_cast<T*>(s + lay.k), ldk, static_cast<const T*>(p.k) + qk,
+                   int(p.qk_t), Cp, rows, Kp, int(Dk), p.async_qk);
+      copy_tile<T>(reinterpret_cast<T*>(s + lay.w), ldk,
+                   reinterpret_cast<const T*>(ws + geo.ws_w) + u * geo.Cp * geo.Kp, Kp, Cp, Cp,
+                   Kp, Kp, true);
+      copy_tile<T>(reinterpret_cast<T*>(s + lay.p), ldc,
+                   reinterpret_cast<const T*>(ws + geo.ws_a) + u * geo.Cp * geo.Cp, Cp, Cp, Cp,
+                   Cp, Cp, true);
+      copy_dy_tile<T>(reinterpret_cast<T*>(s + lay.dy), lds, b, v_at(p, r.entry, h, t0) + v0,
+                      int(p.v_t), Cp, rows, kCols, dyc, async_dy);
+      copy_tile<float>(reinterpret_cast<float*>(s + lay.f), int(geo.fstride),
+                       reinterpret_cast<const float*>(ws + geo.ws_g) + u * geo.fstride,
+                       int(geo.fstride), 1, 1, int(geo.fstride), int(geo.fstride), true);
+    }
+    rudnn::cuda::tc::cp_async_commit();
+  };
+
+  static_assert(kBackThreads == 256, "the dS slab's layout (for_slab) assumes 8 warps");
+  constexpr int kWarps = kBackThreads / 32;
+  constexpr int kRowTiles = kSlabRowTiles;
+  const int warp = threadIdx.x / 32;
+  StateSlab<kCols> dS;
+  load_slab<kCols>(dS, p, blk, b.dfinal, b.dfinal_dtype);
+
+  if (stages == 2) issue(0);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t ci = chunk_of(i), unit = unit_of(ci);
+    // dS_next in q's dtype: to shared memory for K dS_next, and to the workspace for
+    // grad_v_kernel.
+    T* dSg = reinterpret_cast<T*>(ws + bg.ds) + unit * geo.Kp * geo.Vp + v0;
+#pragma unroll
+    for (int j = 0; j < kRowTiles; ++j) {
+      const int m0 = 16 * (warp + kWarps * j);
+      if (m0 >= Kp) continue;
+      for_pairs<kCols / 8>(m0, 0, [&](int jt, int e, int kk, int c) {
+        store_pair(dSs + kk * lds + c, dS[j][jt][e], dS[j][jt][e + 1]);
+        if (c < cw) store_pair(dSg + kk * vp + c, dS[j][jt][e], dS[j][jt][e + 1]);
+      });
+    }
+    if (stages == 1) {
+      __syncthreads();  // the previous chunk's reads of the one stage are done
+      issue(i);
+    }
+    rudnn::cuda::tc::cp_async_wait<0>();
+    __syncthreads();
+    if (stages == 2) issue(i + 1);  // into the stage the previous chunk used
+    const unsigned char* s = stage(i);
+    T* Q = reinterpret_cast<T*>(const_cast<unsigned char*>(s) + lay.q);
+    const T* K = reinterpret_cast<const T*>(s + lay.k);
+    const T* W = reinterpret_cast<const T*>(s + lay.w);
+    const T* P = reinterpret_cast<const T*>(s + lay.p);
+    const T* dO = reinterpret_cast<const T*>(s + lay.dy);
+    const float* F = reinterpret_cast<const float*>(s + lay.f);  // scale e, r, exp(G_last)
+
+    // Q's rows times scale e (Q is read only after the next barrier).
+    scale_rows(Q, ldk, Cp, Kp, 0, int(blockDim.x),
+               [&](int row) { return make_float2(F[row], 1.0f); });
+    // dV' = P^T dO + r K dS_next, to the workspace and, negated, to shared memory.
+    T* dVg = reinterpret_cast<T*>(ws + bg.dv) + unit * geo.Cp * geo.Vp + v0;
+    constexpr int kVN = kCols >= 32 ? 2 : 1;
+    for_tiles<kVN>(Cp, kCols, [&](int m0, int n0) {
+      float pd[kVN][4] = {}, ks[kVN][4] = {};
+      tile_mma<T>(pd, Op<T, false>{P, ldc}, Op<T, false>{dO, lds}, m0, n0, Cp);
+      tile_mma<T>(ks, Op<T, true>{K, ldk}, Op<T, false>{dSs, lds}, m0, n0, Kp);
+      for_pairs<kVN>(m0, n0, [&](int jt, int e, int row, int c) {
+        const float rr = F[Cp + row];  // 0 past the chunk's rows
+        const float x0 = pd[jt][e] + rr * ks[jt][e], x1 = pd[jt][e + 1] + rr * ks[jt][e + 1];
+        if (c < cw) store_pair(dVg + row * vp + c, x0, x1);
+        store_pair(nV + row * lds + c, -x0, -x1);
+      });
+    });
+    __syncthreads();
+
+    // dS = exp(G_last) dS + (scale e Q)^T dO - W^T dV'.
+    const float decay = F[2 * Cp];
+#pragma unroll
+    for (int j = 0; j < kRowTiles; ++j) {
+      const int m0 = 16 * (warp + kWarps * j);
+      if (m0 >= Kp) continue;
+#pragma unroll
+      for (int jt = 0; jt < kCols / 8; ++jt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dS[j][jt][e] *= decay;
+      tile_mma<T>(dS[j], Op<T, false>{Q, ldk}, Op<T, false>{dO, lds}, m0, 0, Cp);
+      tile_mma<T>(dS[j], Op<T, false>{W, ldk}, Op<T, false>{nV, lds}, m0, 0, Cp);
+    }
+  }
+  rudnn::cuda::tc::cp_async_wait<0>();
+  store_slab<kCols>(dS, p, blk, b.dstate, DType::f32);
+}
+
+// Step 3, one block per unit (chunk slot, head): the products that sum over V.
+template <class T>
+__global__ void __launch_bounds__(kBackThreads, 1)
+    grad_v_kernel(const ChunkedBackward b, unsigned char* ws, bool async_dy) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const Chunked& p = b.f;
+  const Geometry geo(p);
+  const int64_t H = p.value_heads, Dv = p.value_dim, units = geo.slots * H;
+  const BackwardGeometry bg(geo, units);
+  const GradVLayout lay = grad_v_layout(geo);
+  const int64_t unit = blockIdx.x, h = unit % H;
+  const Place pl = locate(p, geo, ws, unit / H);
+  if (pl.rows <= 0) return;
+  const int L = pl.rows, Cp = int(geo.Cp), Kp = int(geo.Kp), Vp = int(geo.Vp);
+  const int ldx = int(lay.ldx), ldc = int(geo.ldc), parts = Vp / 16;
+
+  T* dO = reinterpret_cast<T*>(smem + lay.dy);
+  T* Vq = reinterpret_cast<T*>(smem + lay.vp);  // V'
+  T* dVq = reinterpret_cast<T*>(smem + lay.dv);
+  T* Vs = reinterpret_cast<T*>(smem + lay.v);
+  T* Sc = reinterpret_cast<T*>(smem + lay.s);
+  T* dSn = reinterpret_cast<T*>(smem + lay.ds);
+  T* Ts = reinterpret_cast<T*>(smem + lay.t);
+  float* F = reinterpret_cast<float*>(smem + lay.f);
+  float* Bs = reinterpret_cast<float*>(smem + lay.b);
+  float* part = reinterpret_cast<float*>(smem + lay.part);
+  const int64_t vat = v_at(p, pl.range.entry, h, pl.t0);
+  copy_dy_tile<T>(dO, ldx, b, vat, int(p.v_t), Cp, L, Vp, int(Dv), async_dy);
+  copy_tile<T>(Vs, ldx, static_cast<const T*>(p.v) + vat, int(p.v_t), Cp, L, Vp, int(Dv),
+               p.async_v);
+  copy_tile<T>(Vq, ldx, reinterpret_cast<const T*>(ws + geo.ws_u) + unit * geo.Cp * geo.Vp, Vp,
+               Cp, Cp, Vp, Vp, true);
+  copy_tile<T>(dVq, ldx, reinterpret_cast<const T*>(ws + bg.dv) + unit * geo.Cp * geo.Vp, Vp, Cp,
+               Cp, Vp, Vp, true);
+  copy_tile<T>(Sc, ldx, reinterpret_cast<const T*>(ws + geo.ws_s) + unit * geo.Kp * geo.Vp, Vp,
+               Kp, Kp, Vp, Vp, true);
+  copy_tile<T>(dSn, ldx, reinterpret_cast<const T*>(ws + bg.ds) + unit * geo.Kp * geo.Vp, Vp, Kp,
+               Kp, Vp, Vp, true);
+  copy_tile<T>(Ts, ldc, reinterpret_cast<const T*>(ws + geo.ws_t) + unit * geo.Cp * geo.Cp, Cp,
+               Cp, Cp, Cp, Cp, true);
+  copy_tile<float>(F, int(geo.fstride),
+                   reinterpret_cast<const float*>(ws + geo.ws_g) + unit * geo.fstride,
+                   int(geo.fstride), 1, 1, int(geo.fstride), int(geo.fstride), true);
+  rudnn::cuda::tc::cp_async_commit();
+  const int64_t gate0 = g_at(p, pl.range.entry, h, pl.t0);
+  for (int i = threadIdx.x; i < Cp; i += blockDim.x)
+    Bs[i] = i < L ? load_any(p.beta, gate0 + i * p.g_t, p.beta_dtype) : 0.0f;
+  rudnn::cuda::tc::cp_async_wait<0>();
+  __syncthreads();
+
+  // [Cp][Kp]: dQ_inter = scale e dO S_c^T, dW = -dV' S_c^T (one pass: S_c's fragments shared),
+  // dK_state = r V' dS_next^T.
+  float* xq = reinterpret_cast<float*>(ws + bg.xq) + unit * geo.Cp * geo.Kp;
+  float* xk = reinterpret_cast<float*>(ws + bg.xk) + unit * geo.Cp * geo.Kp;
+  float* xw = reinterpret_cast<float*>(ws + bg.xw) + unit * geo.Cp * geo.Kp;
+  for_tiles<2>(Cp, Kp, [&](int m0, int n0) {
+    float oq[2][4] = {}, ow[2][4] = {}, ok[2][4] = {};
+    const Op<T, true> s{Sc, ldx};
+    tile_mma_two<T, false>(oq, ow, Op<T, true>{dO, ldx}, s, Op<T, true>{dVq, ldx}, s, m0, n0, Vp);
+    tile_mma<T>(ok, Op<T, true>{Vq, ldx}, Op<T, true>{dSn, ldx}, m0, n0, Vp);
+    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
+      const float fq = F[i], fk = F[Cp + i];
+      store_pair(xq + i * Kp + c, fq * oq[jt][e], fq * oq[jt][e + 1]);
+      store_pair(xk + i * Kp + c, fk * ok[jt][e], fk * ok[jt][e + 1]);
+      store_pair(xw + i * Kp + c, -ow[jt][e], -ow[jt][e + 1]);
+    });
+  });
+  // [Cp][Cp]: dP = dO V'^T (j <= i), dT_v = dV' V^T (j < i).
+  float* dp = reinterpret_cast<float*>(ws + bg.dp) + unit * geo.Cp * geo.Cp;
+  float* dt = reinterpret_cast<float*>(ws + bg.dt) + unit * geo.Cp * geo.Cp;
+  for_tiles<2>(Cp, Cp, [&](int m0, int n0) {
+    float op[2][4] = {}, ot[2][4] = {};
+    if (n0 <= m0 + 15) {
+      tile_mma<T>(op, Op<T, true>{dO, ldx}, Op<T, true>{Vq, ldx}, m0, n0, Vp);
+      tile_mma<T>(ot, Op<T, true>{dVq, ldx}, Op<T, true>{Vs, ldx}, m0, n0, Vp);
+    }
+    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
+      store_pair(dp + i * Cp + c, c <= i ? op[jt][e] : 0.0f, c + 1 <= i ? op[jt][e + 1] : 0.0f);
+      store_pair(dt + i * Cp + c, c < i ? ot[jt][e] : 0.0f, c + 1 < i ? ot[jt][e + 1] : 0.0f);
+    });
+  });
+  // [Cp][Vp]: dV = beta T^T dV' (to the output), and dbeta's share sum_v (T^T dV') V.
+  T* dv = static_cast<T*>(b.dv) + vat;
+  for_tiles<2>(Cp, Vp, [&](int m0, int n0) {
+    float acc[2][4] = {};
+    tile_mma<T>(acc, Op<T, false>{Ts, ldc}, Op<T, false>{dVq, ldx}, m0, n0, Cp);
+    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
+      if (i >= L) return;
+#pragma unroll
+      for (int x = 0; x < 2; ++x)
+        if (c + x < Dv) dv[int64_t(i) * p.v_t + c + x] = from_float<T>(Bs[i] * acc[jt][e + x]);
+    });
+    row_partials(m0, n0, part, parts, [&](int jt, int e, int i, int c) {
+      return acc[jt][e] * to_float(Vs[i * ldx + c]) + acc[jt][e + 1] * to_float(Vs[i * ldx + c + 1]);
+    });
+  });
+  // sum(dS_next * S_c), for the last row's dG: per thread, per warp, then warp 0 in order.
+  float own = 0.0f;
+  for_grid(Kp, Vp, [&](int kk, int c) {
+    own += to_float(dSn[kk * ldx + c]) * to_float(Sc[kk * ldx + c]);
+  });
+  own = rudnn::cuda::warp_sum(own);
+  __syncthreads();  // the row partials are complete
+  float* wsum = F;  // the factors are no longer read
+  if (threadIdx.x % 32 == 0) wsum[threadIdx.x / 32] = own;
+  float* rows = reinterpret_cast<float*>(ws + bg.rows) + unit * geo.Cp;
+  for (int i = threadIdx.x; i < Cp; i += blockDim.x) {
+    float sum = 0.0f;
+    for (int q = 0; q < parts; ++q) sum += part[i * parts + q];
+    rows[i] = sum;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int w = 0; w < int(blockDim.x) / 32; ++w) sum += wsum[w];
+    reinterpret_cast<float*>(ws + bg.sums)[unit * 16] = sum;
+  }
+}
+
+// Step 4, one block per unit: the products over the chunk's rows and K, and the per-step sums.
+template <class T>
+__global__ void __launch_bounds__(kBackThreads, 1)
+    grad_qk_kernel(const ChunkedBackward b, unsigned char* ws) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const Chunked& p = b.f;
+  const Geometry geo(p);
+  const int64_t H = p.value_heads, Dk = p.key_dim, units = geo.slots * H;
+  const BackwardGeometry bg(geo, units);
+  const GradQKLayout lay = grad_qk_layout(geo);
+  const int64_t unit = blockIdx.x, h = unit % H;
+  const Place pl = locate(p, geo, ws, unit / H);
+  if (pl.rows <= 0) return;
+  const int L = pl.rows, Cp = int(geo.Cp), Kp = int(geo.Kp);
+  const int ldk = int(geo.ldk), ldc = int(geo.ldc), lda = int(geo.lda), ldw = int(lay.ldw);
+  constexpr int kParts = GradQKLayout::kParts;
+  const int parts = Kp / 16;
+
+  constexpr bool kHalf = !std::is_same_v<T, float>;
+  T* Qs = reinterpret_cast<T*>(smem + lay.q);
+  T* Ks = reinterpret_cast<T*>(smem + lay.k);
+  T* Ts = reinterpret_cast<T*>(smem + lay.t);
+  T* Ps = reinterpret_cast<T*>(smem + lay.p);
+  float* dP = reinterpret_cast<float*>(smem + lay.dp);   // dP, then scale dP * D
+  float* dTA = reinterpret_cast<float*>(smem + lay.dt);  // dT_v, dT, then dA * D
+  float* KK = reinterpret_cast<float*>(smem + lay.kk);   // K K^T
+  T* bK = reinterpret_cast<T*>(smem + lay.h_bk);         // beta K (16-bit inputs)
+  // dW, M = T^T dT, dT / dA * D and scale dP * D as product operands.
+  const Inter<T> dW{kHalf ? nullptr : reinterpret_cast<float*>(smem + lay.w), ldw,
+                    reinterpret_cast<T*>(smem + lay.w), ldw};
+  const Inter<T> M{kHalf ? nullptr : reinterpret_cast<float*>(smem + lay.m), lda,
+                   reinterpret_cast<T*>(smem + lay.h_m), ldc};
+  const Inter<T> dTi{dTA, lda, reinterpret_cast<T*>(smem + lay.h_dt), ldc};
+  const Inter<T> dPi{dP, lda, reinterpret_cast<T*>(smem + lay.h_dp), ldc};
+  float* Bs = reinterpret_cast<float*>(smem + lay.b);
+  float* Gs = reinterpret_cast<float*>(smem + lay.g);
+  int* Zs = reinterpret_cast<int*>(smem + lay.z);
+  float* rs = reinterpret_cast<float*>(smem + lay.rows);
+  float *row_a = rs, *col_a = rs + Cp, *row_p = rs + 2 * Cp, *col_p = rs + 3 * Cp,
+        *dg = rs + 4 * Cp, *zrow = rs + 5 * Cp;
+  float* part = reinterpret_cast<float*>(smem + lay.part);  // [Cp][kParts][parts]
+  const ChunkDecay decay{Gs, Zs};
+
+  const int64_t qk = qk_at(p, pl.range.entry, h, pl.t0);
+  copy_tile<T>(Qs, ldk, static_cast<const T*>(p.q) + qk, int(p.qk_t), Cp, L, Kp, int(Dk),
+               p.async_qk);
+  copy_tile<T>(Ks, ldk, static_cast<const T*>(p.k) + qk, int(p.qk_t), Cp, L, Kp, int(Dk),
+               p.async_qk);
+  copy_tile<T>(Ts, ldc, reinterpret_cast<const T*>(ws + geo.ws_t) + unit * geo.Cp * geo.Cp, Cp,
+               Cp, Cp, Cp, Cp, true);
+  copy_tile<T>(Ps, ldc, reinterpret_cast<const T*>(ws + geo.ws_a) + unit * geo.Cp * geo.Cp, Cp,
+               Cp, Cp, Cp, Cp, true);
+  rudnn::cuda::tc::cp_async_commit();
+  const float* xq = reinterpret_cast<const float*>(ws + bg.xq) + unit * geo.Cp * geo.Kp;
+  const float* xk = reinterpret_cast<const float*>(ws + bg.xk) + unit * geo.Cp * geo.Kp;
+  const float* xw = reinterpret_cast<const float*>(ws + bg.xw) + unit * geo.Cp * geo.Kp;
+  for_grid(Cp, Kp, [&](int i, int c) { dW.put(i, c, xw[i * Kp + c]); });
+  copy_tile<float>(dP, lda, reinterpret_cast<const float*>(ws + bg.dp) + unit * geo.Cp * geo.Cp,
+                   Cp, Cp, Cp, Cp, Cp, false);
+  copy_tile<float>(dTA, lda, reinterpret_cast<const float*>(ws + bg.dt) + unit * geo.Cp * geo.Cp,
+                   Cp, Cp, Cp, Cp, Cp, false);
+  const int64_t gate0 = g_at(p, pl.range.entry, h, pl.t0);
+  chunk_decay_and_beta(p, gate0, L, Cp, Bs, Gs, Zs);
+  rudnn::cuda::tc::cp_async_wait<0>();
+  __syncthreads();
+
+  // dT = dT_v beta_j + beta_j e_j (dW K^T), strictly lower (only that part reaches dA), in place.
+  for_tiles<2>(Cp, Cp, [&](int m0, int n0) {
+    float acc[2][4] = {};
+    if (n0 <= m0 + 15)
+      tile_mma<T>(acc, dW.template op<true>(), Op<T, true>{Ks, ldk}, m0, n0, Kp);
+    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int j) {
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        const float t = dTA[i * lda + j + x];
+        dTi.put(i, j + x,
+                j + x < i ? Bs[j + x] * (t + decay.through(j + x) * acc[jt][e + x]) : 0.0f);
+      }
+    });
+  });
+  // beta K, the 16-bit operand of (dA * D)^T (beta K).
+  if constexpr (kHalf)
+    for_grid(Cp, Kp, [&](int i, int c) {
+      bK[i * ldk + c] = from_float<T>(Bs[i] * to_float(Ks[i * ldk + c]));
+    });
+  __syncthreads();
+  // M = T^T dT; K K^T.
+  for_tiles<2>(Cp, Cp, [&](int m0, int n0) {
+    float acc[2][4] = {}, kk[2][4] = {};
+    tile_mma<T>(acc, Op<T, false>{Ts, ldc}, dTi.template op<false>(), m0, n0, Cp);
+    tile_mma<T>(kk, Op<T, true>{Ks, ldk}, Op<T, true>{Ks, ldk}, m0, n0, Kp);
+    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int j) {
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        M.put(i, j + x, acc[jt][e + x]);
+        KK[i * lda + j + x] = kk[jt][e + x];
+      }
+    });
+  });
+  __syncthreads();
+  // dA * D = -(M T^T) * D, strictly lower, over dT's places.
+  for_tiles<2>(Cp, Cp, [&](int m0, int n0) {
+    float acc[2][4] = {};
+    if (n0 <= m0 + 15)
+      tile_mma<T>(acc, M.template op<true>(), Op<T, true>{Ts, ldc}, m0, n0, Cp);
+    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int j) {
+#pragma unroll
+      for (int x = 0; x < 2; ++x)
+        dTi.put(i, j + x, j + x < i ? -acc[jt][e + x] * decay.between(i, j + x) : 0.0f);
+    });
+  });
+  __syncthreads();
+  // Row and column sums of (dA * D) K K^T (A's terms: dbeta_i gets the row sum, dG_i beta_i
+  // times it, dG_j minus the beta-weighted column sum) and of dP P (P's terms in dG).
+  for (int x = threadIdx.x; x < 2 * Cp; x += blockDim.x) {
+    if (x < Cp) {
+      const int i = x;
+      float a = 0.0f, q = 0.0f;
+      for (int j = 0; j < i; ++j) a += dTA[i * lda + j] * KK[i * lda + j];
+      for (int j = 0; j <= i; ++j) q += dP[i * lda + j] * to_float(Ps[i * ldc + j]);
+      row_a[i] = a;
+      row_p[i] = q;
+    } else {
+      const int j = x - Cp;
+      float a = 0.0f, q = 0.0f;
+      for (int i = j + 1; i < Cp; ++i) a += Bs[i] * dTA[i * lda + j] * KK[i * lda + j];
+      for (int i = j; i < Cp; ++i) q += dP[i * lda + j] * to_float(Ps[i * ldc + j]);
+      col_a[j] = a;
+      col_p[j] = q;
+    }
+  }
+  __syncthreads();
+  // dP -> scale dP * D in place (lower, diagonal included).
+  for_grid(Cp, Cp, [&](int i, int j) {
+    dPi.put(i, j, j <= i ? p.scale * dP[i * lda + j] * decay.between(i, j) : 0.0f);
+  });
+  __syncthreads();
+
+  // dQ = dQ_inter + (scale dP * D) K, and the rows' q . dQ_inter.
+  T* dq = static_cast<T*>(b.dq) + qk;
+  for_tiles<2>(Cp, Kp, [&](int m0, int n0) {
+    float acc[2][4] = {};
+    tile_mma<T>(acc, dPi.template op<true>(), Op<T, false>{Ks, ldk}, m0, n0, Cp);
+    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
+      if (i >= L) return;
+#pragma unroll
+      for (int x = 0; x < 2; ++x)
+        if (c + x < Dk)
+          dq[int64_t(i) * p.qk_t + c + x] = from_float<T>(acc[jt][e + x] + xq[i * Kp + c + x]);
+    });
+    row_partials(m0, n0, part, kParts * parts, [&](int jt, int e, int i, int c) {
+      return to_float(Qs[i * ldk + c]) * xq[i * Kp + c] +
+             to_float(Qs[i * ldk + c + 1]) * xq[i * Kp + c + 1];
+    });
+  });
+  // dK = dK_state + (scale dP * D)^T Q + (dA * D)^T (beta K) + beta (dA * D) K + beta e T^T dW,
+  // and the rows' k . dK_state and k . T^T dW.
+  T* dk = static_cast<T*>(b.dk) + qk;
+  for_tiles<2>(Cp, Kp, [&](int m0, int n0) {
+    float plain[2][4] = {}, rowb[2][4] = {}, wy[2][4] = {};
+    tile_mma<T>(plain, dPi.template op<false>(), Op<T, false>{Qs, ldk}, m0, n0, Cp);
+    if constexpr (kHalf)
+      tile_mma<T>(plain, dTi.template op<false>(), Op<T, false>{bK, ldk}, m0, n0, Cp);
+    else
+      tile_mma<T>(plain, dTi.template op<false>(), RowScaled<Op<T, false>>{{Ks, ldk}, Bs}, m0,
+                  n0, Cp);
+    tile_mma<T>(rowb, dTi.template op<true>(), Op<T, false>{Ks, ldk}, m0, n0, Cp);
+    tile_mma<T>(wy, Op<T, false>{Ts, ldc}, dW.template op<false>(), m0, n0, Cp);
+    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
+      if (i >= L) return;
+      const float bi = Bs[i], be = bi * decay.through(i);
+#pragma unroll
+      for (int x = 0; x < 2; ++x)
+        if (c + x < Dk)
+          dk[int64_t(i) * p.qk_t + c + x] = from_float<T>(
+              xk[i * Kp + c + x] + plain[jt][e + x] + bi * rowb[jt][e + x] + be * wy[jt][e + x]);
+    });
+    row_partials(m0, n0, part + parts, kParts * parts, [&](int jt, int e, int i, int c) {
+      return to_float(Ks[i * ldk + c]) * xk[i * Kp + c] +
+             to_float(Ks[i * ldk + c + 1]) * xk[i * Kp + c + 1];
+    });
+    row_partials(m0, n0, part + 2 * parts, kParts * parts, [&](int jt, int e, int i, int c) {
+      return to_float(Ks[i * ldk + c]) * wy[jt][e] + to_float(Ks[i * ldk + c + 1]) * wy[jt][e + 1];
+    });
+  });
+  __syncthreads();
+
+  // Per row i < L: dbeta and dG (q . dQ_inter, the A and P terms, beta e (k . T^T dW), minus
+  // k . dK_state); the last row also gets sum_j k_j . dK_state_j and exp(G_last) sum(dS_next
+  // S_c). Then dlog_decay_t = sum_{t <= i < L} dG_i.
+  const float* vrows = reinterpret_cast<const float*>(ws + bg.rows) + unit * geo.Cp;
+  for (int i = threadIdx.x; i < L; i += blockDim.x) {
+    float qx = 0.0f, kz = 0.0f, kb = 0.0f;
+    const float* pr = part + i * kParts * parts;
+    for (int q = 0; q < parts; ++q) {
+      qx += pr[q];
+      kz += pr[parts + q];
+      kb += pr[2 * parts + q];
+    }
+    const float e = decay.through(i), bi = Bs[i];
+    store_any(b.dbeta, gate0 + i * p.g_t, b.dbeta_dtype, vrows[i] + e * kb + row_a[i]);
+    dg[i] = bi * e * kb + bi * row_a[i] - col_a[i] + row_p[i] - col_p[i] + qx - kz;
+    zrow[i] = kz;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float z = 0.0f;
+    for (int i = 0; i < L; ++i) z += zrow[i];
+    const float ss = reinterpret_cast<const float*>(ws + bg.sums)[unit * 16];
+    dg[L - 1] += z + decay.through(L - 1) * ss;
+    float run = 0.0f;
+    for (int i = L - 1; i >= 0; --i) {
+      run += dg[i];
+      static_cast<float*>(b.dlog_decay)[gate0 + i * p.g_t] = run;
+    }
+  }
+}
+
+template <class T>
+void launch_backward(const ChunkedBackward& problem, void* workspace, const Stream& stream) {
+  ChunkedBackward b = problem;
+  b.f.keep_wy = true;
+  b.f.y = nullptr;
+  b.f.state_out = nullptr;
+  launch<T>(b.f, workspace, stream);  // the forward pass: W, V', P, T, S_c in the workspace
+  b.f = with_copy_flags(b.f);
+  rudnn::cuda::LaunchContext ctx(stream);
+  const Geometry geo(b.f);
+  const int64_t units = geo.slots * b.f.value_heads;
+  const rudnn::cuda::DeviceInfo& info = rudnn::cuda::device_info(ctx.device);
+  const int64_t limit = int64_t(info.shared_bytes_per_block_optin);
+  auto* ws = static_cast<unsigned char*>(workspace);
+  const bool async_dy = b.dy_dtype == b.f.dtype && b.f.async_v &&
+                        reinterpret_cast<uintptr_t>(b.dy) % 16 == 0;
+
+  const int64_t grid = b.f.batch * b.f.value_heads * ((b.f.value_dim + kSlab - 1) / kSlab);
+  if (grid == 0) return;
+  const DStateLayout lay = dstate_layout(geo, kSlab);
+  const int stages = lay.bytes(2) <= limit ? 2 : 1;
+  auto* dstate = dstate_kernel<T, kSlab>;
+  detail::check_cuda(cudaFuncSetAttribute(dstate, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(lay.bytes(stages))),
+                     "chunk_gated_delta_rule_backward state shared memory");
+  dstate<<<unsigned(grid), kBackThreads, size_t(lay.bytes(stages)), ctx.stream>>>(b, ws, stages,
+                                                                                  async_dy);
+  detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule_backward state launch");
+  if (units == 0) return;
+  const int64_t v_bytes = grad_v_layout(geo).bytes, qk_bytes = grad_qk_layout(geo).bytes;
+  detail::check_cuda(cudaFuncSetAttribute(grad_v_kernel<T>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(v_bytes)),
+                     "chunk_gated_delta_rule_backward grad_v shared memory");
+  grad_v_kernel<T><<<unsigned(units), kBackThreads, size_t(v_bytes), ctx.stream>>>(b, ws,
+                                                                                   async_dy);
+  detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule_backward grad_v launch");
+  detail::check_cuda(cudaFuncSetAttribute(grad_qk_kernel<T>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(qk_bytes)),
+                     "chunk_gated_delta_rule_backward grad_qk shared memory");
+  grad_qk_kernel<T><<<unsigned(units), kBackThreads, size_t(qk_bytes), ctx.stream>>>(b, ws);
+  detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule_backward grad_qk launch");
+}
+
+}  // namespace rudnn::gdn::cuda::chunk
