@@ -45,9 +45,11 @@
 // dtype, contiguous, on the inputs' device, overlapping no input and no other output.
 //
 // Chunked prefill (chunk_gated_delta_rule, spec 000's form; chunk_gated_delta and
-// chunk_gated_delta_slots, spec 003's, the pool form CPU only for now): the WY / UT-transform algorithm
-// over chunks of chunk_size steps, the same results as the recurrence up to rounding (see
-// chunk_gated_delta_rule's declaration below).
+// chunk_gated_delta_slots, spec 003's, the pool form CPU only for now): the WY / UT-transform
+// algorithm over chunks of chunk_size steps, the same results as the recurrence up to rounding
+// (see chunk_gated_delta_rule's declaration below). Its backward, spec 000's form:
+// chunk_gated_delta_rule_backward (the chunked algorithm's on a CUDA device; see its
+// declaration).
 //
 // Slot ids on the device (gated_delta_slots*) cannot raise an error without a host
 // synchronisation: a sequence whose id is outside the pool or named by another sequence too
