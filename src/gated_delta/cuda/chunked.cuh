@@ -825,6 +825,23 @@ __device__ __forceinline__ void store_slab(const StateSlab<kCols>& S, const Chun
   });
 }
 
+// The slab in q's dtype: to shared memory (`lds` apart, for the chunk's products) and to the
+// workspace (`dst`: this slab's first column of a [Kp][vp] unit record, the cw columns inside Vp).
+template <class T, int kCols>
+__device__ __forceinline__ void stage_slab(const StateSlab<kCols>& S, T* smem, int lds, T* dst,
+                                           int vp, int cw, int Kp) {
+  const int warp = threadIdx.x / 32;
+#pragma unroll
+  for (int j = 0; j < kSlabRowTiles; ++j) {
+    const int m0 = 16 * (warp + 8 * j);
+    if (m0 >= Kp) continue;
+    for_pairs<kCols / 8>(m0, 0, [&](int jt, int e, int kk, int c) {
+      store_pair(smem + kk * lds + c, S[j][jt][e], S[j][jt][e + 1]);
+      if (c < cw) store_pair(dst + kk * vp + c, S[j][jt][e], S[j][jt][e + 1]);
+    });
+  }
+}
+
 // The state pass. One block per (sequence, head, slab of kCols value columns), slabs of a
 // head adjacent in the grid so that they read W and K while those are in L2. Warp w keeps
 // rows [16 (w + 8 j), +16) of the FP32 state slab in registers (the update product's
@@ -906,17 +923,10 @@ __global__ void __launch_bounds__(kStateThreads, 2)
     const int64_t unit = unit_of(ci);
     // S_c in q's dtype: to shared memory for W S_c, and from the registers straight to the
     // workspace (the columns inside Vp), off the path behind the barrier.
-    T* Sg = reinterpret_cast<T*>(ws + geo.ws_s) + unit * geo.Kp * geo.Vp + v0;
     const int vp = int(geo.Vp);
-#pragma unroll
-    for (int j = 0; j < kRowTiles; ++j) {
-      const int m0 = 16 * (warp + kWarps * j);
-      if (m0 >= Kp) continue;
-      for_pairs<kCols / 8>(m0, 0, [&](int jt, int e, int kk, int c) {
-        store_pair(Ss + kk * lds + c, S[j][jt][e], S[j][jt][e + 1]);
-        if (c < cw) store_pair(Sg + kk * vp + c, S[j][jt][e], S[j][jt][e + 1]);
-      });
-    }
+    stage_slab<T, kCols>(S, Ss, lds,
+                         reinterpret_cast<T*>(ws + geo.ws_s) + unit * geo.Kp * geo.Vp + v0, vp, cw,
+                         Kp);
     if (stages == 1) {
       __syncthreads();  // the previous chunk's reads of the one stage are done
       issue(ci);

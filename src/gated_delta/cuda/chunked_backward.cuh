@@ -35,9 +35,10 @@ namespace rudnn::gdn::cuda::chunk {
 constexpr int kBackThreads = 256;
 
 // The backward's workspace after the forward pass's (Geometry::ws_bytes), per unit (chunk
-// slot, head): dS_next [Kp][Vp] and dV' [Cp][Vp] in q's dtype; FP32 [Cp][Kp] dQ_inter,
-// dK_state and dW; FP32 [Cp][Cp] dP and dT_v; FP32 [Cp] dbeta's share from V; and FP32
-// sum(dS_next * S_c) (16 floats a unit, for alignment).
+// slot, head): dS_next [Kp][Vp] and dV' [Cp][Vp] in q's dtype; FP32 [Cp][Kp] dQ_inter and
+// dK_state; dW [Cp][Kp] in q's dtype (grad_qk_kernel's product operand); FP32 [Cp][Cp] dP and
+// dT_v; FP32 [Cp] dbeta's share from V; and FP32 sum(dS_next * S_c) (16 floats a unit, for
+// alignment).
 struct BackwardGeometry {
   int64_t ds, dv, xq, xk, xw, dp, dt, rows, sums, bytes;
   __host__ __device__ BackwardGeometry(const Geometry& geo, int64_t units) {
@@ -47,7 +48,7 @@ struct BackwardGeometry {
     dv = wk.take(units * geo.Cp * geo.Vp * geo.item);
     xq = wk.take(units * geo.Cp * geo.Kp * 4);
     xk = wk.take(units * geo.Cp * geo.Kp * 4);
-    xw = wk.take(units * geo.Cp * geo.Kp * 4);
+    xw = wk.take(units * geo.Cp * geo.Kp * geo.item);
     dp = wk.take(units * geo.Cp * geo.Cp * 4);
     dt = wk.take(units * geo.Cp * geo.Cp * 4);
     rows = wk.take(units * geo.Cp * 4);
@@ -104,13 +105,14 @@ __host__ __device__ inline GradVLayout grad_v_layout(const Geometry& geo) {
   return l;
 }
 
-// grad_qk_kernel's shared memory: Q, K [Cp][ldk] and T, P [Cp][ldc] in q's dtype; dW [Cp][ldw];
-// FP32 [Cp][Cp + 1] dP, dT (then dA * D) and K K^T (odd strides: the FP32 products and the row
-// and column sums read columns); beta, G, the decay codes, per-row sums and partials. For
-// 16-bit inputs dW is kept in q's dtype and the products' FP32 operands get copies in it too
-// (dT, M = T^T dT, scale dP * D, dA * D, beta K: tensor cores); for F32 dW and M are FP32.
+// grad_qk_kernel's shared memory: Q, K, dW [Cp][ldk] and T, P [Cp][ldc] in q's dtype; FP32
+// [Cp][Cp + 4] dP, dT (then dA * D) and K K^T (rows 16-byte aligned for cp.async; a stride of
+// 4 mod 32 words keeps the FP32 products' column reads free of bank conflicts); beta, G, the
+// decay codes, per-row sums and partials. For 16-bit inputs the products' FP32 operands get
+// copies in q's dtype (dT, M = T^T dT, scale dP * D, dA * D, beta K: tensor cores); for F32,
+// M is FP32.
 struct GradQKLayout {
-  int64_t ldw, q, k, t, p, w, dp, dt, m, kk, h_dt, h_m, h_dp, h_bk, b, g, z, rows, part, bytes;
+  int64_t ldf, q, k, t, p, w, dp, dt, m, kk, h_dt, h_m, h_dp, h_bk, b, g, z, rows, part, bytes;
   static constexpr int kRowSums = 8;  // rowA, colA, rowP, colP, dG, z, (spare x2)
   static constexpr int kParts = 3;    // q . dQ_inter, k . dK_state, k . T^T dW
 };
@@ -118,17 +120,17 @@ __host__ __device__ inline GradQKLayout grad_qk_layout(const Geometry& geo) {
   GradQKLayout l{};
   const bool half = geo.item == 2;
   const int64_t Cp = geo.Cp, h = half ? 2 : 0;  // bytes of a 16-bit copy's item (0: none)
-  l.ldw = half ? geo.ldk : geo.Kp + 1;
+  l.ldf = Cp + 4;
   Carve sm(16);
   l.q = sm.take(Cp * geo.ldk * geo.item);
   l.k = sm.take(Cp * geo.ldk * geo.item);
   l.t = sm.take(Cp * geo.ldc * geo.item);
   l.p = sm.take(Cp * geo.ldc * geo.item);
-  l.w = sm.take(Cp * l.ldw * (half ? 2 : 4));
-  l.dp = sm.take(Cp * geo.lda * 4);
-  l.dt = sm.take(Cp * geo.lda * 4);
-  l.m = sm.take(half ? 0 : Cp * geo.lda * 4);
-  l.kk = sm.take(Cp * geo.lda * 4);
+  l.w = sm.take(Cp * geo.ldk * geo.item);
+  l.dp = sm.take(Cp * l.ldf * 4);
+  l.dt = sm.take(Cp * l.ldf * 4);
+  l.m = sm.take(half ? 0 : Cp * l.ldf * 4);
+  l.kk = sm.take(Cp * l.ldf * 4);
   l.h_dt = sm.take(Cp * geo.ldc * h);  // dT, then dA * D
   l.h_m = sm.take(Cp * geo.ldc * h);
   l.h_dp = sm.take(Cp * geo.ldc * h);
@@ -196,6 +198,17 @@ __device__ __forceinline__ void row_partials(int m0, int n0, float* part, int pa
     part[(m0 + g) * parts + n0 / 16] = lo;
     part[(m0 + g + 8) * parts + n0 / 16] = hi;
   }
+}
+
+// The pairs of an FP32 [rows][ld] matrix at this lane's accumulator places in the 16 x 16 tile
+// at (m0, n0) (as for_pairs<2> visits them), loaded early so that they land during a product.
+__device__ __forceinline__ void load_tile_pairs(float (&x)[2][4], const float* src, int ld, int m0,
+                                                int n0) {
+  for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
+    const float2 v = __ldg(reinterpret_cast<const float2*>(src + i * ld + c));
+    x[jt][e] = v.x;
+    x[jt][e + 1] = v.y;
+  });
 }
 
 // Copies a rows x cols tile of dO (the upstream gradient, any floating dtype, at `at` with
@@ -287,16 +300,9 @@ __global__ void __launch_bounds__(kBackThreads, 1)
     const int64_t ci = chunk_of(i), unit = unit_of(ci);
     // dS_next in q's dtype: to shared memory for K dS_next, and to the workspace for
     // grad_v_kernel.
-    T* dSg = reinterpret_cast<T*>(ws + bg.ds) + unit * geo.Kp * geo.Vp + v0;
-#pragma unroll
-    for (int j = 0; j < kRowTiles; ++j) {
-      const int m0 = 16 * (warp + kWarps * j);
-      if (m0 >= Kp) continue;
-      for_pairs<kCols / 8>(m0, 0, [&](int jt, int e, int kk, int c) {
-        store_pair(dSs + kk * lds + c, dS[j][jt][e], dS[j][jt][e + 1]);
-        if (c < cw) store_pair(dSg + kk * vp + c, dS[j][jt][e], dS[j][jt][e + 1]);
-      });
-    }
+    stage_slab<T, kCols>(dS, dSs, lds,
+                         reinterpret_cast<T*>(ws + bg.ds) + unit * geo.Kp * geo.Vp + v0, vp, cw,
+                         Kp);
     if (stages == 1) {
       __syncthreads();  // the previous chunk's reads of the one stage are done
       issue(i);
@@ -403,7 +409,7 @@ __global__ void __launch_bounds__(kBackThreads, 1)
   // dK_state = r V' dS_next^T.
   float* xq = reinterpret_cast<float*>(ws + bg.xq) + unit * geo.Cp * geo.Kp;
   float* xk = reinterpret_cast<float*>(ws + bg.xk) + unit * geo.Cp * geo.Kp;
-  float* xw = reinterpret_cast<float*>(ws + bg.xw) + unit * geo.Cp * geo.Kp;
+  T* xw = reinterpret_cast<T*>(ws + bg.xw) + unit * geo.Cp * geo.Kp;
   for_tiles<2>(Cp, Kp, [&](int m0, int n0) {
     float oq[2][4] = {}, ow[2][4] = {}, ok[2][4] = {};
     const Op<T, true> s{Sc, ldx};
@@ -482,7 +488,7 @@ __global__ void __launch_bounds__(kBackThreads, 1)
   const Place pl = locate(p, geo, ws, unit / H);
   if (pl.rows <= 0) return;
   const int L = pl.rows, Cp = int(geo.Cp), Kp = int(geo.Kp);
-  const int ldk = int(geo.ldk), ldc = int(geo.ldc), lda = int(geo.lda), ldw = int(lay.ldw);
+  const int ldk = int(geo.ldk), ldc = int(geo.ldc), lda = int(lay.ldf);
   constexpr int kParts = GradQKLayout::kParts;
   const int parts = Kp / 16;
 
@@ -496,8 +502,8 @@ __global__ void __launch_bounds__(kBackThreads, 1)
   float* KK = reinterpret_cast<float*>(smem + lay.kk);   // K K^T
   T* bK = reinterpret_cast<T*>(smem + lay.h_bk);         // beta K (16-bit inputs)
   // dW, M = T^T dT, dT / dA * D and scale dP * D as product operands.
-  const Inter<T> dW{kHalf ? nullptr : reinterpret_cast<float*>(smem + lay.w), ldw,
-                    reinterpret_cast<T*>(smem + lay.w), ldw};
+  T* dWs = reinterpret_cast<T*>(smem + lay.w);
+  const Inter<T> dW{kHalf ? nullptr : reinterpret_cast<float*>(dWs), ldk, dWs, ldk};
   const Inter<T> M{kHalf ? nullptr : reinterpret_cast<float*>(smem + lay.m), lda,
                    reinterpret_cast<T*>(smem + lay.h_m), ldc};
   const Inter<T> dTi{dTA, lda, reinterpret_cast<T*>(smem + lay.h_dt), ldc};
@@ -520,15 +526,15 @@ __global__ void __launch_bounds__(kBackThreads, 1)
                Cp, Cp, Cp, Cp, true);
   copy_tile<T>(Ps, ldc, reinterpret_cast<const T*>(ws + geo.ws_a) + unit * geo.Cp * geo.Cp, Cp,
                Cp, Cp, Cp, Cp, true);
+  copy_tile<T>(dWs, ldk, reinterpret_cast<const T*>(ws + bg.xw) + unit * geo.Cp * geo.Kp, Kp, Cp,
+               Cp, Kp, Kp, true);
+  copy_tile<float>(dP, lda, reinterpret_cast<const float*>(ws + bg.dp) + unit * geo.Cp * geo.Cp,
+                   Cp, Cp, Cp, Cp, Cp, true);
+  copy_tile<float>(dTA, lda, reinterpret_cast<const float*>(ws + bg.dt) + unit * geo.Cp * geo.Cp,
+                   Cp, Cp, Cp, Cp, Cp, true);
   rudnn::cuda::tc::cp_async_commit();
   const float* xq = reinterpret_cast<const float*>(ws + bg.xq) + unit * geo.Cp * geo.Kp;
   const float* xk = reinterpret_cast<const float*>(ws + bg.xk) + unit * geo.Cp * geo.Kp;
-  const float* xw = reinterpret_cast<const float*>(ws + bg.xw) + unit * geo.Cp * geo.Kp;
-  for_grid(Cp, Kp, [&](int i, int c) { dW.put(i, c, xw[i * Kp + c]); });
-  copy_tile<float>(dP, lda, reinterpret_cast<const float*>(ws + bg.dp) + unit * geo.Cp * geo.Cp,
-                   Cp, Cp, Cp, Cp, Cp, false);
-  copy_tile<float>(dTA, lda, reinterpret_cast<const float*>(ws + bg.dt) + unit * geo.Cp * geo.Cp,
-                   Cp, Cp, Cp, Cp, Cp, false);
   const int64_t gate0 = g_at(p, pl.range.entry, h, pl.t0);
   chunk_decay_and_beta(p, gate0, L, Cp, Bs, Gs, Zs);
   rudnn::cuda::tc::cp_async_wait<0>();
@@ -609,25 +615,26 @@ __global__ void __launch_bounds__(kBackThreads, 1)
   // dQ = dQ_inter + (scale dP * D) K, and the rows' q . dQ_inter.
   T* dq = static_cast<T*>(b.dq) + qk;
   for_tiles<2>(Cp, Kp, [&](int m0, int n0) {
-    float acc[2][4] = {};
+    float acc[2][4] = {}, x[2][4];
+    load_tile_pairs(x, xq, Kp, m0, n0);  // in flight during the product
     tile_mma<T>(acc, dPi.template op<true>(), Op<T, false>{Ks, ldk}, m0, n0, Cp);
     for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
       if (i >= L) return;
 #pragma unroll
-      for (int x = 0; x < 2; ++x)
-        if (c + x < Dk)
-          dq[int64_t(i) * p.qk_t + c + x] = from_float<T>(acc[jt][e + x] + xq[i * Kp + c + x]);
+      for (int y = 0; y < 2; ++y)
+        if (c + y < Dk)
+          dq[int64_t(i) * p.qk_t + c + y] = from_float<T>(acc[jt][e + y] + x[jt][e + y]);
     });
     row_partials(m0, n0, part, kParts * parts, [&](int jt, int e, int i, int c) {
-      return to_float(Qs[i * ldk + c]) * xq[i * Kp + c] +
-             to_float(Qs[i * ldk + c + 1]) * xq[i * Kp + c + 1];
+      return to_float(Qs[i * ldk + c]) * x[jt][e] + to_float(Qs[i * ldk + c + 1]) * x[jt][e + 1];
     });
   });
   // dK = dK_state + (scale dP * D)^T Q + (dA * D)^T (beta K) + beta (dA * D) K + beta e T^T dW,
   // and the rows' k . dK_state and k . T^T dW.
   T* dk = static_cast<T*>(b.dk) + qk;
   for_tiles<2>(Cp, Kp, [&](int m0, int n0) {
-    float plain[2][4] = {}, rowb[2][4] = {}, wy[2][4] = {};
+    float plain[2][4] = {}, rowb[2][4] = {}, wy[2][4] = {}, x[2][4];
+    load_tile_pairs(x, xk, Kp, m0, n0);  // in flight during the products
     tile_mma<T>(plain, dPi.template op<false>(), Op<T, false>{Qs, ldk}, m0, n0, Cp);
     if constexpr (kHalf)
       tile_mma<T>(plain, dTi.template op<false>(), Op<T, false>{bK, ldk}, m0, n0, Cp);
@@ -640,14 +647,13 @@ __global__ void __launch_bounds__(kBackThreads, 1)
       if (i >= L) return;
       const float bi = Bs[i], be = bi * decay.through(i);
 #pragma unroll
-      for (int x = 0; x < 2; ++x)
-        if (c + x < Dk)
-          dk[int64_t(i) * p.qk_t + c + x] = from_float<T>(
-              xk[i * Kp + c + x] + plain[jt][e + x] + bi * rowb[jt][e + x] + be * wy[jt][e + x]);
+      for (int y = 0; y < 2; ++y)
+        if (c + y < Dk)
+          dk[int64_t(i) * p.qk_t + c + y] = from_float<T>(
+              x[jt][e + y] + plain[jt][e + y] + bi * rowb[jt][e + y] + be * wy[jt][e + y]);
     });
     row_partials(m0, n0, part + parts, kParts * parts, [&](int jt, int e, int i, int c) {
-      return to_float(Ks[i * ldk + c]) * xk[i * Kp + c] +
-             to_float(Ks[i * ldk + c + 1]) * xk[i * Kp + c + 1];
+      return to_float(Ks[i * ldk + c]) * x[jt][e] + to_float(Ks[i * ldk + c + 1]) * x[jt][e + 1];
     });
     row_partials(m0, n0, part + 2 * parts, kParts * parts, [&](int jt, int e, int i, int c) {
       return to_float(Ks[i * ldk + c]) * wy[jt][e] + to_float(Ks[i * ldk + c + 1]) * wy[jt][e + 1];
