@@ -620,66 +620,72 @@ void check_chunk_size(const OpCall& call, int64_t chunk_size) {
   }
 }
 
-// What the GPU kernels do not take (after the contract's checks passed): d's sizes (value
-// heads, sequences) in q's dtype.
-void require_gpu_chunked(const OpCall& call, const Dims& d, int64_t chunk_size, DType dtype) {
-#if RUDNN_WITH_CUDA
-  const gdn::Chunked p{sized_problem(d, dtype), chunk_size};
-  if (p.chunk > gdn::cuda::kMaxChunk) {
-    fail(ErrorCode::Unsupported, cat(call.op, ": chunk_size = ", p.chunk,
-                                     " is not supported on the GPU yet; expected chunk_size <= ",
-                                     gdn::cuda::kMaxChunk));
-  }
-  if (p.key_dim > gdn::cuda::kMaxChunkDim || p.value_dim > gdn::cuda::kMaxChunkDim) {
-    fail(ErrorCode::Unsupported,
-         cat(call.op, ": K = ", p.key_dim, ", V = ", p.value_dim,
-             " are not supported by the GPU chunked kernels yet; expected K, V <= ",
-             gdn::cuda::kMaxChunkDim));
-  }
-  const int64_t need = gdn::cuda::chunked_shared_bytes(p);
-  const int64_t limit = int64_t(cuda::device_info(call.device).shared_bytes_per_block_optin);
-  if (need > limit) {
-    fail(ErrorCode::Unsupported,
-         cat(call.op, ": chunk_size = ", p.chunk, " with K = ", p.key_dim, ", V = ", p.value_dim,
-             " in ", dtype_name(p.dtype), " needs ", need,
-             " bytes of shared memory per block in the GPU kernels; expected at most the "
-             "device's opt-in limit of ",
-             limit, " bytes (use a smaller chunk_size)"));
-  }
-#else
-  (void)d;
-  (void)chunk_size;
-  (void)dtype;
-  fail(ErrorCode::Unsupported, cat(call.op, ": ruDNN was built without CUDA"));
-#endif
-}
-
-// The chunked kernels over a recurrence problem (both forms), with their workspace allocated
-// on the call's stream. They address a chunk's rows with 32-bit offsets (rows x step stride:
-// D in spec 000's layout, H x D in spec 003's), so steps further apart are Unsupported, before
-// anything is written.
+// The chunked kernels address a chunk's rows with 32-bit offsets (rows x step stride: D in
+// spec 000's layout, H x D in spec 003's).
 bool chunk_offsets_fit(const gdn::Chunked& p) {
   const int64_t rows = (p.chunk + 15) / 16 * 16, stride = std::max(p.qk_t, p.v_t);
   return rows * stride <= int64_t(std::numeric_limits<int32_t>::max());
 }
 
-void run_gpu_chunked(OpCall& call, const gdn::Recurrence& r, int64_t chunk_size) {
+// Why the GPU chunked kernels (the forward's, or with `backward` the backward's) do not take p,
+// after the contract's checks passed; empty when they do. The one list of their limits: the
+// forward fails with the reason, the backward falls back to the recurrence's kernels.
+std::string gpu_chunked_gap(const OpCall& call, const gdn::Chunked& p, bool backward) {
 #if RUDNN_WITH_CUDA
-  const gdn::Chunked p{r, chunk_size};
-  if (!chunk_offsets_fit(p)) {
-    const int64_t rows = (chunk_size + 15) / 16 * 16, stride = std::max(p.qk_t, p.v_t);
-    fail(ErrorCode::Unsupported,
-         cat(call.op, ": steps ", stride, " elements apart with chunk_size = ", chunk_size,
-             " pass the GPU kernels' 32-bit offsets inside a chunk; expected ", rows, " x ",
-             stride, " < 2^31"));
+  if (p.chunk > gdn::cuda::kMaxChunk) {
+    return cat("chunk_size = ", p.chunk, " is not supported on the GPU yet; expected chunk_size <= ",
+               gdn::cuda::kMaxChunk);
   }
+  if (p.key_dim > gdn::cuda::kMaxChunkDim || p.value_dim > gdn::cuda::kMaxChunkDim) {
+    return cat("K = ", p.key_dim, ", V = ", p.value_dim,
+               " are not supported by the GPU chunked kernels yet; expected K, V <= ",
+               gdn::cuda::kMaxChunkDim);
+  }
+  // The recurrence's backward writes the zero gradients of an empty K or V.
+  if (backward && (p.key_dim == 0 || p.value_dim == 0)) return "K = 0 or V = 0";
+  const int64_t need = backward ? gdn::cuda::chunked_backward_shared_bytes(p)
+                                : gdn::cuda::chunked_shared_bytes(p);
+  const int64_t limit = int64_t(cuda::device_info(call.device).shared_bytes_per_block_optin);
+  if (need > limit) {
+    return cat("chunk_size = ", p.chunk, " with K = ", p.key_dim, ", V = ", p.value_dim, " in ",
+               dtype_name(p.dtype), " needs ", need,
+               " bytes of shared memory per block in the GPU kernels; expected at most the "
+               "device's opt-in limit of ",
+               limit, " bytes (use a smaller chunk_size)");
+  }
+  if (!chunk_offsets_fit(p)) {
+    return cat("steps ", std::max(p.qk_t, p.v_t), " elements apart with chunk_size = ", p.chunk,
+               " pass the GPU kernels' 32-bit offsets inside a chunk; expected ",
+               (p.chunk + 15) / 16 * 16, " x ", std::max(p.qk_t, p.v_t), " < 2^31");
+  }
+  return {};
+#else
+  (void)call;
+  (void)p;
+  (void)backward;
+  return "ruDNN was built without CUDA";
+#endif
+}
+
+// What the GPU forward kernels do not take, from d's sizes in q's dtype (before any output is
+// taken); run_gpu_chunked checks the real strides again.
+void require_gpu_chunked(const OpCall& call, const Dims& d, int64_t chunk_size, DType dtype) {
+  const std::string gap = gpu_chunked_gap(call, gdn::Chunked{sized_problem(d, dtype), chunk_size},
+                                          false);
+  if (!gap.empty()) fail(ErrorCode::Unsupported, cat(call.op, ": ", gap));
+}
+
+// The chunked forward kernels over a recurrence problem (both forms), with their workspace
+// allocated on the call's stream; Unsupported, before anything is written, where they do not
+// take it.
+void run_gpu_chunked(OpCall& call, const gdn::Recurrence& r, int64_t chunk_size) {
+  const gdn::Chunked p{r, chunk_size};
+  const std::string gap = gpu_chunked_gap(call, p, false);
+  if (!gap.empty()) fail(ErrorCode::Unsupported, cat(call.op, ": ", gap));
+#if RUDNN_WITH_CUDA
   const Tensor& workspace = call.keep(
       call.empty({std::max<int64_t>(gdn::cuda::chunked_workspace_bytes(p), 1)}, DType::u8));
   gdn::cuda::chunked(p, workspace.data(), call.stream);
-#else
-  (void)r;
-  (void)chunk_size;
-  fail(ErrorCode::Unsupported, cat(call.op, ": ruDNN was built without CUDA"));
 #endif
 }
 
@@ -811,24 +817,6 @@ GatedDeltaGrads gated_delta_backward_impl(OpCall& call, Outputs& outs, const Ten
   return out;
 }
 
-// The chunked backward kernels take the problem: the chunk, K and V within their limits (and
-// not 0: the recurrence's backward writes those zero gradients), their shared memory within
-// the device's, the 32-bit offsets inside a chunk.
-bool gpu_chunked_backward_fits(const OpCall& call, const gdn::Chunked& p) {
-#if RUDNN_WITH_CUDA
-  if (p.chunk > gdn::cuda::kMaxChunk || p.key_dim > gdn::cuda::kMaxChunkDim ||
-      p.value_dim > gdn::cuda::kMaxChunkDim || p.key_dim == 0 || p.value_dim == 0 ||
-      !chunk_offsets_fit(p))
-    return false;
-  const int64_t limit = int64_t(cuda::device_info(call.device).shared_bytes_per_block_optin);
-  return gdn::cuda::chunked_backward_shared_bytes(p) <= limit;
-#else
-  (void)call;
-  (void)p;
-  return false;
-#endif
-}
-
 // No chunk_size: gated_delta_rule_backward*; one: chunk_gated_delta_rule_backward*, whose GPU
 // path runs the chunked backward kernels where they take the problem and the recurrence's
 // backward otherwise (the same gradients up to rounding).
@@ -862,11 +850,13 @@ GatedDeltaInputGrads gated_delta_rule_backward_impl(OpCall& call, Outputs& outs,
                        {"log_decay", &in.log_decay},
                        {"initial_state", &in.initial_state},
                        {"cu_seqlens", &cu}});
-  if (!call.device.is_cpu() && chunk_size) {
+  if (!call.device.is_cpu()) {
+    // One forward problem (its dense operand copies made once) for either backward.
+    gdn::Recurrence f = bhtd_problem(call, d, in);
+    if (cu.defined()) f.cu_seqlens = static_cast<const int32_t*>(cu.data());
     gdn::ChunkedBackward p;
-    p.f = gdn::Chunked{bhtd_problem(call, d, in), *chunk_size};
-    if (cu.defined()) p.f.cu_seqlens = static_cast<const int32_t*>(cu.data());
-    if (gpu_chunked_backward_fits(call, p.f)) {
+    p.f = gdn::Chunked{f, chunk_size.value_or(0)};
+    if (chunk_size && gpu_chunked_gap(call, p.f, true).empty()) {
       p.dy = common::dense_in(call, doutput);
       p.dy_dtype = doutput.dtype();
       if (dfinal_state.defined()) {
@@ -887,21 +877,18 @@ GatedDeltaInputGrads gated_delta_rule_backward_impl(OpCall& call, Outputs& outs,
 #endif
       return out;
     }
-  }
-  if (!call.device.is_cpu()) {
-    gdn::RecurrenceBackward p;
-    p.f = bhtd_problem(call, d, in);
-    if (cu.defined()) p.f.cu_seqlens = static_cast<const int32_t*>(cu.data());
-    p.dq = out.dquery.data();
-    p.dk = out.dkey.data();
-    p.dv = out.dvalue.data();
-    p.dgate = out.dlog_decay.data();
-    p.dbeta = out.dbeta.data();
-    p.dstate = out.dinitial_state.data();
-    p.dgate_dtype = DType::f32;
-    p.dbeta_dtype = in.beta.dtype();
-    p.dstate_dtype = DType::f32;
-    run_gpu_backward(call, p, doutput, dfinal_state);
+    gdn::RecurrenceBackward r;
+    r.f = f;
+    r.dq = out.dquery.data();
+    r.dk = out.dkey.data();
+    r.dv = out.dvalue.data();
+    r.dgate = out.dlog_decay.data();
+    r.dbeta = out.dbeta.data();
+    r.dstate = out.dinitial_state.data();
+    r.dgate_dtype = DType::f32;
+    r.dbeta_dtype = in.beta.dtype();
+    r.dstate_dtype = DType::f32;
+    run_gpu_backward(call, r, doutput, dfinal_state);
     return out;
   }
   const gdn::reference::Grads gr = gdn::reference::gated_delta_bhtd_backward(
