@@ -206,24 +206,47 @@ void bench_prefill_and_backward(Bench& b, const Dims& d) {
   }
 }
 
-// The chunked prefill (chunk_gated_delta_rule, spec 000's [B,H,T,D] form, chunk 64): the
-// issue's two shapes, K = V = 128, bf16 q/k/v/beta, F32 log_decay and state. Bytes: every
-// operand and result once (the workspace's W, U, Q K^T traffic is not counted). Check: the
+// The chunked form's benchmark inputs (spec 000's [B,H,T,D] form, K = V = 128, bf16
+// q/k/v/beta, F32 log_decay and state), drawn from seeds seed .. seed + 5, and the bytes of one
+// forward: every operand and result once (the workspace's W, U, Q K^T traffic not counted).
+constexpr int64_t kChunkedDim = 128, kChunkedChunk = 64;
+GatedDeltaInput chunked_input(Bench& b, int64_t B, int64_t H, int64_t T, uint64_t seed) {
+  const int64_t K = kChunkedDim, V = kChunkedDim;
+  const DType bf = DType::bf16;
+  GatedDeltaInput in;
+  in.query = b.normal({B, H, T, K}, bf, seed, 0.0f, 0.09f);
+  in.key = b.normal({B, H, T, K}, bf, seed + 1, 0.0f, 0.09f);
+  in.value = b.normal({B, H, T, V}, bf, seed + 2);
+  in.beta = b.normal({B, H, T}, bf, seed + 3, 0.5f, 0.1f);
+  in.log_decay = b.normal({B, H, T}, DType::f32, seed + 4, -0.05f, 0.02f);
+  in.initial_state = b.normal({B, H, K, V}, DType::f32, seed + 5, 0.0f, 0.05f);
+  in.query_scale = 0.088f;
+  return in;
+}
+double chunked_forward_bytes(int64_t B, int64_t H, int64_t T) {
+  const int64_t K = kChunkedDim, V = kChunkedDim;
+  return double(B) * H * T * ((2 * K + 2 * V) * 2 + 2 + 4) + 2.0 * B * H * K * V * 4;
+}
+// Batch entry bb, head hh of a [B, H, ...] tensor, still on its device.
+Tensor entry_head(const Tensor& t, int64_t bb, int64_t hh) {
+  return t.slice(0, bb, bb + 1).slice(1, hh, hh + 1).contiguous();
+}
+// The same of every operand of a chunked input.
+GatedDeltaInput entry_head(const GatedDeltaInput& in, int64_t bb, int64_t hh) {
+  GatedDeltaInput h = in;
+  for (Tensor* t : {&h.query, &h.key, &h.value, &h.beta, &h.log_decay, &h.initial_state})
+    *t = entry_head(*t, bb, hh);
+  return h;
+}
+
+// The chunked prefill (chunk_gated_delta_rule, chunk 64) at the two shapes. Check: the
 // first and last (sequence, head) against the CPU recurrence (float64).
 void bench_chunked(Bench& b, const std::string& op, int64_t B, int64_t H, int64_t T) {
   if (!b.wanted(op)) return;
-  const int64_t K = 128, V = 128, chunk = 64;
+  const GatedDeltaInput in = chunked_input(b, B, H, T, 601);
+  const int64_t K = kChunkedDim, chunk = kChunkedChunk;
   const DType bf = DType::bf16;
-  GatedDeltaInput in;
-  in.query = b.normal({B, H, T, K}, bf, 601, 0.0f, 0.09f);
-  in.key = b.normal({B, H, T, K}, bf, 602, 0.0f, 0.09f);
-  in.value = b.normal({B, H, T, V}, bf, 603);
-  in.beta = b.normal({B, H, T}, bf, 604, 0.5f, 0.1f);
-  in.log_decay = b.normal({B, H, T}, DType::f32, 605, -0.05f, 0.02f);
-  in.initial_state = b.normal({B, H, K, V}, DType::f32, 606, 0.0f, 0.05f);
-  in.query_scale = 0.088f;
-  const double tokens = double(B) * H * T;
-  const double bytes = tokens * ((2 * K + 2 * V) * 2 + 2 + 4) + 2.0 * B * H * K * V * 4;
+  const double bytes = chunked_forward_bytes(B, H, T);
   Tensor y0;
   b.run(
       op, {B, H, T, K}, bf, bytes, 1,
@@ -235,14 +258,12 @@ void bench_chunked(Bench& b, const std::string& op, int64_t B, int64_t H, int64_
         b.sync();
         double err = 0;
         for (auto [bb, hh] : {std::pair<int64_t, int64_t>{0, 0}, {B - 1, H - 1}}) {
-          auto one = [&](const Tensor& t) {
-            return t.slice(0, bb, bb + 1).slice(1, hh, hh + 1).to_host().contiguous();
-          };
-          GatedDeltaInput h = in;
+          GatedDeltaInput h = entry_head(in, bb, hh);
           for (Tensor* t : {&h.query, &h.key, &h.value, &h.beta, &h.log_decay, &h.initial_state})
-            *t = one(*t);
+            *t = t->to_host();
           const GatedDeltaOutput r = gated_delta_rule(h);
-          err = bench::worst(err, bench::relative_l2_error(one(y0), r.output));
+          err = bench::worst(err,
+                             bench::relative_l2_error(entry_head(y0, bb, hh).to_host(), r.output));
         }
         return err;
       },
@@ -255,21 +276,12 @@ void bench_chunked(Bench& b, const std::string& op, int64_t B, int64_t H, int64_
 // against the recurrence's backward on the GPU (gated_delta_rule_backward).
 void bench_chunked_backward(Bench& b, const std::string& op, int64_t B, int64_t H, int64_t T) {
   if (!b.wanted(op)) return;
-  const int64_t K = 128, V = 128, chunk = 64;
+  const GatedDeltaInput in = chunked_input(b, B, H, T, 621);
+  const int64_t K = kChunkedDim, V = kChunkedDim, chunk = kChunkedChunk;
   const DType bf = DType::bf16;
-  GatedDeltaInput in;
-  in.query = b.normal({B, H, T, K}, bf, 621, 0.0f, 0.09f);
-  in.key = b.normal({B, H, T, K}, bf, 622, 0.0f, 0.09f);
-  in.value = b.normal({B, H, T, V}, bf, 623);
-  in.beta = b.normal({B, H, T}, bf, 624, 0.5f, 0.1f);
-  in.log_decay = b.normal({B, H, T}, DType::f32, 625, -0.05f, 0.02f);
-  in.initial_state = b.normal({B, H, K, V}, DType::f32, 626, 0.0f, 0.05f);
-  in.query_scale = 0.088f;
   const Tensor dout = b.normal({B, H, T, V}, bf, 627);
   const Tensor dfinal = b.normal({B, H, K, V}, DType::f32, 628, 0.0f, 0.05f);
-  const double tokens = double(B) * H * T;
-  const double bytes = 2 * (tokens * ((2 * K + 2 * V) * 2 + 2 + 4) + 2.0 * B * H * K * V * 4) +
-                       tokens * V * 2;
+  const double bytes = 2 * chunked_forward_bytes(B, H, T) + double(B) * H * T * V * 2;
   GatedDeltaInputGrads g0;
   b.run(
       op, {B, H, T, K}, bf, bytes, 1,
@@ -281,13 +293,9 @@ void bench_chunked_backward(Bench& b, const std::string& op, int64_t B, int64_t 
         b.sync();
         double err = 0;
         for (auto [bb, hh] : {std::pair<int64_t, int64_t>{0, 0}, {B - 1, H - 1}}) {
-          auto one = [&](const Tensor& t) {
-            return t.slice(0, bb, bb + 1).slice(1, hh, hh + 1).contiguous();
-          };
-          GatedDeltaInput h = in;
-          for (Tensor* t : {&h.query, &h.key, &h.value, &h.beta, &h.log_decay, &h.initial_state})
-            *t = one(*t);
-          const GatedDeltaInputGrads r = gated_delta_rule_backward(one(dout), one(dfinal), h);
+          auto one = [&](const Tensor& t) { return entry_head(t, bb, hh); };
+          const GatedDeltaInputGrads r =
+              gated_delta_rule_backward(one(dout), one(dfinal), entry_head(in, bb, hh));
           for (auto [got, want] : {std::pair{&g0.dquery, &r.dquery}, {&g0.dkey, &r.dkey},
                                    {&g0.dvalue, &r.dvalue}, {&g0.dbeta, &r.dbeta},
                                    {&g0.dlog_decay, &r.dlog_decay},
