@@ -231,11 +231,11 @@ double chunked_forward_bytes(int64_t B, int64_t H, int64_t T) {
 Tensor entry_head(const Tensor& t, int64_t bb, int64_t hh) {
   return t.slice(0, bb, bb + 1).slice(1, hh, hh + 1).contiguous();
 }
-// The same of every operand of a chunked input.
-GatedDeltaInput entry_head(const GatedDeltaInput& in, int64_t bb, int64_t hh) {
+// The same of every operand of a chunked input, copied to the host when `host`.
+GatedDeltaInput entry_head(const GatedDeltaInput& in, int64_t bb, int64_t hh, bool host = false) {
   GatedDeltaInput h = in;
   for (Tensor* t : {&h.query, &h.key, &h.value, &h.beta, &h.log_decay, &h.initial_state})
-    *t = entry_head(*t, bb, hh);
+    *t = host ? entry_head(*t, bb, hh).to_host() : entry_head(*t, bb, hh);
   return h;
 }
 
@@ -258,10 +258,7 @@ void bench_chunked(Bench& b, const std::string& op, int64_t B, int64_t H, int64_
         b.sync();
         double err = 0;
         for (auto [bb, hh] : {std::pair<int64_t, int64_t>{0, 0}, {B - 1, H - 1}}) {
-          GatedDeltaInput h = entry_head(in, bb, hh);
-          for (Tensor* t : {&h.query, &h.key, &h.value, &h.beta, &h.log_decay, &h.initial_state})
-            *t = t->to_host();
-          const GatedDeltaOutput r = gated_delta_rule(h);
+          const GatedDeltaOutput r = gated_delta_rule(entry_head(in, bb, hh, true));
           err = bench::worst(err,
                              bench::relative_l2_error(entry_head(y0, bb, hh).to_host(), r.output));
         }

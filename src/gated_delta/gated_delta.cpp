@@ -620,13 +620,6 @@ void check_chunk_size(const OpCall& call, int64_t chunk_size) {
   }
 }
 
-// The chunked kernels address a chunk's rows with 32-bit offsets (rows x step stride: D in
-// spec 000's layout, H x D in spec 003's).
-bool chunk_offsets_fit(const gdn::Chunked& p) {
-  const int64_t rows = (p.chunk + 15) / 16 * 16, stride = std::max(p.qk_t, p.v_t);
-  return rows * stride <= int64_t(std::numeric_limits<int32_t>::max());
-}
-
 // Why the GPU chunked kernels (the forward's, or with `backward` the backward's) do not take p,
 // after the contract's checks passed; empty when they do. The one list of their limits: the
 // forward fails with the reason, the backward falls back to the recurrence's kernels.
@@ -653,10 +646,13 @@ std::string gpu_chunked_gap(const OpCall& call, const gdn::Chunked& p, bool back
                "device's opt-in limit of ",
                limit, " bytes (use a smaller chunk_size)");
   }
-  if (!chunk_offsets_fit(p)) {
-    return cat("steps ", std::max(p.qk_t, p.v_t), " elements apart with chunk_size = ", p.chunk,
-               " pass the GPU kernels' 32-bit offsets inside a chunk; expected ",
-               (p.chunk + 15) / 16 * 16, " x ", std::max(p.qk_t, p.v_t), " < 2^31");
+  // The kernels address a chunk's rows with 32-bit offsets (rows x step stride: D in spec
+  // 000's layout, H x D in spec 003's).
+  const int64_t rows = (p.chunk + 15) / 16 * 16, stride = std::max(p.qk_t, p.v_t);
+  if (rows * stride > int64_t(std::numeric_limits<int32_t>::max())) {
+    return cat("steps ", stride, " elements apart with chunk_size = ", p.chunk,
+               " pass the GPU kernels' 32-bit offsets inside a chunk; expected ", rows, " x ",
+               stride, " < 2^31");
   }
   return {};
 #else
