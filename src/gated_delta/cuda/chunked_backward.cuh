@@ -82,22 +82,30 @@ __host__ __device__ inline DStateLayout dstate_layout(const Geometry& geo, int64
   return l;
 }
 
-// grad_v_kernel's shared memory: dO, V', dV', V [Cp][ldx], S_c and dS_next [Kp][ldx], T
-// [Cp][ldc], the factors, beta and the row partials of dbeta [Cp][Vp / 16] (FP32).
+// grad_v_kernel's shared memory: dO, V', dV' [Cp][ldx]; a region that holds first V [Cp][ldx]
+// and T [Cp][ldc] (the [Cp][Cp] products and dV), then a piece of kGradVRows rows of S_c and of
+// dS_next [..][ldx] at a time (the [Cp][Kp] products); the factors, beta and the row partials
+// of dbeta [Cp][Vp / 16] (FP32). Pieces rather than all of S_c and dS_next so that two blocks
+// fit an SM for 16-bit inputs at K = V = 128, chunk 64 (about 90 KB).
+constexpr int kGradVRows = 64;
 struct GradVLayout {
-  int64_t ldx, dy, vp, dv, v, s, ds, t, f, b, part, bytes;
+  int64_t ldx, rows, dy, vp, dv, v, t, s, ds, f, b, part, bytes;
 };
 __host__ __device__ inline GradVLayout grad_v_layout(const Geometry& geo) {
   GradVLayout l{};
   l.ldx = geo.Vp + geo.pad;
+  l.rows = geo.Kp < kGradVRows ? geo.Kp : kGradVRows;
   Carve sm(16);
   l.dy = sm.take(geo.Cp * l.ldx * geo.item);
   l.vp = sm.take(geo.Cp * l.ldx * geo.item);
   l.dv = sm.take(geo.Cp * l.ldx * geo.item);
-  l.v = sm.take(geo.Cp * l.ldx * geo.item);
-  l.s = sm.take(geo.Kp * l.ldx * geo.item);
-  l.ds = sm.take(geo.Kp * l.ldx * geo.item);
-  l.t = sm.take(geo.Cp * geo.ldc * geo.item);
+  Carve first(16), second(16);  // the region's two uses
+  first.at = second.at = sm.at;
+  l.v = first.take(geo.Cp * l.ldx * geo.item);
+  l.t = first.take(geo.Cp * geo.ldc * geo.item);
+  l.s = second.take(l.rows * l.ldx * geo.item);
+  l.ds = second.take(l.rows * l.ldx * geo.item);
+  sm.at = first.at > second.at ? first.at : second.at;
   l.f = sm.take(geo.fstride * 4);
   l.b = sm.take(geo.Cp * 4);
   l.part = sm.take(geo.Cp * (geo.Vp / 16) * 4);
@@ -105,74 +113,67 @@ __host__ __device__ inline GradVLayout grad_v_layout(const Geometry& geo) {
   return l;
 }
 
-// grad_qk_kernel's shared memory: Q, K, dW [Cp][ldk] and T, P [Cp][ldc] in q's dtype; FP32
-// [Cp][Cp + 4] dP, dT (then dA * D) and K K^T (rows 16-byte aligned for cp.async; a stride of
-// 4 mod 32 words keeps the FP32 products' column reads free of bank conflicts); beta, G, the
-// decay codes, per-row sums and partials. For 16-bit inputs the products' FP32 operands get
-// copies in q's dtype (dT, M = T^T dT, scale dP * D, dA * D, beta K: tensor cores); for F32,
-// M is FP32.
+// grad_qk_kernel's shared memory, every matrix in q's dtype (product operands): Q, K, dW
+// [Cp][ldk]; T, P, then dT (later S, see the kernel) and M (later scale dP * D) [Cp][ldc];
+// FP32 beta, G, the decay codes, the per-row sums and the tiles' row and column partials. The
+// FP32 intermediates live in registers (the tile epilogues) or are read from the workspace
+// where a tile needs them, so that two blocks fit an SM for 16-bit inputs at K = 128, chunk 64
+// (about 102 KB).
 struct GradQKLayout {
-  int64_t ldf, q, k, t, p, w, dp, dt, m, kk, h_dt, h_m, h_dp, h_bk, b, g, z, rows, part, bytes;
-  static constexpr int kRowSums = 8;  // rowA, colA, rowP, colP, dG, z, (spare x2)
-  static constexpr int kParts = 3;    // q . dQ_inter, k . dK_state, k . T^T dW
+  int64_t q, k, w, t, p, dt, m, b, g, z, rows, part, tri, bytes;
+  static constexpr int kRowSums = 2;  // dG, k . dK_state
+  static constexpr int kParts = 3;    // q . dQ_inter, k . dK_state, k . T^T dW (over K)
+  static constexpr int kTriSums = 4;  // rows and columns of the A and P terms (over the chunk)
 };
 __host__ __device__ inline GradQKLayout grad_qk_layout(const Geometry& geo) {
   GradQKLayout l{};
-  const bool half = geo.item == 2;
-  const int64_t Cp = geo.Cp, h = half ? 2 : 0;  // bytes of a 16-bit copy's item (0: none)
-  l.ldf = Cp + 4;
+  const int64_t Cp = geo.Cp;
   Carve sm(16);
   l.q = sm.take(Cp * geo.ldk * geo.item);
   l.k = sm.take(Cp * geo.ldk * geo.item);
+  l.w = sm.take(Cp * geo.ldk * geo.item);
   l.t = sm.take(Cp * geo.ldc * geo.item);
   l.p = sm.take(Cp * geo.ldc * geo.item);
-  l.w = sm.take(Cp * geo.ldk * geo.item);
-  l.dp = sm.take(Cp * l.ldf * 4);
-  l.dt = sm.take(Cp * l.ldf * 4);
-  l.m = sm.take(half ? 0 : Cp * l.ldf * 4);
-  l.kk = sm.take(Cp * l.ldf * 4);
-  l.h_dt = sm.take(Cp * geo.ldc * h);  // dT, then dA * D
-  l.h_m = sm.take(Cp * geo.ldc * h);
-  l.h_dp = sm.take(Cp * geo.ldc * h);
-  l.h_bk = sm.take(Cp * geo.ldk * h);
+  l.dt = sm.take(Cp * geo.ldc * geo.item);
+  l.m = sm.take(Cp * geo.ldc * geo.item);
   l.b = sm.take(Cp * 4);
   l.g = sm.take(Cp * 4);
   l.z = sm.take(Cp * 4);
   l.rows = sm.take(GradQKLayout::kRowSums * Cp * 4);
   l.part = sm.take(GradQKLayout::kParts * Cp * (geo.Kp / 16) * 4);
+  l.tri = sm.take(GradQKLayout::kTriSums * Cp * (Cp / 16) * 4);
   l.bytes = sm.at;
   return l;
 }
 
-// An FP32 intermediate of grad_qk_kernel (f, ldf; may be null for 16-bit inputs) and its copy
-// in q's dtype (h, ldh; 16-bit inputs only). As a product operand: the copy on tensor cores
-// for 16-bit inputs, the FP32 matrix for F32.
-template <class T>
-struct Inter {
-  float* f;
-  int ldf;
-  T* h;
-  int ldh;
-  template <bool kMajor>
-  __device__ __forceinline__ auto op() const {
-    if constexpr (std::is_same_v<T, float>)
-      return Op<float, kMajor>{f, ldf};
-    else
-      return Op<T, kMajor>{h, ldh};
+// For one warp's 16 x 16 tile at (m0, n0) with values v[jt][e] in the accumulator layout of two
+// 16 x 8 tiles: stores the sum of each of its rows over its 16 columns at
+// row_part[row * parts + n0 / 16], and of each column of c over its 16 rows at
+// col_part[col * parts + m0 / 16]. Every lane of the warp calls it (shuffles in a fixed
+// order); the caller sums a row's or a column's parts in order: deterministic sums.
+__device__ __forceinline__ void tile_sums(const float (&r)[2][4], const float (&c)[2][4], int m0,
+                                          int n0, float* row_part, float* col_part, int parts) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  float lo = r[0][0] + r[0][1] + r[1][0] + r[1][1], hi = r[0][2] + r[0][3] + r[1][2] + r[1][3];
+#pragma unroll
+  for (int d = 1; d < 4; d *= 2) {
+    lo += __shfl_xor_sync(0xffffffffu, lo, d);
+    hi += __shfl_xor_sync(0xffffffffu, hi, d);
   }
-  __device__ __forceinline__ void put(int i, int j, float x) const {
-    if (f != nullptr) f[i * ldf + j] = x;
-    if constexpr (!std::is_same_v<T, float>) h[i * ldh + j] = from_float<T>(x);
+  if (t == 0) {
+    row_part[(m0 + g) * parts + n0 / 16] = lo;
+    row_part[(m0 + g + 8) * parts + n0 / 16] = hi;
   }
-};
-
-// An operand whose k-th row (the summed index) is scaled by s[k]: (beta K) as a B operand.
-template <class O>
-struct RowScaled {
-  O base;
-  const float* s;
-  __device__ __forceinline__ float at(int mn, int k) const { return s[k] * base.at(mn, k); }
-};
+#pragma unroll
+  for (int jt = 0; jt < 2; ++jt)
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      float s = c[jt][x] + c[jt][2 + x];  // rows g and g + 8
+#pragma unroll
+      for (int d = 4; d < 32; d *= 2) s += __shfl_xor_sync(0xffffffffu, s, d);
+      if (g == 0) col_part[(n0 + 8 * jt + 2 * t + x) * parts + m0 / 16] = s;
+    }
+}
 
 // For one warp's 16 x 16 tile at (m0, n0) (two 16 x 8 tiles): sums f(jt, e, row, col) (the
 // contribution of the lane's pair at (row, col), (row, col + 1)) over the tile's 16 columns
@@ -355,9 +356,11 @@ __global__ void __launch_bounds__(kBackThreads, 1)
   store_slab<kCols>(dS, p, blk, b.dstate, DType::f32);
 }
 
-// Step 3, one block per unit (chunk slot, head): the products that sum over V.
+// Step 3, one block per unit (chunk slot, head): the products that sum over V. Two blocks an SM
+// for 16-bit inputs (K = V = 128, chunk 64), so that one block's loads overlap the other's
+// products.
 template <class T>
-__global__ void __launch_bounds__(kBackThreads, 1)
+__global__ void __launch_bounds__(kBackThreads, sizeof(T) == 4 ? 1 : 2)
     grad_v_kernel(const ChunkedBackward b, unsigned char* ws, bool async_dy) {
   extern __shared__ __align__(16) unsigned char smem[];
   const Chunked& p = b.f;
@@ -369,15 +372,15 @@ __global__ void __launch_bounds__(kBackThreads, 1)
   const Place pl = locate(p, geo, ws, unit / H);
   if (pl.rows <= 0) return;
   const int L = pl.rows, Cp = int(geo.Cp), Kp = int(geo.Kp), Vp = int(geo.Vp);
-  const int ldx = int(lay.ldx), ldc = int(geo.ldc), parts = Vp / 16;
+  const int ldx = int(lay.ldx), ldc = int(geo.ldc), parts = Vp / 16, piece = int(lay.rows);
 
   T* dO = reinterpret_cast<T*>(smem + lay.dy);
   T* Vq = reinterpret_cast<T*>(smem + lay.vp);  // V'
   T* dVq = reinterpret_cast<T*>(smem + lay.dv);
   T* Vs = reinterpret_cast<T*>(smem + lay.v);
-  T* Sc = reinterpret_cast<T*>(smem + lay.s);
-  T* dSn = reinterpret_cast<T*>(smem + lay.ds);
   T* Ts = reinterpret_cast<T*>(smem + lay.t);
+  T* Sc = reinterpret_cast<T*>(smem + lay.s);    // rows [k0, k0 + piece) of S_c
+  T* dSn = reinterpret_cast<T*>(smem + lay.ds);  // and of dS_next
   float* F = reinterpret_cast<float*>(smem + lay.f);
   float* Bs = reinterpret_cast<float*>(smem + lay.b);
   float* part = reinterpret_cast<float*>(smem + lay.part);
@@ -389,10 +392,6 @@ __global__ void __launch_bounds__(kBackThreads, 1)
                Cp, Cp, Vp, Vp, true);
   copy_tile<T>(dVq, ldx, reinterpret_cast<const T*>(ws + bg.dv) + unit * geo.Cp * geo.Vp, Vp, Cp,
                Cp, Vp, Vp, true);
-  copy_tile<T>(Sc, ldx, reinterpret_cast<const T*>(ws + geo.ws_s) + unit * geo.Kp * geo.Vp, Vp,
-               Kp, Kp, Vp, Vp, true);
-  copy_tile<T>(dSn, ldx, reinterpret_cast<const T*>(ws + bg.ds) + unit * geo.Kp * geo.Vp, Vp, Kp,
-               Kp, Vp, Vp, true);
   copy_tile<T>(Ts, ldc, reinterpret_cast<const T*>(ws + geo.ws_t) + unit * geo.Cp * geo.Cp, Cp,
                Cp, Cp, Cp, Cp, true);
   copy_tile<float>(F, int(geo.fstride),
@@ -405,23 +404,6 @@ __global__ void __launch_bounds__(kBackThreads, 1)
   rudnn::cuda::tc::cp_async_wait<0>();
   __syncthreads();
 
-  // [Cp][Kp]: dQ_inter = scale e dO S_c^T, dW = -dV' S_c^T (one pass: S_c's fragments shared),
-  // dK_state = r V' dS_next^T.
-  float* xq = reinterpret_cast<float*>(ws + bg.xq) + unit * geo.Cp * geo.Kp;
-  float* xk = reinterpret_cast<float*>(ws + bg.xk) + unit * geo.Cp * geo.Kp;
-  T* xw = reinterpret_cast<T*>(ws + bg.xw) + unit * geo.Cp * geo.Kp;
-  for_tiles<2>(Cp, Kp, [&](int m0, int n0) {
-    float oq[2][4] = {}, ow[2][4] = {}, ok[2][4] = {};
-    const Op<T, true> s{Sc, ldx};
-    tile_mma_two<T, false>(oq, ow, Op<T, true>{dO, ldx}, s, Op<T, true>{dVq, ldx}, s, m0, n0, Vp);
-    tile_mma<T>(ok, Op<T, true>{Vq, ldx}, Op<T, true>{dSn, ldx}, m0, n0, Vp);
-    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
-      const float fq = F[i], fk = F[Cp + i];
-      store_pair(xq + i * Kp + c, fq * oq[jt][e], fq * oq[jt][e + 1]);
-      store_pair(xk + i * Kp + c, fk * ok[jt][e], fk * ok[jt][e + 1]);
-      store_pair(xw + i * Kp + c, -ow[jt][e], -ow[jt][e + 1]);
-    });
-  });
   // [Cp][Cp]: dP = dO V'^T (j <= i), dT_v = dV' V^T (j < i).
   float* dp = reinterpret_cast<float*>(ws + bg.dp) + unit * geo.Cp * geo.Cp;
   float* dt = reinterpret_cast<float*>(ws + bg.dt) + unit * geo.Cp * geo.Cp;
@@ -451,11 +433,43 @@ __global__ void __launch_bounds__(kBackThreads, 1)
       return acc[jt][e] * to_float(Vs[i * ldx + c]) + acc[jt][e + 1] * to_float(Vs[i * ldx + c + 1]);
     });
   });
-  // sum(dS_next * S_c), for the last row's dG: per thread, per warp, then warp 0 in order.
+
+  // [Cp][Kp], a piece of S_c's and dS_next's rows (columns of the results) at a time over V and
+  // T's place: dQ_inter = scale e dO S_c^T, dW = -dV' S_c^T (one pass: S_c's fragments shared),
+  // dK_state = r V' dS_next^T; and sum(dS_next * S_c).
+  float* xq = reinterpret_cast<float*>(ws + bg.xq) + unit * geo.Cp * geo.Kp;
+  float* xk = reinterpret_cast<float*>(ws + bg.xk) + unit * geo.Cp * geo.Kp;
+  T* xw = reinterpret_cast<T*>(ws + bg.xw) + unit * geo.Cp * geo.Kp;
+  const T* sg = reinterpret_cast<const T*>(ws + geo.ws_s) + unit * geo.Kp * geo.Vp;
+  const T* dsg = reinterpret_cast<const T*>(ws + bg.ds) + unit * geo.Kp * geo.Vp;
   float own = 0.0f;
-  for_grid(Kp, Vp, [&](int kk, int c) {
-    own += to_float(dSn[kk * ldx + c]) * to_float(Sc[kk * ldx + c]);
-  });
+  for (int k0 = 0; k0 < Kp; k0 += piece) {
+    const int rows = Kp - k0 < piece ? Kp - k0 : piece;
+    __syncthreads();  // the region's previous readers are done
+    copy_tile<T>(Sc, ldx, sg + int64_t(k0) * Vp, Vp, rows, rows, Vp, Vp, true);
+    copy_tile<T>(dSn, ldx, dsg + int64_t(k0) * Vp, Vp, rows, rows, Vp, Vp, true);
+    rudnn::cuda::tc::cp_async_commit();
+    rudnn::cuda::tc::cp_async_wait<0>();
+    __syncthreads();
+    for_tiles<2>(Cp, rows, [&](int m0, int n0) {
+      float oq[2][4] = {}, ow[2][4] = {}, ok[2][4] = {};
+      const Op<T, true> s{Sc, ldx};
+      tile_mma_two<T, false>(oq, ow, Op<T, true>{dO, ldx}, s, Op<T, true>{dVq, ldx}, s, m0, n0,
+                             Vp);
+      tile_mma<T>(ok, Op<T, true>{Vq, ldx}, Op<T, true>{dSn, ldx}, m0, n0, Vp);
+      for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
+        const float fq = F[i], fk = F[Cp + i];
+        const int at = i * Kp + k0 + c;
+        store_pair(xq + at, fq * oq[jt][e], fq * oq[jt][e + 1]);
+        store_pair(xk + at, fk * ok[jt][e], fk * ok[jt][e + 1]);
+        store_pair(xw + at, -ow[jt][e], -ow[jt][e + 1]);
+      });
+    });
+    for_grid(rows, Vp, [&](int kk, int c) {
+      own += to_float(dSn[kk * ldx + c]) * to_float(Sc[kk * ldx + c]);
+    });
+  }
+  // sum(dS_next * S_c), for the last row's dG: per thread, per warp, then warp 0 in order.
   own = rudnn::cuda::warp_sum(own);
   __syncthreads();  // the row partials are complete
   float* wsum = F;  // the factors are no longer read
@@ -475,8 +489,10 @@ __global__ void __launch_bounds__(kBackThreads, 1)
 }
 
 // Step 4, one block per unit: the products over the chunk's rows and K, and the per-step sums.
+// Two blocks an SM for 16-bit inputs (K = 128, chunk 64), so that one block's loads overlap the
+// other's products.
 template <class T>
-__global__ void __launch_bounds__(kBackThreads, 1)
+__global__ void __launch_bounds__(kBackThreads, sizeof(T) == 4 ? 1 : 2)
     grad_qk_kernel(const ChunkedBackward b, unsigned char* ws) {
   extern __shared__ __align__(16) unsigned char smem[];
   const Chunked& p = b.f;
@@ -488,34 +504,28 @@ __global__ void __launch_bounds__(kBackThreads, 1)
   const Place pl = locate(p, geo, ws, unit / H);
   if (pl.rows <= 0) return;
   const int L = pl.rows, Cp = int(geo.Cp), Kp = int(geo.Kp);
-  const int ldk = int(geo.ldk), ldc = int(geo.ldc), lda = int(lay.ldf);
+  const int ldk = int(geo.ldk), ldc = int(geo.ldc);
   constexpr int kParts = GradQKLayout::kParts;
-  const int parts = Kp / 16;
+  const int parts = Kp / 16, tparts = Cp / 16;
 
-  constexpr bool kHalf = !std::is_same_v<T, float>;
   T* Qs = reinterpret_cast<T*>(smem + lay.q);
   T* Ks = reinterpret_cast<T*>(smem + lay.k);
+  T* dWs = reinterpret_cast<T*>(smem + lay.w);
   T* Ts = reinterpret_cast<T*>(smem + lay.t);
   T* Ps = reinterpret_cast<T*>(smem + lay.p);
-  float* dP = reinterpret_cast<float*>(smem + lay.dp);   // dP, then scale dP * D
-  float* dTA = reinterpret_cast<float*>(smem + lay.dt);  // dT_v, dT, then dA * D
-  float* KK = reinterpret_cast<float*>(smem + lay.kk);   // K K^T
-  T* bK = reinterpret_cast<T*>(smem + lay.h_bk);         // beta K (16-bit inputs)
-  // dW, M = T^T dT, dT / dA * D and scale dP * D as product operands.
-  T* dWs = reinterpret_cast<T*>(smem + lay.w);
-  const Inter<T> dW{kHalf ? nullptr : reinterpret_cast<float*>(dWs), ldk, dWs, ldk};
-  const Inter<T> M{kHalf ? nullptr : reinterpret_cast<float*>(smem + lay.m), lda,
-                   reinterpret_cast<T*>(smem + lay.h_m), ldc};
-  const Inter<T> dTi{dTA, lda, reinterpret_cast<T*>(smem + lay.h_dt), ldc};
-  const Inter<T> dPi{dP, lda, reinterpret_cast<T*>(smem + lay.h_dp), ldc};
+  T* dTs = reinterpret_cast<T*>(smem + lay.dt);  // dT, then S
+  T* Ms = reinterpret_cast<T*>(smem + lay.m);    // M = T^T dT, then scale dP * D
   float* Bs = reinterpret_cast<float*>(smem + lay.b);
   float* Gs = reinterpret_cast<float*>(smem + lay.g);
   int* Zs = reinterpret_cast<int*>(smem + lay.z);
-  float* rs = reinterpret_cast<float*>(smem + lay.rows);
-  float *row_a = rs, *col_a = rs + Cp, *row_p = rs + 2 * Cp, *col_p = rs + 3 * Cp,
-        *dg = rs + 4 * Cp, *zrow = rs + 5 * Cp;
+  float* dg = reinterpret_cast<float*>(smem + lay.rows);
+  float* zrow = dg + Cp;
   float* part = reinterpret_cast<float*>(smem + lay.part);  // [Cp][kParts][parts]
+  float* tri = reinterpret_cast<float*>(smem + lay.tri);    // 4 x [Cp][tparts]
+  float *row_a = tri, *col_a = tri + Cp * tparts, *row_p = tri + 2 * Cp * tparts,
+        *col_p = tri + 3 * Cp * tparts;
   const ChunkDecay decay{Gs, Zs};
+  auto put = [&](T* m, int i, int j, float x) { m[i * ldc + j] = from_float<T>(x); };
 
   const int64_t qk = qk_at(p, pl.range.entry, h, pl.t0);
   copy_tile<T>(Qs, ldk, static_cast<const T*>(p.q) + qk, int(p.qk_t), Cp, L, Kp, int(Dk),
@@ -528,87 +538,87 @@ __global__ void __launch_bounds__(kBackThreads, 1)
                Cp, Cp, Cp, Cp, true);
   copy_tile<T>(dWs, ldk, reinterpret_cast<const T*>(ws + bg.xw) + unit * geo.Cp * geo.Kp, Kp, Cp,
                Cp, Kp, Kp, true);
-  copy_tile<float>(dP, lda, reinterpret_cast<const float*>(ws + bg.dp) + unit * geo.Cp * geo.Cp,
-                   Cp, Cp, Cp, Cp, Cp, true);
-  copy_tile<float>(dTA, lda, reinterpret_cast<const float*>(ws + bg.dt) + unit * geo.Cp * geo.Cp,
-                   Cp, Cp, Cp, Cp, Cp, true);
   rudnn::cuda::tc::cp_async_commit();
   const float* xq = reinterpret_cast<const float*>(ws + bg.xq) + unit * geo.Cp * geo.Kp;
   const float* xk = reinterpret_cast<const float*>(ws + bg.xk) + unit * geo.Cp * geo.Kp;
+  const float* dpg = reinterpret_cast<const float*>(ws + bg.dp) + unit * geo.Cp * geo.Cp;
+  const float* dtg = reinterpret_cast<const float*>(ws + bg.dt) + unit * geo.Cp * geo.Cp;
   const int64_t gate0 = g_at(p, pl.range.entry, h, pl.t0);
   chunk_decay_and_beta(p, gate0, L, Cp, Bs, Gs, Zs);
   rudnn::cuda::tc::cp_async_wait<0>();
   __syncthreads();
 
-  // dT = dT_v beta_j + beta_j e_j (dW K^T), strictly lower (only that part reaches dA), in place.
+  // dT = dT_v beta_j + beta_j e_j (dW K^T), strictly lower (only that part reaches dA).
   for_tiles<2>(Cp, Cp, [&](int m0, int n0) {
-    float acc[2][4] = {};
-    if (n0 <= m0 + 15)
-      tile_mma<T>(acc, dW.template op<true>(), Op<T, true>{Ks, ldk}, m0, n0, Kp);
-    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int j) {
-#pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        const float t = dTA[i * lda + j + x];
-        dTi.put(i, j + x,
-                j + x < i ? Bs[j + x] * (t + decay.through(j + x) * acc[jt][e + x]) : 0.0f);
-      }
-    });
-  });
-  // beta K, the 16-bit operand of (dA * D)^T (beta K).
-  if constexpr (kHalf)
-    for_grid(Cp, Kp, [&](int i, int c) {
-      bK[i * ldk + c] = from_float<T>(Bs[i] * to_float(Ks[i * ldk + c]));
-    });
-  __syncthreads();
-  // M = T^T dT; K K^T.
-  for_tiles<2>(Cp, Cp, [&](int m0, int n0) {
-    float acc[2][4] = {}, kk[2][4] = {};
-    tile_mma<T>(acc, Op<T, false>{Ts, ldc}, dTi.template op<false>(), m0, n0, Cp);
-    tile_mma<T>(kk, Op<T, true>{Ks, ldk}, Op<T, true>{Ks, ldk}, m0, n0, Kp);
-    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int j) {
-#pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        M.put(i, j + x, acc[jt][e + x]);
-        KK[i * lda + j + x] = kk[jt][e + x];
-      }
-    });
-  });
-  __syncthreads();
-  // dA * D = -(M T^T) * D, strictly lower, over dT's places.
-  for_tiles<2>(Cp, Cp, [&](int m0, int n0) {
-    float acc[2][4] = {};
-    if (n0 <= m0 + 15)
-      tile_mma<T>(acc, M.template op<true>(), Op<T, true>{Ts, ldc}, m0, n0, Cp);
-    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int j) {
-#pragma unroll
-      for (int x = 0; x < 2; ++x)
-        dTi.put(i, j + x, j + x < i ? -acc[jt][e + x] * decay.between(i, j + x) : 0.0f);
-    });
-  });
-  __syncthreads();
-  // Row and column sums of (dA * D) K K^T (A's terms: dbeta_i gets the row sum, dG_i beta_i
-  // times it, dG_j minus the beta-weighted column sum) and of dP P (P's terms in dG).
-  for (int x = threadIdx.x; x < 2 * Cp; x += blockDim.x) {
-    if (x < Cp) {
-      const int i = x;
-      float a = 0.0f, q = 0.0f;
-      for (int j = 0; j < i; ++j) a += dTA[i * lda + j] * KK[i * lda + j];
-      for (int j = 0; j <= i; ++j) q += dP[i * lda + j] * to_float(Ps[i * ldc + j]);
-      row_a[i] = a;
-      row_p[i] = q;
-    } else {
-      const int j = x - Cp;
-      float a = 0.0f, q = 0.0f;
-      for (int i = j + 1; i < Cp; ++i) a += Bs[i] * dTA[i * lda + j] * KK[i * lda + j];
-      for (int i = j; i < Cp; ++i) q += dP[i * lda + j] * to_float(Ps[i * ldc + j]);
-      col_a[j] = a;
-      col_p[j] = q;
+    float acc[2][4] = {}, tv[2][4] = {};
+    if (n0 <= m0 + 15) {  // not wholly above the diagonal
+      load_tile_pairs(tv, dtg, Cp, m0, n0);  // in flight during the product
+      tile_mma<T>(acc, Op<T, true>{dWs, ldk}, Op<T, true>{Ks, ldk}, m0, n0, Kp);
     }
-  }
+    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int j) {
+#pragma unroll
+      for (int y = 0; y < 2; ++y) {
+        const int c = j + y;
+        put(dTs, i, c,
+            c < i ? Bs[c] * (tv[jt][e + y] + decay.through(c) * acc[jt][e + y]) : 0.0f);
+      }
+    });
+  });
   __syncthreads();
-  // dP -> scale dP * D in place (lower, diagonal included).
-  for_grid(Cp, Cp, [&](int i, int j) {
-    dPi.put(i, j, j <= i ? p.scale * dP[i * lda + j] * decay.between(i, j) : 0.0f);
+  // M = T^T dT.
+  for_tiles<2>(Cp, Cp, [&](int m0, int n0) {
+    float acc[2][4] = {};
+    tile_mma<T>(acc, Op<T, false>{Ts, ldc}, Op<T, false>{dTs, ldc}, m0, n0, Cp);
+    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int j) {
+      put(Ms, i, j, acc[jt][e]);
+      put(Ms, i, j + 1, acc[jt][e + 1]);
+    });
+  });
+  __syncthreads();
+  // dA * D = -(M T^T) * D, strictly lower, and the A terms' sums against K K^T (dbeta_i gets
+  // the row sum, dG_i beta_i times it, dG_j minus the beta-weighted column sum). Over dT's
+  // place, S: beta_i (dA * D)_ij at (i, j) and at (j, i), so that dK's (dA * D)^T (beta K) +
+  // beta (dA * D) K is the one product S K (dA * D being strictly lower, each place of S holds
+  // one of the two terms).
+  for_tiles<2>(Cp, Cp, [&](int m0, int n0) {
+    float acc[2][4] = {}, kk[2][4] = {}, rv[2][4], cv[2][4];
+    if (n0 <= m0 + 15) {
+      tile_mma<T>(acc, Op<T, true>{Ms, ldc}, Op<T, true>{Ts, ldc}, m0, n0, Cp);
+      tile_mma<T>(kk, Op<T, true>{Ks, ldk}, Op<T, true>{Ks, ldk}, m0, n0, Kp);
+    }
+    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int j) {
+#pragma unroll
+      for (int y = 0; y < 2; ++y) {
+        const int c = j + y;
+        const float a = c < i ? -acc[jt][e + y] * decay.between(i, c) : 0.0f;
+        rv[jt][e + y] = a * kk[jt][e + y];
+        cv[jt][e + y] = Bs[i] * rv[jt][e + y];
+        if (c < i) {
+          put(dTs, i, c, Bs[i] * a);
+          put(dTs, c, i, Bs[i] * a);
+        } else if (c == i) {
+          put(dTs, i, c, 0.0f);
+        }
+      }
+    });
+    tile_sums(rv, cv, m0, n0, row_a, col_a, tparts);
+  });
+  __syncthreads();
+  // scale dP * D (lower, diagonal included) over M's place, and the P terms' sums: dG_i gets
+  // the row sum of dP * P, dG_j minus the column sum.
+  for_tiles<2>(Cp, Cp, [&](int m0, int n0) {
+    float d[2][4] = {}, rv[2][4];
+    if (n0 <= m0 + 15) load_tile_pairs(d, dpg, Cp, m0, n0);
+    for_pairs<2>(m0, n0, [&](int jt, int e, int i, int j) {
+#pragma unroll
+      for (int y = 0; y < 2; ++y) {
+        const int c = j + y;
+        const float v = c <= i ? d[jt][e + y] : 0.0f;
+        rv[jt][e + y] = v * to_float(Ps[i * ldc + c]);
+        put(Ms, i, c, c <= i ? p.scale * v * decay.between(i, c) : 0.0f);
+      }
+    });
+    tile_sums(rv, rv, m0, n0, row_p, col_p, tparts);
   });
   __syncthreads();
 
@@ -617,7 +627,7 @@ __global__ void __launch_bounds__(kBackThreads, 1)
   for_tiles<2>(Cp, Kp, [&](int m0, int n0) {
     float acc[2][4] = {}, x[2][4];
     load_tile_pairs(x, xq, Kp, m0, n0);  // in flight during the product
-    tile_mma<T>(acc, dPi.template op<true>(), Op<T, false>{Ks, ldk}, m0, n0, Cp);
+    tile_mma<T>(acc, Op<T, true>{Ms, ldc}, Op<T, false>{Ks, ldk}, m0, n0, Cp);
     for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
       if (i >= L) return;
 #pragma unroll
@@ -629,28 +639,23 @@ __global__ void __launch_bounds__(kBackThreads, 1)
       return to_float(Qs[i * ldk + c]) * x[jt][e] + to_float(Qs[i * ldk + c + 1]) * x[jt][e + 1];
     });
   });
-  // dK = dK_state + (scale dP * D)^T Q + (dA * D)^T (beta K) + beta (dA * D) K + beta e T^T dW,
-  // and the rows' k . dK_state and k . T^T dW.
+  // dK = dK_state + (scale dP * D)^T Q + S K + beta e T^T dW, and the rows' k . dK_state and
+  // k . T^T dW.
   T* dk = static_cast<T*>(b.dk) + qk;
   for_tiles<2>(Cp, Kp, [&](int m0, int n0) {
-    float plain[2][4] = {}, rowb[2][4] = {}, wy[2][4] = {}, x[2][4];
+    float plain[2][4] = {}, wy[2][4] = {}, x[2][4];
     load_tile_pairs(x, xk, Kp, m0, n0);  // in flight during the products
-    tile_mma<T>(plain, dPi.template op<false>(), Op<T, false>{Qs, ldk}, m0, n0, Cp);
-    if constexpr (kHalf)
-      tile_mma<T>(plain, dTi.template op<false>(), Op<T, false>{bK, ldk}, m0, n0, Cp);
-    else
-      tile_mma<T>(plain, dTi.template op<false>(), RowScaled<Op<T, false>>{{Ks, ldk}, Bs}, m0,
-                  n0, Cp);
-    tile_mma<T>(rowb, dTi.template op<true>(), Op<T, false>{Ks, ldk}, m0, n0, Cp);
-    tile_mma<T>(wy, Op<T, false>{Ts, ldc}, dW.template op<false>(), m0, n0, Cp);
+    tile_mma<T>(plain, Op<T, false>{Ms, ldc}, Op<T, false>{Qs, ldk}, m0, n0, Cp);
+    tile_mma<T>(plain, Op<T, true>{dTs, ldc}, Op<T, false>{Ks, ldk}, m0, n0, Cp);
+    tile_mma<T>(wy, Op<T, false>{Ts, ldc}, Op<T, false>{dWs, ldk}, m0, n0, Cp);
     for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
       if (i >= L) return;
-      const float bi = Bs[i], be = bi * decay.through(i);
+      const float be = Bs[i] * decay.through(i);
 #pragma unroll
       for (int y = 0; y < 2; ++y)
         if (c + y < Dk)
-          dk[int64_t(i) * p.qk_t + c + y] = from_float<T>(
-              x[jt][e + y] + plain[jt][e + y] + bi * rowb[jt][e + y] + be * wy[jt][e + y]);
+          dk[int64_t(i) * p.qk_t + c + y] =
+              from_float<T>(x[jt][e + y] + plain[jt][e + y] + be * wy[jt][e + y]);
     });
     row_partials(m0, n0, part + parts, kParts * parts, [&](int jt, int e, int i, int c) {
       return to_float(Ks[i * ldk + c]) * x[jt][e] + to_float(Ks[i * ldk + c + 1]) * x[jt][e + 1];
@@ -666,16 +671,22 @@ __global__ void __launch_bounds__(kBackThreads, 1)
   // S_c). Then dlog_decay_t = sum_{t <= i < L} dG_i.
   const float* vrows = reinterpret_cast<const float*>(ws + bg.rows) + unit * geo.Cp;
   for (int i = threadIdx.x; i < L; i += blockDim.x) {
-    float qx = 0.0f, kz = 0.0f, kb = 0.0f;
+    float qx = 0.0f, kz = 0.0f, kb = 0.0f, ra = 0.0f, ca = 0.0f, rp = 0.0f, cp = 0.0f;
     const float* pr = part + i * kParts * parts;
     for (int q = 0; q < parts; ++q) {
       qx += pr[q];
       kz += pr[parts + q];
       kb += pr[2 * parts + q];
     }
+    for (int q = 0; q < tparts; ++q) {
+      ra += row_a[i * tparts + q];
+      ca += col_a[i * tparts + q];
+      rp += row_p[i * tparts + q];
+      cp += col_p[i * tparts + q];
+    }
     const float e = decay.through(i), bi = Bs[i];
-    store_any(b.dbeta, gate0 + i * p.g_t, b.dbeta_dtype, vrows[i] + e * kb + row_a[i]);
-    dg[i] = bi * e * kb + bi * row_a[i] - col_a[i] + row_p[i] - col_p[i] + qx - kz;
+    store_any(b.dbeta, gate0 + i * p.g_t, b.dbeta_dtype, vrows[i] + e * kb + ra);
+    dg[i] = bi * e * kb + bi * ra - ca + rp - cp + qx - kz;
     zrow[i] = kz;
   }
   __syncthreads();
