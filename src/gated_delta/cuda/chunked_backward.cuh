@@ -720,17 +720,29 @@ void launch_backward(const ChunkedBackward& problem, void* workspace, const Stre
   const bool async_dy = b.dy_dtype == b.f.dtype && b.f.async_v &&
                         reinterpret_cast<uintptr_t>(b.dy) % 16 == 0;
 
-  const int64_t grid = b.f.batch * b.f.value_heads * ((b.f.value_dim + kSlab - 1) / kSlab);
-  if (grid == 0) return;
-  const DStateLayout lay = dstate_layout(geo, kSlab);
-  const int stages = lay.bytes(2) <= limit ? 2 : 1;
-  auto* dstate = dstate_kernel<T, kSlab>;
-  detail::check_cuda(cudaFuncSetAttribute(dstate, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          int(lay.bytes(stages))),
-                     "chunk_gated_delta_rule_backward state shared memory");
-  dstate<<<unsigned(grid), kBackThreads, size_t(lay.bytes(stages)), ctx.stream>>>(b, ws, stages,
-                                                                                  async_dy);
-  detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule_backward state launch");
+  // The reverse pass: kSlab value columns a block, or twice that where kSlab-wide blocks would
+  // need more than one wave (one block an SM: two operand stages take ~150 KB at K = 128,
+  // chunk 64). A block's time is its chain of chunks, so a second wave doubles the pass; wider
+  // blocks also copy Q, K, W and P half as often.
+  const int64_t heads = b.f.batch * b.f.value_heads;
+  auto grid_of = [&](int cols) { return heads * ((b.f.value_dim + cols - 1) / cols); };
+  if (grid_of(kSlab) == 0) return;
+  auto reverse_pass = [&](auto* kernel, int cols) {
+    const DStateLayout lay = dstate_layout(geo, cols);
+    const int stages = lay.bytes(2) <= limit ? 2 : 1;
+    detail::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            int(lay.bytes(stages))),
+                       "chunk_gated_delta_rule_backward state shared memory");
+    kernel<<<unsigned(grid_of(cols)), kBackThreads, size_t(lay.bytes(stages)), ctx.stream>>>(
+        b, ws, stages, async_dy);
+    detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule_backward state launch");
+  };
+  const bool wide = grid_of(kSlab) > int64_t(info.multiprocessors) &&
+                    dstate_layout(geo, 2 * kSlab).bytes(2) <= limit;
+  if (wide)
+    reverse_pass(dstate_kernel<T, 2 * kSlab>, 2 * kSlab);
+  else
+    reverse_pass(dstate_kernel<T, kSlab>, kSlab);
   if (units == 0) return;
   const int64_t v_bytes = grad_v_layout(geo).bytes, qk_bytes = grad_qk_layout(geo).bytes;
   detail::check_cuda(cudaFuncSetAttribute(grad_v_kernel<T>,

@@ -735,6 +735,23 @@ TEST(GatedDeltaChunkedBackwardGpu, MatchesTheReference) {
   }
 }
 
+// More (sequence, head, 32-column) blocks than any GPU has multiprocessors (640): the reverse
+// pass runs 64 value columns a block, here with a partial last slab (V = 100).
+TEST(GatedDeltaChunkedBackwardGpu, ManyHeadsTakeTheWideReversePass) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  const int64_t B = 4, H = 40, T = 70, K = 64, V = 100;
+  for (DType dt : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(dt));
+    const GatedDeltaInput host = random_input(rng, B, H, T, K, V, dt);
+    const Tensor dout = random_tensor(rng, {B, H, T, V}, dt);
+    const Tensor dfinal = random_tensor(rng, {B, H, K, V}, DType::f32, 0.0f, 0.1f);
+    const GatedDeltaInputGrads got =
+        chunk_gated_delta_rule_backward(dout.to(kGpu), dfinal.to(kGpu), on(host, kGpu), 32);
+    expect_grads_close(got, reference_grads(host, dout, dfinal), host, gpu_tolerance(dt));
+  }
+}
+
 // A long sequence (the reverse pass over 65 chunks), strong decay (exp(G) underflowing within a
 // chunk), zero decays (log decay -inf: resets, the gradient through them 0) and an upstream
 // gradient in another dtype than q's.
