@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "gated_delta/cuda/tuning.h"
 #include "harness.h"
 
 namespace {
@@ -351,6 +352,38 @@ void bench_all(Bench& b) {
   bench_chunked_backward(b, "chunk_gated_delta_rule backward B4 T4096 H16", 4, 16, 4096);
 }
 
+// The chunked kernels' launch choices (gdn::cuda::ChunkedTuning), each timed against the
+// default in one run.
+void run_variants(Bench& b) {
+  using gdn::cuda::chunked_tuning;
+  using gdn::cuda::ChunkedTuning;
+  const ChunkedTuning defaults = chunked_tuning();
+  struct Variant {
+    std::string label;
+    void (*set)(ChunkedTuning&);
+  };
+  const Variant variants[] = {
+      {"state pass 1 stage", [](ChunkedTuning& t) { t.state_stages = 1; }},
+      {"state pass 2 stages", [](ChunkedTuning& t) { t.state_stages = 2; }},
+      {"state pass 3 stages", [](ChunkedTuning& t) { t.state_stages = 3; }},
+      {"reverse pass 32 columns", [](ChunkedTuning& t) { t.reverse_pass_cols = 32; }},
+      {"reverse pass 64 columns", [](ChunkedTuning& t) { t.reverse_pass_cols = 64; }},
+  };
+  for (const Variant& v : variants) {
+    chunked_tuning() = defaults;
+    v.set(chunked_tuning());
+    b.variant = v.label;
+    b.variant_ops = {"chunk_gated_delta_rule B4 T4096 H16", "chunk_gated_delta_rule B1 T32768 H32",
+                     "chunk_gated_delta_rule backward B4 T4096 H16"};
+    bench_chunked(b, "chunk_gated_delta_rule B4 T4096 H16", 4, 16, 4096);
+    bench_chunked(b, "chunk_gated_delta_rule B1 T32768 H32", 1, 32, 32768);
+    bench_chunked_backward(b, "chunk_gated_delta_rule backward B4 T4096 H16", 4, 16, 4096);
+  }
+  chunked_tuning() = defaults;
+  b.variant.clear();
+  b.variant_ops.clear();
+}
+
 bench::Family make_family() {
   bench::Family f;
   f.sizes = {{"gdn-batch", 256, "gated delta decode: sequences B"},
@@ -361,6 +394,7 @@ bench::Family make_family() {
              {"gdn-bwd-batch", 4, "gated delta prefill/backward: sequences B"},
              {"gdn-steps", 256, "gated delta prefill/backward: steps T"}};
   f.run = bench_all;
+  f.run_variants = run_variants;
   return f;
 }
 

@@ -26,6 +26,11 @@ int64_t chunked_shared_bytes(const Chunked& p) {
 
 int64_t chunked_workspace_bytes(const Chunked& p) { return chunk::Geometry(p).ws_bytes; }
 
+ChunkedTuning& chunked_tuning() {
+  static ChunkedTuning tuning;
+  return tuning;
+}
+
 void chunked(const Chunked& p, void* workspace, const Stream& stream) {
   if (p.batch == 0 || p.value_heads == 0) return;
   rudnn::cuda::with_float_type(p.dtype, [&](auto tag) {

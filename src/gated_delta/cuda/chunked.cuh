@@ -32,6 +32,7 @@
 #include "cuda/types.cuh"
 #include "gated_delta/cuda/launch.h"
 #include "gated_delta/cuda/scalars.cuh"
+#include "gated_delta/cuda/tuning.h"
 
 namespace rudnn::gdn::cuda::chunk {
 
@@ -1104,7 +1105,8 @@ void launch(const Chunked& problem, void* workspace, const Stream& stream) {
   // Three operand stages (two chunks in flight) when the blocks are one an SM anyway (long
   // sequences, few heads); else two, or one where two do not fit.
   const StateLayout lay = geo.state_layout(kSlab);
-  int stages = grid_of(kSlab) <= sms ? 3 : 2;
+  const int asked = chunked_tuning().state_stages;
+  int stages = asked >= 1 && asked <= 3 ? asked : grid_of(kSlab) <= sms ? 3 : 2;
   while (stages > 1 && lay.bytes(stages) > limit) --stages;
   auto* state = state_kernel<T, kSlab>;
   detail::check_cuda(cudaFuncSetAttribute(state, cudaFuncAttributeMaxDynamicSharedMemorySize,

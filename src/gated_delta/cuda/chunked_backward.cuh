@@ -737,8 +737,11 @@ void launch_backward(const ChunkedBackward& problem, void* workspace, const Stre
         b, ws, stages, async_dy);
     detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule_backward state launch");
   };
-  const bool wide = grid_of(kSlab) > int64_t(info.multiprocessors) &&
-                    dstate_layout(geo, 2 * kSlab).bytes(2) <= limit;
+  const int asked = chunked_tuning().reverse_pass_cols;
+  const bool wide_fits = dstate_layout(geo, 2 * kSlab).bytes(1) <= limit;
+  const bool wide = wide_fits && (asked == 2 * kSlab ||
+                                  (asked == 0 && grid_of(kSlab) > int64_t(info.multiprocessors) &&
+                                   dstate_layout(geo, 2 * kSlab).bytes(2) <= limit));
   if (wide)
     reverse_pass(dstate_kernel<T, 2 * kSlab>, 2 * kSlab);
   else

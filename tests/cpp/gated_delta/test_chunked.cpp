@@ -14,6 +14,10 @@
 #include "rudnn/gated_delta.h"
 #include "support/test_support.h"
 
+#if RUDNN_GDN_TUNING
+#include "gated_delta/cuda/tuning.h"
+#endif
+
 namespace rudnn::test {
 namespace {
 
@@ -751,6 +755,35 @@ TEST(GatedDeltaChunkedBackwardGpu, ManyHeadsTakeTheWideReversePass) {
     expect_grads_close(got, reference_grads(host, dout, dfinal), host, gpu_tolerance(dt));
   }
 }
+
+#if RUDNN_GDN_TUNING
+// Every launch choice of gated_delta/cuda/tuning.h gives the default's bits: the stages and the
+// reverse pass's width change what is in flight, not the sums.
+TEST(GatedDeltaChunkedBackwardGpu, LaunchChoicesGiveTheSameBits) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  struct Restore {
+    gdn::cuda::ChunkedTuning saved = gdn::cuda::chunked_tuning();
+    ~Restore() { gdn::cuda::chunked_tuning() = saved; }
+  } restore;
+  const int64_t B = 2, H = 3, T = 150, K = 64, V = 96;
+  const GatedDeltaInput host = random_input(rng, B, H, T, K, V, DType::bf16);
+  const GatedDeltaInput dev = on(host, kGpu);
+  const Tensor dout = random_tensor(rng, {B, H, T, V}, DType::bf16).to(kGpu);
+  const Tensor dfinal = random_tensor(rng, {B, H, K, V}, DType::f32, 0.0f, 0.1f).to(kGpu);
+  const GatedDeltaOutput y0 = chunk_gated_delta_rule(dev, 32);
+  const GatedDeltaInputGrads g0 = chunk_gated_delta_rule_backward(dout, dfinal, dev, 32);
+  for (int stages : {1, 2, 3})
+    for (int cols : {32, 64}) {
+      SCOPED_TRACE(::testing::Message() << stages << " stages, " << cols << " columns");
+      gdn::cuda::chunked_tuning() = {stages, cols};
+      const GatedDeltaOutput y = chunk_gated_delta_rule(dev, 32);
+      EXPECT_TRUE(bit_equal(y.output.to_host(), y0.output.to_host()));
+      EXPECT_TRUE(bit_equal(y.final_state.to_host(), y0.final_state.to_host()));
+      expect_grads_bit_equal(chunk_gated_delta_rule_backward(dout, dfinal, dev, 32), g0);
+    }
+}
+#endif
 
 // A long sequence (the reverse pass over 65 chunks), strong decay (exp(G) underflowing within a
 // chunk), zero decays (log decay -inf: resets, the gradient through them 0) and an upstream
