@@ -366,6 +366,8 @@ void run_variants(Bench& b) {
       {"state pass 1 stage", [](ChunkedTuning& t) { t.state_stages = 1; }},
       {"state pass 2 stages", [](ChunkedTuning& t) { t.state_stages = 2; }},
       {"state pass 3 stages", [](ChunkedTuning& t) { t.state_stages = 3; }},
+      {"state pass 32 columns", [](ChunkedTuning& t) { t.state_pass_cols = 32; }},
+      {"state pass 64 columns", [](ChunkedTuning& t) { t.state_pass_cols = 64; }},
       {"reverse pass 32 columns", [](ChunkedTuning& t) { t.reverse_pass_cols = 32; }},
       {"reverse pass 64 columns", [](ChunkedTuning& t) { t.reverse_pass_cols = 64; }},
   };

@@ -6,7 +6,7 @@
 //     place (T^T kept in A's unused upper triangle: one Cp^2 FP32 block holds both), then
 //     W = T (beta exp(G) K), U = T (beta V) and the masked, decayed, scaled Q K^T, written to
 //     the workspace in q's dtype (FP32 for F32 inputs), with the chunk's decay factors.
-//   state (sequential over a sequence's chunks, one block per (sequence, head, 32 value
+//   state (sequential over a sequence's chunks, one block per (sequence, head, 32 or 64 value
 //     columns)): the FP32 state slab S lives in registers as the accumulators of the update
 //     product; per chunk it writes S_c (rounded to q's dtype) to the workspace, V' = U - W S_c
 //     over U's place there, and S = exp(G_last) S + K^T (V' exp(G_last - G)). W, K, U and the
@@ -550,8 +550,9 @@ __device__ __forceinline__ void chunk_decay_and_beta(const Chunked& p, int64_t g
 }
 
 // One block per (chunk slot, head) unit, three an SM for 16-bit (their shared memory allows
-// it; F32: two, and more registers). (A persistent form whose blocks prefetched their next
-// unit's K and Q measured slower: round 50.)
+// it; F32: two, and more registers). At three, 16-bit spills a few bytes at its 80-register
+// cap; two blocks an SM without the spill measured slower (round 72). (A persistent form whose
+// blocks prefetched their next unit's K and Q measured slower: round 50.)
 template <class T>
 __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
     prepare_kernel(const Chunked p, unsigned char* ws) {
@@ -852,8 +853,10 @@ __device__ __forceinline__ void stage_slab(const StateSlab<kCols>& S, T* smem, i
 // next chunk's operands land meanwhile.
 // (Measured, round B: forming the output here too, as round 42 did, was slower than the
 // S_c / V' round trip through memory: 0.90 / 3.50 ms against 0.75 / 3.29 ms.)
+// Two blocks an SM at kSlab columns; one at wider slabs (their registers: the slab is
+// kCols / 2 floats a thread).
 template <class T, int kCols>
-__global__ void __launch_bounds__(kStateThreads, 2)
+__global__ void __launch_bounds__(kStateThreads, kCols > kSlab ? 1 : 2)
     state_kernel(const Chunked p, unsigned char* ws, int stages) {
   extern __shared__ __align__(16) unsigned char smem[];
   const Geometry geo(p);
@@ -1104,17 +1107,31 @@ void launch(const Chunked& problem, void* workspace, const Stream& stream) {
   if (grid_of(kSlab) == 0) return;  // V = 0: nothing to compute or write
   // Three operand stages (two chunks in flight) when the blocks are one an SM anyway (long
   // sequences, few heads); else two, or one where two do not fit.
-  const StateLayout lay = geo.state_layout(kSlab);
-  const int asked = chunked_tuning().state_stages;
-  int stages = asked >= 1 && asked <= 3 ? asked : grid_of(kSlab) <= sms ? 3 : 2;
-  while (stages > 1 && lay.bytes(stages) > limit) --stages;
-  auto* state = state_kernel<T, kSlab>;
-  detail::check_cuda(cudaFuncSetAttribute(state, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          int(lay.bytes(stages))),
-                     "chunk_gated_delta_rule state shared memory");
-  state<<<unsigned(grid_of(kSlab)), kStateThreads, size_t(lay.bytes(stages)), ctx.stream>>>(p, ws,
-                                                                                            stages);
-  detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule state launch");
+  auto state_pass = [&](auto* kernel, int cols) {
+    const StateLayout lay = geo.state_layout(cols);
+    const int asked = chunked_tuning().state_stages;
+    int stages = asked >= 1 && asked <= 3 ? asked : grid_of(cols) <= sms || cols > kSlab ? 3 : 2;
+    while (stages > 1 && lay.bytes(stages) > limit) --stages;
+    detail::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            int(lay.bytes(stages))),
+                       "chunk_gated_delta_rule state shared memory");
+    kernel<<<unsigned(grid_of(cols)), kStateThreads, size_t(lay.bytes(stages)), ctx.stream>>>(
+        p, ws, stages);
+    detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule state launch");
+  };
+  // 64 value columns a block (one an SM) where 32-column blocks would outnumber the SMs: at
+  // two an SM they share its issue slots and the per-chunk latency stays; one wider block
+  // halves the blocks (round 72, B4 H16: 0.79 against 0.82 ms forward; B1 H32, 128 blocks of
+  // 32 columns on 132 SMs: 4.07 against 3.30 ms, so not there).
+  const int asked_cols = chunked_tuning().state_pass_cols;
+  const bool wide = geo.state_layout(2 * kSlab).bytes(1) <= limit &&
+                    (asked_cols == 2 * kSlab ||
+                     (asked_cols == 0 && grid_of(kSlab) > sms &&
+                      geo.state_layout(2 * kSlab).bytes(2) <= limit));
+  if (wide)
+    state_pass(state_kernel<T, 2 * kSlab>, 2 * kSlab);
+  else
+    state_pass(state_kernel<T, kSlab>, kSlab);
   if (units > 0 && p.y != nullptr) {
     const int vo = output_columns(geo, limit, kMaxOutCols);
     const int64_t bytes = geo.out_layout(vo).bytes;

@@ -758,7 +758,7 @@ TEST(GatedDeltaChunkedBackwardGpu, ManyHeadsTakeTheWideReversePass) {
 
 #if RUDNN_GDN_TUNING
 // Every launch choice of gated_delta/cuda/tuning.h gives the default's bits: the stages and the
-// reverse pass's width change what is in flight, not the sums.
+// state and reverse passes' widths change what is in flight, not the sums.
 TEST(GatedDeltaChunkedBackwardGpu, LaunchChoicesGiveTheSameBits) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
@@ -776,7 +776,11 @@ TEST(GatedDeltaChunkedBackwardGpu, LaunchChoicesGiveTheSameBits) {
   for (int stages : {1, 2, 3})
     for (int cols : {32, 64}) {
       SCOPED_TRACE(::testing::Message() << stages << " stages, " << cols << " columns");
-      gdn::cuda::chunked_tuning() = {stages, cols};
+      gdn::cuda::ChunkedTuning& t = gdn::cuda::chunked_tuning();
+      t = {};
+      t.state_stages = stages;
+      t.state_pass_cols = cols;
+      t.reverse_pass_cols = cols;
       const GatedDeltaOutput y = chunk_gated_delta_rule(dev, 32);
       EXPECT_TRUE(bit_equal(y.output.to_host(), y0.output.to_host()));
       EXPECT_TRUE(bit_equal(y.final_state.to_host(), y0.final_state.to_host()));
