@@ -375,38 +375,69 @@ __global__ void __launch_bounds__(kTableThreads)
   }
 }
 
-// Calls f(r, c) for this thread's share of a rows x cols grid, in the order i = threadIdx.x,
-// + blockDim.x, ... of the flattened index (r = i / cols, c = i % cols) but with one division
-// per call instead of two per element: these loops issue the operand copies on the
-// sequential kernel's critical path.
+// This thread's share of a grid `cols` wide walked row-major by `count` threads from `first`
+// (i = threadIdx.x - first, + count, ...; r = i / cols, c = i % cols): its first cell and the
+// step between its cells. The divisions happen once, where the walk is made; the sequential
+// kernels make theirs before their chunk loop, since a division by a runtime value costs
+// about 20 instructions and these copies sit on their critical path (round 73's SourceCounters:
+// 830 of dstate's 2,047 instructions a warp per chunk went to its copies).
+struct GridWalk {
+  int cols, r, c, dr, dc;
+  __device__ explicit GridWalk(int cols_, int first = 0, int count = int(blockDim.x))
+      : cols(cols_), r(0), c(0), dr(0), dc(0) {
+    if (cols <= 0) return;
+    const int i = int(threadIdx.x) - first;
+    r = i / cols;
+    c = i % cols;
+    dr = count / cols;
+    dc = count % cols;
+  }
+};
+
+// Calls f(r, c) for each of this thread's cells of `walk` in rows [0, rows).
 template <class F>
-__device__ __forceinline__ void for_grid(int rows, int cols, F&& f) {
-  if (cols <= 0) return;
-  const int step = int(blockDim.x), dr = step / cols, dc = step % cols;
-  int r = int(threadIdx.x) / cols, c = int(threadIdx.x) % cols;
+__device__ __forceinline__ void for_grid(int rows, const GridWalk& walk, F&& f) {
+  if (walk.cols <= 0) return;
+  int r = walk.r, c = walk.c;
   while (r < rows) {
     f(r, c);
-    r += dr;
-    c += dc;
-    if (c >= cols) {
-      c -= cols;
+    r += walk.dr;
+    c += walk.dc;
+    if (c >= walk.cols) {
+      c -= walk.cols;
       ++r;
     }
   }
 }
+template <class F>
+__device__ __forceinline__ void for_grid(int rows, int cols, F&& f) {
+  for_grid(rows, GridWalk(cols), f);
+}
 
-// Copies a rows x cols tile (row-major, `ld_src` apart) into shared memory (`ld_dst` apart),
-// zeros past rows_valid / cols_valid. async: 16-byte cp.async with zero fill, joining the
-// thread's current group (cols and cols_valid whole 16-byte chunks, both sides 16-byte
-// aligned); else plain loads and stores, visible after the next __syncthreads. Offsets inside
-// a tile are 32-bit (rows and ld_src at most a few hundred; src carries the 64-bit part):
-// these copies are issued on the state kernel's sequential path.
+// How copy_tile walks a tile `cols` elements wide: by 16-byte pieces with cp.async (async),
+// else by elements with plain copies. Made once for a loop that copies the same shape every
+// iteration.
+template <class T>
+struct TileWalk {
+  bool async;
+  GridWalk walk;
+  __device__ TileWalk(int cols, bool async_)
+      : async(async_), walk(async_ ? cols / (16 / int(sizeof(T))) : cols) {}
+};
+
+// Copies a rows x cols tile (row-major, `ld_src` apart; cols as in `how`) into shared memory
+// (`ld_dst` apart), zeros past rows_valid / cols_valid. async: 16-byte cp.async with zero
+// fill, joining the thread's current group (cols and cols_valid whole 16-byte chunks, both
+// sides 16-byte aligned); else plain loads and stores, visible after the next __syncthreads.
+// Offsets inside a tile are 32-bit (rows and ld_src at most a few hundred; src carries the
+// 64-bit part).
 template <class T>
 __device__ __forceinline__ void copy_tile(T* dst, int ld_dst, const T* src, int ld_src, int rows,
-                                          int rows_valid, int cols, int cols_valid, bool async) {
-  if (async) {
+                                          int rows_valid, const TileWalk<T>& how,
+                                          int cols_valid) {
+  if (how.async) {
     constexpr int per = 16 / int(sizeof(T));
-    for_grid(rows, cols / per, [&](int r, int piece) {
+    for_grid(rows, how.walk, [&](int r, int piece) {
       const int c = piece * per;
       const bool in = r < rows_valid && c < cols_valid;
       rudnn::cuda::tc::cp_async_16(dst + r * ld_dst + c, src + (in ? r * ld_src + c : 0),
@@ -414,10 +445,24 @@ __device__ __forceinline__ void copy_tile(T* dst, int ld_dst, const T* src, int 
     });
   } else {
     const T zero = from_float<T>(0.0f);
-    for_grid(rows, cols, [&](int r, int c) {
+    for_grid(rows, how.walk, [&](int r, int c) {
       dst[r * ld_dst + c] = r < rows_valid && c < cols_valid ? src[r * ld_src + c] : zero;
     });
   }
+}
+template <class T>
+__device__ __forceinline__ void copy_tile(T* dst, int ld_dst, const T* src, int ld_src, int rows,
+                                          int rows_valid, int cols, int cols_valid, bool async) {
+  copy_tile<T>(dst, ld_dst, src, ld_src, rows, rows_valid, TileWalk<T>(cols, async), cols_valid);
+}
+
+// One row of `cols` elements (whole 16-byte pieces, both sides 16-byte aligned) into shared
+// memory by cp.async, joining the thread's current group: no walk to make.
+template <class T>
+__device__ __forceinline__ void copy_row(T* dst, const T* src, int cols) {
+  constexpr int per = 16 / int(sizeof(T));
+  for (int i = int(threadIdx.x); i < cols / per; i += int(blockDim.x))
+    rudnn::cuda::tc::cp_async_16(dst + i * per, src + i * per, 16u);
 }
 
 // T = (I + A)^-1 as an FP32 operand (the F32 path): T[i][j] (i > j) at a[j * lda + i].
@@ -442,24 +487,27 @@ __device__ __forceinline__ void store_pair(T* dst, float a, float b) {
 }
 
 // Row r of a rows x cols tile in shared memory (`ld` apart, rows 16-byte aligned, cols whole
-// 16-byte pieces) times b * e, (b, e) = f(r): x * b * e rounded to T once. The work is split
-// over threads `first`, `first` + `count`, ... of the block's `count` (from `first`), a 16-byte
-// piece each (8 or 4 elements: fewer shared-memory instructions than one element a lane).
+// 16-byte pieces) times b * e, (b, e) = f(r): x * b * e rounded to T once. `pieces` walks the
+// cols / (16 / sizeof(T)) pieces of a row, a 16-byte piece a cell (8 or 4 elements: fewer
+// shared-memory instructions than one element a lane).
 template <class T, class F>
-__device__ __forceinline__ void scale_rows(T* x, int ld, int rows, int cols, int first, int count,
-                                           F&& f) {
+__device__ __forceinline__ void scale_rows(T* x, int ld, int rows, const GridWalk& pieces, F&& f) {
   constexpr int per = 16 / int(sizeof(T));
-  const int pieces = cols / per;
-  for (int i = int(threadIdx.x) - first; i < rows * pieces; i += count) {
-    const int r = i / pieces;
-    T* at = x + r * ld + (i - r * pieces) * per;
+  for_grid(rows, pieces, [&](int r, int piece) {
+    T* at = x + r * ld + piece * per;
     uint4 raw = *reinterpret_cast<const uint4*>(at);
     T* v = reinterpret_cast<T*>(&raw);
     const float2 be = f(r);
 #pragma unroll
     for (int j = 0; j < per; ++j) v[j] = from_float<T>(to_float(v[j]) * be.x * be.y);
     *reinterpret_cast<uint4*>(at) = raw;
-  }
+  });
+}
+// The same over threads `first`, `first` + 1, ... of the block's `count` from `first`.
+template <class T, class F>
+__device__ __forceinline__ void scale_rows(T* x, int ld, int rows, int cols, int first, int count,
+                                           F&& f) {
+  scale_rows(x, ld, rows, GridWalk(cols / (16 / int(sizeof(T))), first, count), f);
 }
 
 // Where chunk slot `slot` lies: its sequence's range, its first step and its row count
@@ -879,7 +927,11 @@ __global__ void __launch_bounds__(kStateThreads, kCols > kSlab ? 1 : 2)
     return smem + lay.single + at * stage_bytes;
   };
 
-  const T* k = static_cast<const T*>(p.k);
+  // The sequence's first step of k, and the walk over W's and K's pieces, made once (the
+  // chunk loop would otherwise divide by Kp and by the head ratio every chunk; see GridWalk).
+  const T* k = static_cast<const T*>(p.k) + qk_at(p, r.entry, h, r.first);
+  constexpr int per = 16 / int(sizeof(T));
+  const GridWalk wk_pieces(Kp / per);
   auto rows_of = [&](int64_t ci) { return int(min(geo.C, r.last - (r.first + ci * geo.C))); };
   auto unit_of = [&](int64_t ci) { return (slot0 + ci) * H + h; };
   // One cp.async group per call (empty past the last chunk). W and K share their tile shape,
@@ -889,13 +941,12 @@ __global__ void __launch_bounds__(kStateThreads, kCols > kSlab ? 1 : 2)
       unsigned char* b = stage(ci);
       const int64_t u = unit_of(ci);
       const T* wsrc = reinterpret_cast<const T*>(ws + geo.ws_w) + u * geo.Cp * geo.Kp;
-      const T* ksrc = k + qk_at(p, r.entry, h, r.first + ci * geo.C);
+      const T* ksrc = k + ci * geo.C * p.qk_t;
       T* wdst = reinterpret_cast<T*>(b + lay.w);
       T* kdst = reinterpret_cast<T*>(b + lay.k);
       const int rows = rows_of(ci), dk = int(Dk), ldq = int(p.qk_t);
       const bool async_k = p.async_qk;
-      constexpr int per = 16 / int(sizeof(T));
-      for_grid(Cp, Kp / per, [&](int rr, int piece) {
+      for_grid(Cp, wk_pieces, [&](int rr, int piece) {
         const int c = piece * per, d = rr * ldk + c;
         rudnn::cuda::tc::cp_async_16(wdst + d, wsrc + rr * Kp + c, 16u);
         if (async_k) {
@@ -906,10 +957,9 @@ __global__ void __launch_bounds__(kStateThreads, kCols > kSlab ? 1 : 2)
       if (!async_k) copy_tile<T>(kdst, ldk, ksrc, ldq, Cp, rows, Kp, dk, false);
       copy_tile<T>(reinterpret_cast<T*>(b + lay.u), lds,
                    reinterpret_cast<const T*>(ws + geo.ws_u) + u * geo.Cp * geo.Vp + v0,
-                   int(geo.Vp), Cp, Cp, kCols, cw, true);
-      copy_tile<float>(reinterpret_cast<float*>(b + lay.g), Cp,
-                       reinterpret_cast<const float*>(ws + geo.ws_g) + u * geo.fstride + geo.Cp,
-                       Cp + 16, 1, 1, Cp + 16, Cp + 16, true);
+                   int(geo.Vp), Cp, Cp, TileWalk<T>(kCols, true), cw);
+      copy_row(reinterpret_cast<float*>(b + lay.g),
+               reinterpret_cast<const float*>(ws + geo.ws_g) + u * geo.fstride + geo.Cp, Cp + 16);
     }
     rudnn::cuda::tc::cp_async_commit();
   };

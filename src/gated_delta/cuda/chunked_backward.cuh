@@ -263,28 +263,31 @@ __global__ void __launch_bounds__(kBackThreads, 1)
   auto chunk_of = [&](int64_t i) { return count - 1 - i; };  // the i-th chunk walked
   auto rows_of = [&](int64_t ci) { return int(min(geo.C, r.last - (r.first + ci * geo.C))); };
   auto unit_of = [&](int64_t ci) { return (slot0 + ci) * H + h; };
+  // The sequence's first step of q / k and dO, and the walks of the tiles whose width is not
+  // a constant, made once (see GridWalk): the loop would otherwise divide every chunk.
+  const int64_t qk_first = qk_at(p, r.entry, h, r.first), dy_first = v_at(p, r.entry, h, r.first);
+  const TileWalk<T> qk_how(Kp, p.async_qk), w_how(Kp, true), p_how(Cp, true);
   // One cp.async group per call (empty past the last chunk walked).
   auto issue = [&](int64_t i) {
     if (i < count) {
-      const int64_t ci = chunk_of(i), u = unit_of(ci), t0 = r.first + ci * geo.C;
+      const int64_t ci = chunk_of(i), u = unit_of(ci), dt = ci * geo.C;
       const int rows = rows_of(ci);
       unsigned char* s = stage(i);
-      const int64_t qk = qk_at(p, r.entry, h, t0);
+      const int64_t qk = qk_first + dt * p.qk_t;
       copy_tile<T>(reinterpret_cast<T*>(s + lay.q), ldk, static_cast<const T*>(p.q) + qk,
-                   int(p.qk_t), Cp, rows, Kp, int(Dk), p.async_qk);
+                   int(p.qk_t), Cp, rows, qk_how, int(Dk));
       copy_tile<T>(reinterpret_cast<T*>(s + lay.k), ldk, static_cast<const T*>(p.k) + qk,
-                   int(p.qk_t), Cp, rows, Kp, int(Dk), p.async_qk);
+                   int(p.qk_t), Cp, rows, qk_how, int(Dk));
       copy_tile<T>(reinterpret_cast<T*>(s + lay.w), ldk,
                    reinterpret_cast<const T*>(ws + geo.ws_w) + u * geo.Cp * geo.Kp, Kp, Cp, Cp,
-                   Kp, Kp, true);
+                   w_how, Kp);
       copy_tile<T>(reinterpret_cast<T*>(s + lay.p), ldc,
                    reinterpret_cast<const T*>(ws + geo.ws_a) + u * geo.Cp * geo.Cp, Cp, Cp, Cp,
-                   Cp, Cp, true);
-      copy_dy_tile<T>(reinterpret_cast<T*>(s + lay.dy), lds, b, v_at(p, r.entry, h, t0) + v0,
+                   p_how, Cp);
+      copy_dy_tile<T>(reinterpret_cast<T*>(s + lay.dy), lds, b, dy_first + dt * p.v_t + v0,
                       int(p.v_t), Cp, rows, kCols, dyc, async_dy);
-      copy_tile<float>(reinterpret_cast<float*>(s + lay.f), int(geo.fstride),
-                       reinterpret_cast<const float*>(ws + geo.ws_g) + u * geo.fstride,
-                       int(geo.fstride), 1, 1, int(geo.fstride), int(geo.fstride), true);
+      copy_row(reinterpret_cast<float*>(s + lay.f),
+               reinterpret_cast<const float*>(ws + geo.ws_g) + u * geo.fstride, int(geo.fstride));
     }
     rudnn::cuda::tc::cp_async_commit();
   };
@@ -320,8 +323,7 @@ __global__ void __launch_bounds__(kBackThreads, 1)
     const float* F = reinterpret_cast<const float*>(s + lay.f);  // scale e, r, exp(G_last)
 
     // Q's rows times scale e (Q is read only after the next barrier).
-    scale_rows(Q, ldk, Cp, Kp, 0, int(blockDim.x),
-               [&](int row) { return make_float2(F[row], 1.0f); });
+    scale_rows(Q, ldk, Cp, w_how.walk, [&](int row) { return make_float2(F[row], 1.0f); });
     // dV' = P^T dO + r K dS_next, to the workspace and, negated, to shared memory.
     T* dVg = reinterpret_cast<T*>(ws + bg.dv) + unit * geo.Cp * geo.Vp + v0;
     constexpr int kVN = kCols >= 32 ? 2 : 1;
