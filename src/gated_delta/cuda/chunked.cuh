@@ -186,6 +186,27 @@ struct Op {
     else
       rudnn::cuda::tc::ldmatrix<2, true>(b, p + (k + 8 * q + r) * ld + n0);
   }
+  // The B fragments of the kN column tiles [n0 + 8 j, +8), rows [k, k + 16): two tiles a
+  // ldmatrix.x4 (half the load instructions of an .x2 each), an odd last one by .x2.
+  template <int kN>
+  __device__ __forceinline__ void b_frags(uint32_t (&b)[kN][2], int n0, int k) const {
+    const int l = threadIdx.x % 32, q = l / 8, r = l % 8;
+#pragma unroll
+    for (int j = 0; j + 1 < kN; j += 2) {
+      uint32_t x[4];
+      if constexpr (kMajor)
+        rudnn::cuda::tc::ldmatrix<4, false>(
+            x, p + (n0 + 8 * j + 8 * (q / 2) + r) * ld + k + 8 * (q % 2));
+      else
+        rudnn::cuda::tc::ldmatrix<4, true>(
+            x, p + (k + 8 * (q % 2) + r) * ld + n0 + 8 * j + 8 * (q / 2));
+      b[j][0] = x[0];
+      b[j][1] = x[1];
+      b[j + 1][0] = x[2];
+      b[j + 1][1] = x[3];
+    }
+    if constexpr (kN % 2 == 1) b_frag(b[kN - 1], n0 + 8 * (kN - 1), k);
+  }
 };
 
 // acc[j] += A[m0 .. m0+16, 0 .. K) B[0 .. K, n0+8j .. n0+8j+8) for j < kN: this lane's four
@@ -210,14 +231,11 @@ __device__ __forceinline__ void tile_mma(float (&acc)[kN][4], const OA& a, const
   } else {
 #pragma unroll 4
     for (int k = 0; k < K; k += 16) {
-      uint32_t af[4];
+      uint32_t af[4], bf[kN][2];
       a.a_frag(af, m0, k);
+      b.template b_frags<kN>(bf, n0, k);
 #pragma unroll
-      for (int j = 0; j < kN; ++j) {
-        uint32_t bf[2];
-        b.b_frag(bf, n0 + 8 * j, k);
-        rudnn::cuda::tc::mma_16816<T>(acc[j], af, bf);
-      }
+      for (int j = 0; j < kN; ++j) rudnn::cuda::tc::mma_16816<T>(acc[j], af, bf[j]);
     }
   }
 }
@@ -236,16 +254,15 @@ __device__ __forceinline__ void tile_mma_two(float (&acc0)[kN][4], float (&acc1)
   } else {
 #pragma unroll 2
     for (int k = 0; k < K; k += 16) {
-      uint32_t af0[4], af1[4];
+      uint32_t af0[4], af1[4], bf0[kN][2], bf1[kN][2];
       a0.a_frag(af0, m0, k);
       if constexpr (!kShareA) a1.a_frag(af1, m0, k);
+      b0.template b_frags<kN>(bf0, n0, k);
+      if constexpr (kShareA) b1.template b_frags<kN>(bf1, n0, k);
 #pragma unroll
       for (int j = 0; j < kN; ++j) {
-        uint32_t bf0[2], bf1[2];
-        b0.b_frag(bf0, n0 + 8 * j, k);
-        if constexpr (kShareA) b1.b_frag(bf1, n0 + 8 * j, k);
-        rudnn::cuda::tc::mma_16816<T>(acc0[j], af0, bf0);
-        rudnn::cuda::tc::mma_16816<T>(acc1[j], kShareA ? af0 : af1, kShareA ? bf1 : bf0);
+        rudnn::cuda::tc::mma_16816<T>(acc0[j], af0, bf0[j]);
+        rudnn::cuda::tc::mma_16816<T>(acc1[j], kShareA ? af0 : af1, kShareA ? bf1[j] : bf0[j]);
       }
     }
   }
