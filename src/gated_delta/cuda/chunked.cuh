@@ -416,6 +416,10 @@ template <class F>
 __device__ __forceinline__ void for_grid(int rows, const GridWalk& walk, F&& f) {
   if (walk.cols <= 0) return;
   int r = walk.r, c = walk.c;
+  if (walk.dc == 0) {  // the block's threads cover whole rows: this thread keeps its column
+    for (; r < rows; r += walk.dr) f(r, c);
+    return;
+  }
   while (r < rows) {
     f(r, c);
     r += walk.dr;
