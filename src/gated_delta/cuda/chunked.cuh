@@ -507,28 +507,29 @@ __device__ __forceinline__ void store_pair(T* dst, float a, float b) {
     *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);
 }
 
-// Row r of a rows x cols tile in shared memory (`ld` apart, rows 16-byte aligned, cols whole
-// 16-byte pieces) times b * e, (b, e) = f(r): x * b * e rounded to T once. `pieces` walks the
-// cols / (16 / sizeof(T)) pieces of a row, a 16-byte piece a cell (8 or 4 elements: fewer
-// shared-memory instructions than one element a lane).
+// Row r of a rows x cols tile in shared memory (`ld_src` apart, rows 16-byte aligned, cols
+// whole 16-byte pieces) times b * e, (b, e) = f(r), into dst (`ld_dst` apart; dst may be src):
+// x * b * e rounded to T once. `pieces` walks the cols / (16 / sizeof(T)) pieces of a row, a
+// 16-byte piece a cell (8 or 4 elements: fewer shared-memory instructions than one element a
+// lane).
 template <class T, class F>
-__device__ __forceinline__ void scale_rows(T* x, int ld, int rows, const GridWalk& pieces, F&& f) {
+__device__ __forceinline__ void scale_rows(const T* src, int ld_src, T* dst, int ld_dst, int rows,
+                                           const GridWalk& pieces, F&& f) {
   constexpr int per = 16 / int(sizeof(T));
   for_grid(rows, pieces, [&](int r, int piece) {
-    T* at = x + r * ld + piece * per;
-    uint4 raw = *reinterpret_cast<const uint4*>(at);
+    uint4 raw = *reinterpret_cast<const uint4*>(src + r * ld_src + piece * per);
     T* v = reinterpret_cast<T*>(&raw);
     const float2 be = f(r);
 #pragma unroll
     for (int j = 0; j < per; ++j) v[j] = from_float<T>(to_float(v[j]) * be.x * be.y);
-    *reinterpret_cast<uint4*>(at) = raw;
+    *reinterpret_cast<uint4*>(dst + r * ld_dst + piece * per) = raw;
   });
 }
-// The same over threads `first`, `first` + 1, ... of the block's `count` from `first`.
+// In place, over threads `first`, `first` + 1, ... of the block's `count` from `first`.
 template <class T, class F>
 __device__ __forceinline__ void scale_rows(T* x, int ld, int rows, int cols, int first, int count,
                                            F&& f) {
-  scale_rows(x, ld, rows, GridWalk(cols / (16 / int(sizeof(T))), first, count), f);
+  scale_rows(x, ld, x, ld, rows, GridWalk(cols / (16 / int(sizeof(T))), first, count), f);
 }
 
 // Where chunk slot `slot` lies: its sequence's range, its first step and its row count

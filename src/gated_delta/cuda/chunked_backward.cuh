@@ -57,11 +57,11 @@ struct BackwardGeometry {
   }
 };
 
-// dstate_kernel's shared memory for `cols` value columns a block: dS_next [Kp][ldv] and -dV'
-// [Cp][ldv], then per operand stage Q, K, W [Cp][ldk], P [Cp][ldc], dO [Cp][ldv] and the
-// chunk's decay factors.
+// dstate_kernel's shared memory for `cols` value columns a block: dS_next [Kp][ldv], -dV' and
+// scale e dO [Cp][ldv], then per operand stage Q, K, W [Cp][ldk], P [Cp][ldc], dO [Cp][ldv]
+// and the chunk's decay factors.
 struct DStateLayout {
-  int64_t ldv, ds, nv, single, q, k, w, p, dy, f, stage;
+  int64_t ldv, ds, nv, sdy, single, q, k, w, p, dy, f, stage;
   __host__ __device__ int64_t bytes(int stages) const { return single + stages * stage; }
 };
 __host__ __device__ inline DStateLayout dstate_layout(const Geometry& geo, int64_t cols) {
@@ -70,6 +70,7 @@ __host__ __device__ inline DStateLayout dstate_layout(const Geometry& geo, int64
   Carve single(16);
   l.ds = single.take(geo.Kp * l.ldv * geo.item);
   l.nv = single.take(geo.Cp * l.ldv * geo.item);
+  l.sdy = single.take(geo.Cp * l.ldv * geo.item);
   l.single = single.at;
   Carve stage(16);
   l.q = stage.take(geo.Cp * geo.ldk * geo.item);
@@ -256,6 +257,7 @@ __global__ void __launch_bounds__(kBackThreads, 1)
 
   T* dSs = reinterpret_cast<T*>(smem + lay.ds);  // dS_next, [Kp][lds]
   T* nV = reinterpret_cast<T*>(smem + lay.nv);   // -dV', [Cp][lds]
+  T* sdO = reinterpret_cast<T*>(smem + lay.sdy);  // scale e dO, [Cp][lds]
   auto stage = [&](int64_t i) {
     const int64_t at = stages == 2 ? i % 2 : 0;
     return smem + lay.single + at * lay.stage;
@@ -267,6 +269,7 @@ __global__ void __launch_bounds__(kBackThreads, 1)
   // a constant, made once (see GridWalk): the loop would otherwise divide every chunk.
   const int64_t qk_first = qk_at(p, r.entry, h, r.first), dy_first = v_at(p, r.entry, h, r.first);
   const TileWalk<T> qk_how(Kp, p.async_qk), w_how(Kp, true), p_how(Cp, true);
+  const GridWalk dy_pieces(kCols / (16 / int(sizeof(T))));
   // One cp.async group per call (empty past the last chunk walked).
   auto issue = [&](int64_t i) {
     if (i < count) {
@@ -315,15 +318,17 @@ __global__ void __launch_bounds__(kBackThreads, 1)
     __syncthreads();
     if (stages == 2) issue(i + 1);  // into the stage the previous chunk used
     const unsigned char* s = stage(i);
-    T* Q = reinterpret_cast<T*>(const_cast<unsigned char*>(s) + lay.q);
+    const T* Q = reinterpret_cast<const T*>(s + lay.q);
     const T* K = reinterpret_cast<const T*>(s + lay.k);
     const T* W = reinterpret_cast<const T*>(s + lay.w);
     const T* P = reinterpret_cast<const T*>(s + lay.p);
     const T* dO = reinterpret_cast<const T*>(s + lay.dy);
     const float* F = reinterpret_cast<const float*>(s + lay.f);  // scale e, r, exp(G_last)
 
-    // Q's rows times scale e (Q is read only after the next barrier).
-    scale_rows(Q, ldk, Cp, w_how.walk, [&](int row) { return make_float2(F[row], 1.0f); });
+    // dO's rows times scale e, for (scale e Q)^T dO = Q^T (scale e dO): the narrower operand
+    // (kCols against K columns), into its own buffer (dV' reads dO as it is). Read only after
+    // the next barrier.
+    scale_rows(dO, lds, sdO, lds, Cp, dy_pieces, [&](int row) { return make_float2(F[row], 1.0f); });
     // dV' = P^T dO + r K dS_next, to the workspace and, negated, to shared memory.
     T* dVg = reinterpret_cast<T*>(ws + bg.dv) + unit * geo.Cp * geo.Vp + v0;
     constexpr int kVN = kCols >= 32 ? 2 : 1;
@@ -340,7 +345,7 @@ __global__ void __launch_bounds__(kBackThreads, 1)
     });
     __syncthreads();
 
-    // dS = exp(G_last) dS + (scale e Q)^T dO - W^T dV'.
+    // dS = exp(G_last) dS + Q^T (scale e dO) - W^T dV'.
     const float decay = F[2 * Cp];
 #pragma unroll
     for (int j = 0; j < kRowTiles; ++j) {
@@ -350,7 +355,7 @@ __global__ void __launch_bounds__(kBackThreads, 1)
       for (int jt = 0; jt < kCols / 8; ++jt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) dS[j][jt][e] *= decay;
-      tile_mma<T>(dS[j], Op<T, false>{Q, ldk}, Op<T, false>{dO, lds}, m0, 0, Cp);
+      tile_mma<T>(dS[j], Op<T, false>{Q, ldk}, Op<T, false>{sdO, lds}, m0, 0, Cp);
       tile_mma<T>(dS[j], Op<T, false>{W, ldk}, Op<T, false>{nV, lds}, m0, 0, Cp);
     }
   }
@@ -634,18 +639,29 @@ __global__ void __launch_bounds__(kBackThreads, sizeof(T) == 4 ? 1 : 2)
   });
   __syncthreads();
 
-  // dQ = dQ_inter + (scale dP * D) K, and the rows' q . dQ_inter.
+  // dQ and dK are written two elements a store where their rows allow it (4-byte aligned
+  // starts, an even row stride), else one.
   T* dq = static_cast<T*>(b.dq) + qk;
+  T* dk = static_cast<T*>(b.dk) + qk;
+  const bool pairs = sizeof(T) == 2 && p.qk_t % 2 == 0 &&
+                     (reinterpret_cast<uintptr_t>(dq) | reinterpret_cast<uintptr_t>(dk)) % 4 == 0;
+  auto put_row = [&](T* row, int c, float x0, float x1) {
+    if (pairs && c + 1 < Dk) {
+      store_pair(row + c, x0, x1);
+    } else {
+      if (c < Dk) row[c] = from_float<T>(x0);
+      if (c + 1 < Dk) row[c + 1] = from_float<T>(x1);
+    }
+  };
+  // dQ = dQ_inter + (scale dP * D) K, and the rows' q . dQ_inter.
   for_tiles<2>(Cp, Kp, [&](int m0, int n0) {
     float acc[2][4] = {}, x[2][4];
     load_tile_pairs(x, xq, Kp, m0, n0);  // in flight during the product
     tile_mma<T>(acc, Op<T, true>{Ms, ldc}, Op<T, false>{Ks, ldk}, m0, n0, Cp);
     for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
       if (i >= L) return;
-#pragma unroll
-      for (int y = 0; y < 2; ++y)
-        if (c + y < Dk)
-          dq[int64_t(i) * p.qk_t + c + y] = from_float<T>(acc[jt][e + y] + x[jt][e + y]);
+      put_row(dq + int64_t(i) * p.qk_t, c, acc[jt][e] + x[jt][e],
+              acc[jt][e + 1] + x[jt][e + 1]);
     });
     row_partials(m0, n0, part, kParts * parts, [&](int jt, int e, int i, int c) {
       return to_float(Qs[i * ldk + c]) * x[jt][e] + to_float(Qs[i * ldk + c + 1]) * x[jt][e + 1];
@@ -653,7 +669,6 @@ __global__ void __launch_bounds__(kBackThreads, sizeof(T) == 4 ? 1 : 2)
   });
   // dK = dK_state + (scale dP * D)^T Q + S K + beta e T^T dW, and the rows' k . dK_state and
   // k . T^T dW.
-  T* dk = static_cast<T*>(b.dk) + qk;
   for_tiles<2>(Cp, Kp, [&](int m0, int n0) {
     float plain[2][4] = {}, wy[2][4] = {}, x[2][4];
     load_tile_pairs(x, xk, Kp, m0, n0);  // in flight during the products
@@ -663,11 +678,8 @@ __global__ void __launch_bounds__(kBackThreads, sizeof(T) == 4 ? 1 : 2)
     for_pairs<2>(m0, n0, [&](int jt, int e, int i, int c) {
       if (i >= L) return;
       const float be = Bs[i] * decay.through(i);
-#pragma unroll
-      for (int y = 0; y < 2; ++y)
-        if (c + y < Dk)
-          dk[int64_t(i) * p.qk_t + c + y] =
-              from_float<T>(x[jt][e + y] + plain[jt][e + y] + be * wy[jt][e + y]);
+      put_row(dk + int64_t(i) * p.qk_t, c, x[jt][e] + plain[jt][e] + be * wy[jt][e],
+              x[jt][e + 1] + plain[jt][e + 1] + be * wy[jt][e + 1]);
     });
     row_partials(m0, n0, part + parts, kParts * parts, [&](int jt, int e, int i, int c) {
       return to_float(Ks[i * ldk + c]) * x[jt][e] + to_float(Ks[i * ldk + c + 1]) * x[jt][e + 1];
