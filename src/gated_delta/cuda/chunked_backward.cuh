@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(kBackThreads, 1)
   // a constant, made once (see GridWalk): the loop would otherwise divide every chunk.
   const int64_t qk_first = qk_at(p, r.entry, h, r.first), dy_first = v_at(p, r.entry, h, r.first);
   const TileWalk<T> qk_how(Kp, p.async_qk), w_how(Kp, true), p_how(Cp, true);
-  const GridWalk dy_pieces(kCols / (16 / int(sizeof(T))));
+  const GridWalk slab_pieces(kCols / (16 / int(sizeof(T))));  // a row of dO or of the slab
   // One cp.async group per call (empty past the last chunk walked).
   auto issue = [&](int64_t i) {
     if (i < count) {
@@ -305,11 +305,9 @@ __global__ void __launch_bounds__(kBackThreads, 1)
   if (stages == 2) issue(0);
   for (int64_t i = 0; i < count; ++i) {
     const int64_t ci = chunk_of(i), unit = unit_of(ci);
-    // dS_next in q's dtype: to shared memory for K dS_next, and to the workspace for
-    // grad_v_kernel.
-    stage_slab<T, kCols>(dS, dSs, lds,
-                         reinterpret_cast<T*>(ws + bg.ds) + unit * geo.Kp * geo.Vp + v0, vp, cw,
-                         Kp);
+    // dS_next in q's dtype to shared memory for K dS_next (and from there to the workspace for
+    // grad_v_kernel, after the barrier).
+    stage_slab<T, kCols>(dS, dSs, lds, static_cast<T*>(nullptr), vp, cw, Kp);
     if (stages == 1) {
       __syncthreads();  // the previous chunk's reads of the one stage are done
       issue(i);
@@ -317,6 +315,8 @@ __global__ void __launch_bounds__(kBackThreads, 1)
     rudnn::cuda::tc::cp_async_wait<0>();
     __syncthreads();
     if (stages == 2) issue(i + 1);  // into the stage the previous chunk used
+    write_slab(dSs, lds, reinterpret_cast<T*>(ws + bg.ds) + unit * geo.Kp * geo.Vp + v0, vp, cw,
+               Kp, slab_pieces);
     const unsigned char* s = stage(i);
     const T* Q = reinterpret_cast<const T*>(s + lay.q);
     const T* K = reinterpret_cast<const T*>(s + lay.k);
@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(kBackThreads, 1)
     // dO's rows times scale e, for (scale e Q)^T dO = Q^T (scale e dO): the narrower operand
     // (kCols against K columns), into its own buffer (dV' reads dO as it is). Read only after
     // the next barrier.
-    scale_rows(dO, lds, sdO, lds, Cp, dy_pieces, [&](int row) { return make_float2(F[row], 1.0f); });
+    scale_rows(dO, lds, sdO, lds, Cp, slab_pieces, [&](int row) { return make_float2(F[row], 1.0f); });
     // dV' = P^T dO + r K dS_next, to the workspace and, negated, to shared memory.
     T* dVg = reinterpret_cast<T*>(ws + bg.dv) + unit * geo.Cp * geo.Vp + v0;
     constexpr int kVN = kCols >= 32 ? 2 : 1;
