@@ -970,7 +970,7 @@ __global__ void __launch_bounds__(kStateThreads, kCols > kSlab ? 1 : 2)
   // chunk loop would otherwise divide by Kp and by the head ratio every chunk; see GridWalk).
   const T* k = static_cast<const T*>(p.k) + qk_at(p, r.entry, h, r.first);
   constexpr int per = 16 / int(sizeof(T));
-  const GridWalk wk_pieces(Kp / per);
+  const GridWalk wk_pieces(Kp / per), slab_pieces(kCols / per);
   auto rows_of = [&](int64_t ci) { return int(min(geo.C, r.last - (r.first + ci * geo.C))); };
   auto unit_of = [&](int64_t ci) { return (slot0 + ci) * H + h; };
   // One cp.async group per call (empty past the last chunk). W and K share their tile shape,
@@ -1014,12 +1014,10 @@ __global__ void __launch_bounds__(kStateThreads, kCols > kSlab ? 1 : 2)
   for (int64_t ci = 0; ci < count; ++ci) {
     const int L = rows_of(ci);
     const int64_t unit = unit_of(ci);
-    // S_c in q's dtype: to shared memory for W S_c, and from the registers straight to the
-    // workspace (the columns inside Vp), off the path behind the barrier.
+    // S_c in q's dtype to shared memory for W S_c (and from there to the workspace for the
+    // output kernel, after the barrier).
     const int vp = int(geo.Vp);
-    stage_slab<T, kCols>(S, Ss, lds,
-                         reinterpret_cast<T*>(ws + geo.ws_s) + unit * geo.Kp * geo.Vp + v0, vp, cw,
-                         Kp);
+    stage_slab<T, kCols>(S, Ss, lds, static_cast<T*>(nullptr), vp, cw, Kp);
     if (stages == 1) {
       __syncthreads();  // the previous chunk's reads of the one stage are done
       issue(ci);
@@ -1031,6 +1029,8 @@ __global__ void __launch_bounds__(kStateThreads, kCols > kSlab ? 1 : 2)
       rudnn::cuda::tc::cp_async_wait<0>();
     __syncthreads();
     if (stages > 1) issue(ci + stages - 1);  // into the stage chunk ci - 1 used
+    write_slab(Ss, lds, reinterpret_cast<T*>(ws + geo.ws_s) + unit * geo.Kp * geo.Vp + v0, vp, cw,
+               Kp, slab_pieces);
     const unsigned char* b = stage(ci);
     const T* W = reinterpret_cast<const T*>(b + lay.w);
     const T* K = reinterpret_cast<const T*>(b + lay.k);
