@@ -45,7 +45,7 @@
 // dtype, contiguous, on the inputs' device, overlapping no input and no other output.
 //
 // Chunked prefill (chunk_gated_delta_rule, spec 000's form; chunk_gated_delta and
-// chunk_gated_delta_slots, spec 003's, the pool form CPU only for now): the WY / UT-transform
+// chunk_gated_delta_slots, spec 003's): the WY / UT-transform
 // algorithm over chunks of chunk_size steps, the same results as the recurrence up to rounding
 // (see chunk_gated_delta_rule's declaration below). Its backward, spec 000's form:
 // chunk_gated_delta_rule_backward (the chunked algorithm's on a CUDA device; see its
@@ -58,8 +58,7 @@
 // non-decreasing, so bad offsets cannot address outside the inputs either.
 //
 // NOT IMPLEMENTED YET (later work of issue 14): a chunked backward for spec 003's form (its
-// gradients are the recurrence's: gated_delta_backward), GPU Dk > 256, and the chunked pool
-// form (chunk_gated_delta_slots*) on the GPU.
+// gradients are the recurrence's: gated_delta_backward) and GPU Dk > 256.
 //
 // Errors (rudnn::Error, message "op: argument ...; expected ..."): a chunk_size that is not
 // positive or whose workspace exceeds the shared-memory limit (chunk_gated_delta*), an
@@ -144,9 +143,11 @@ void chunk_gated_delta_into(const Tensor& y_out, const Tensor& state_out, const 
 // pool[slots[b]] and its final state is written back there, in place; pool [S,Hv,Dv,Dk]
 // (floating, contiguous), slots [B] (i32 or i64, distinct, in [0, S)); entries not named are
 // untouched. Returns y [B,T,Hv,Dv]; each sequence's results equal chunk_gated_delta's on its
-// state alone. Errors: gated_delta_slots' and chunk_size's, all raised before the pool or y is
-// written. GPU tensors: ErrorCode::Unsupported (no CUDA kernel for the pool form yet), raised
-// after every argument check.
+// state alone (on a GPU bit for bit: the same kernels, the states read from and written to
+// the pool). Errors: gated_delta_slots' and chunk_size's, all raised before the pool or y is
+// written; on a GPU also chunk_gated_delta's Unsupported cases. Device slot ids as
+// gated_delta_slots': a sequence whose id is outside the pool or named twice leaves the pool
+// untouched and gets NaN outputs.
 Tensor chunk_gated_delta_slots(const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& g, const Tensor& beta, const Tensor& pool,
                                const Tensor& slots, int64_t chunk_size, const Stream& stream = {});
@@ -272,7 +273,7 @@ void chunk_gated_delta_varlen_into(const Tensor& y_out, const Tensor& state_out,
                                    const Stream& stream = {});
 
 // chunk_gated_delta_slots over N packed sequences: sequence n starts from pool[slots[n]] and
-// its final state is written back there; slots [N]. Returns y [1,T,Hv,Dv]. CPU only, as above.
+// its final state is written back there; slots [N]. Returns y [1,T,Hv,Dv]. Rules as above.
 Tensor chunk_gated_delta_slots_varlen(const Tensor& q, const Tensor& k, const Tensor& v,
                                       const Tensor& g, const Tensor& beta, const Tensor& pool,
                                       const Tensor& slots, const Tensor& cu_seqlens,

@@ -36,8 +36,8 @@ deterministic kernel over float32 checkpoints on the GPU). The torch custom ops
 up to rounding); its gradient is the recurrence's backward (the same function's gradient: a
 chunked backward kernel is not implemented). :func:`chunk_gated_delta` /
 :func:`chunk_gated_delta_slots` are spec 003's chunked prefill over :func:`gated_delta`'s
-operands (the float64 WY / UT-transform algorithm on the CPU, the chunked kernels on a GPU; the
-pool form is CPU only for now: GPU arrays raise rudnn.Unsupported there). Slot ids on the GPU cannot raise without a host
+operands (the float64 WY / UT-transform algorithm on the CPU, the chunked kernels on a GPU).
+Slot ids on the GPU cannot raise without a host
 synchronisation: a sequence whose id is outside the pool or shared with another sequence leaves
 the pool untouched and gets NaN outputs; device cu_seqlens are clamped into [0, T]. ``out=`` reaches the C++ ``_into`` forms. Under ``torch.compile``
 :func:`gated_delta` and :func:`gated_delta_rule` called without ``out=``/``stream=`` call their
@@ -249,8 +249,8 @@ def chunk_gated_delta_slots(
     place (entries not named untouched). Args, pool and slots rules as
     :func:`gated_delta_slots`, chunk_size as :func:`chunk_gated_delta`. Returns y ``[B, T, Hv,
     Dv]`` (``[1, T, Hv, Dv]`` with cu_seqlens) in q's dtype. Errors: gated_delta_slots' and
-    chunk_size's, all raised before the pool or y is written; Unsupported for GPU arrays (no
-    CUDA kernel for the pool form yet)."""
+    chunk_size's, all raised before the pool or y is written; on a GPU also
+    :func:`chunk_gated_delta`'s Unsupported cases."""
     kind, stream = io.context(q, stream)
     r = _rudnn.chunk_gated_delta_slots(
         *_inputs(q, k, v, g, beta), io.as_output(pool), io.as_input(slots), chunk_size,

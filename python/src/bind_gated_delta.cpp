@@ -1,6 +1,6 @@
 // The gated delta family (rudnn/gated_delta.h): gated_delta, gated_delta_steps and
 // gated_delta_slots (spec 003's layout) with their chunked prefill chunk_gated_delta /
-// chunk_gated_delta_slots (CPU only in C++), gated_delta_rule (spec 000's; with `chunk_size` the
+// chunk_gated_delta_slots, gated_delta_rule (spec 000's; with `chunk_size` the
 // chunked prefill chunk_gated_delta_rule), each dense or, with `cu_seqlens`, over packed
 // variable-length sequences (the *_varlen C++ functions), and the
 // backward passes gated_delta_backward / gated_delta_rule_backward (with `chunk_size`,

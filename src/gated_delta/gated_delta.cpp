@@ -325,18 +325,8 @@ void check_chunk_size(const OpCall& call, int64_t chunk_size);
 void require_gpu_chunked(const OpCall& call, const Dims& d, int64_t chunk_size, DType dtype);
 void run_gpu_chunked(OpCall& call, const gdn::Recurrence& r, int64_t chunk_size);
 
-// The chunked form over a state pool (chunk_gated_delta_slots*) has no CUDA kernel.
-void require_no_gpu_chunked_slots(const OpCall& call) {
-  if (!call.device.is_cpu()) {
-    fail(ErrorCode::Unsupported,
-         cat(call.op, ": no CUDA kernel for the chunked form over a state pool yet; it runs on "
-                      "the CPU only (on the GPU: chunk_gated_delta on the gathered states, or "
-                      "gated_delta_slots)"));
-  }
-}
-
 // chunk_size 0: the recurrence (gated_delta*); positive: the chunked algorithm
-// (chunk_gated_delta*, CPU only), chunk_size validated once the shapes are.
+// (chunk_gated_delta*), chunk_size validated once the shapes are.
 GatedDeltaResult gated_delta_impl(OpCall& call, Outputs& outs, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& g, const Tensor& beta,
                                   const Tensor& state, bool every_step, const Tensor& cu,
@@ -459,7 +449,12 @@ Tensor gated_delta_slots_impl(OpCall& call, Outputs& outs, const Tensor& q, cons
     }
   }
   if (chunked) check_chunk_size(call, chunk_size);
-  if (!call.device.is_cpu()) require_gpu_key_dim(call, d.key_dim);
+  if (!call.device.is_cpu()) {
+    if (chunked)
+      require_gpu_chunked(call, d, chunk_size, q.dtype());
+    else
+      require_gpu_key_dim(call, d.key_dim);
+  }
   Tensor y = outs.take("y_out", {entries, d.steps, d.value_heads, d.value_dim}, q.dtype());
   outs.check_overlaps({{"q", &q},
                        {"k", &k},
@@ -469,7 +464,6 @@ Tensor gated_delta_slots_impl(OpCall& call, Outputs& outs, const Tensor& q, cons
                        {"pool", &pool},
                        {"slots", &slots},
                        {"cu_seqlens", &cu}});
-  if (chunked) require_no_gpu_chunked_slots(call);
   if (!call.device.is_cpu()) {
     gdn::Recurrence p = bthd_problem(call, d, q, k, v, g, beta);
     p.y = y.data();
@@ -480,7 +474,10 @@ Tensor gated_delta_slots_impl(OpCall& call, Outputs& outs, const Tensor& q, cons
     p.slot_dtype = slots.dtype();
     p.pool_slots = pool_slots;
     if (cu.defined()) p.cu_seqlens = static_cast<const int32_t*>(cu.data());
-    run_gpu(call, p);
+    if (chunked)
+      run_gpu_chunked(call, p, chunk_size);
+    else
+      run_gpu(call, p);
     return y;
   }
 

@@ -64,7 +64,8 @@ namespace rudnn::gdn {
 // 000's [B,H,T,D] operands, log decay and [K,V] F32 state, spec 003's [B,T,H,D] operands, the
 // gate itself and a [V,K] state of any floating dtype) cut into chunks. batch counts the
 // sequences (N with cu_seqlens), value_heads the heads the kernels run; y takes v's strides;
-// every_step and the slots are not used.
+// every_step is not used; with slots (chunk_gated_delta_slots*) state_in and state_out are the
+// pool, as in the recurrence.
 struct Chunked : Recurrence {
   int64_t chunk = 0;
   // Set by the launch: rows of q and k (async_qk), of v (async_v) are whole 16-byte chunks,

@@ -32,6 +32,7 @@
 #include "cuda/types.cuh"
 #include "gated_delta/cuda/launch.h"
 #include "gated_delta/cuda/scalars.cuh"
+#include "gated_delta/cuda/slots.cuh"
 #include "gated_delta/cuda/tuning.h"
 
 namespace rudnn::gdn::cuda::chunk {
@@ -533,11 +534,12 @@ __device__ __forceinline__ void scale_rows(T* x, int ld, int rows, int cols, int
 }
 
 // Where chunk slot `slot` lies: its sequence's range, its first step and its row count
-// (rows <= 0: a varlen slot past the last sequence's chunks, nothing to do).
+// (rows <= 0: a varlen slot past the last sequence's chunks, nothing to do), and the sequence.
 struct Place {
   Range range;
   int64_t t0;
   int rows;
+  int64_t n;
 };
 __device__ __forceinline__ Place locate(const Chunked& p, const Geometry& geo,
                                         const unsigned char* ws, int64_t slot) {
@@ -547,7 +549,7 @@ __device__ __forceinline__ Place locate(const Chunked& p, const Geometry& geo,
     local = slot % geo.chunks_per_seq;
   } else {
     const int32_t* cf = reinterpret_cast<const int32_t*>(ws + geo.ws_cf);
-    if (slot >= cf[p.batch]) return {{0, 0, 0}, 0, 0};
+    if (slot >= cf[p.batch]) return {{0, 0, 0}, 0, 0, 0};
     int64_t lo = 0, hi = p.batch - 1;  // the last n with cf[n] <= slot
     while (lo < hi) {
       const int64_t mid = (lo + hi + 1) / 2;
@@ -561,7 +563,7 @@ __device__ __forceinline__ Place locate(const Chunked& p, const Geometry& geo,
   }
   const Range r = sequence_range(p, n);
   const int64_t t0 = r.first + local * geo.C;
-  return {r, t0, int(min(geo.C, r.last - t0))};
+  return {r, t0, int(min(geo.C, r.last - t0)), n};
 }
 
 // Each step's beta (Bs) and (log |decay|, code) (ChunkDecay), zero past the chunk's L rows (no
@@ -835,9 +837,13 @@ __global__ void __launch_bounds__(kPrepThreads, sizeof(T) == 4 ? 2 : 3)
 // A sequential pass's block: sequence n, head h, value columns [v0, v0 + cols); the sequence's
 // steps and its chunk slots [slot0, slot0 + count). Blocks are (sequence, head, slab) in
 // order, a head's slabs adjacent.
+// A state-pass block's (sequence n, head h, value columns from v0) and its chunks; `state`
+// is the sequence's state row (its pool slot in the *_slots forms), `usable` false for a
+// pool slot id that slot_usable refuses (the block then leaves the pool alone).
 struct SlabBlock {
   Range r;
-  int64_t n, h, v0, slot0, count;
+  int64_t n, h, v0, slot0, count, state;
+  bool usable;
 };
 __device__ __forceinline__ SlabBlock slab_block(const Chunked& p, const Geometry& geo,
                                                 const unsigned char* ws, int cols) {
@@ -855,6 +861,8 @@ __device__ __forceinline__ SlabBlock slab_block(const Chunked& p, const Geometry
     b.slot0 = cf[b.n];
     b.count = cf[b.n + 1] - cf[b.n];
   }
+  b.state = p.slots != nullptr ? slot_at(p, b.n) : b.n;
+  b.usable = p.slots == nullptr || slot_usable(p, b.state);  // (every warp of the block calls)
   return b;
 }
 
@@ -877,7 +885,8 @@ __device__ __forceinline__ void for_slab(F&& f) {
 __device__ __forceinline__ int64_t state_index(const Chunked& p, const SlabBlock& b, int64_t kk,
                                                int64_t c) {
   const int64_t Dk = p.key_dim, Dv = p.value_dim, vv = b.v0 + c;
-  return (b.n * p.value_heads + b.h) * Dk * Dv + (p.state_transposed ? kk * Dv + vv : vv * Dk + kk);
+  return (b.state * p.value_heads + b.h) * Dk * Dv +
+         (p.state_transposed ? kk * Dv + vv : vv * Dk + kk);
 }
 template <int kCols>
 __device__ __forceinline__ void load_slab(StateSlab<kCols>& S, const Chunked& p,
@@ -951,6 +960,8 @@ __global__ void __launch_bounds__(kStateThreads, kCols > kSlab ? 1 : 2)
   const int64_t H = p.value_heads, Dk = p.key_dim, Dv = p.value_dim;
   const int Cp = int(geo.Cp), Kp = int(geo.Kp);
   const SlabBlock blk = slab_block(p, geo, ws, kCols);
+  // An unusable pool slot: the pool stays as it is, and the output kernel writes NaN.
+  if (!blk.usable) return;
   const int64_t h = blk.h, v0 = blk.v0, slot0 = blk.slot0, count = blk.count;
   const Range r = blk.r;
   // The slab's columns inside Vp (the workspace rows' width): a multiple of 16.
@@ -1095,6 +1106,15 @@ __global__ void __launch_bounds__(kOutThreads, sizeof(T) == 4 ? 2 : 4)
   const Place pl = locate(p, geo, ws, slot);
   if (pl.rows <= 0) return;
   const int L = pl.rows;
+  const int cols = int(min(int64_t(vo), Dv - vo0));  // this block's columns inside V
+  T* y = static_cast<T*>(p.y) + v_at(p, pl.range.entry, h, pl.t0) + vo0;
+  // A sequence whose pool slot id is unusable (slot_usable) gets NaN outputs; its state pass
+  // wrote nothing.
+  if (p.slots != nullptr && !slot_usable(p, slot_at(p, pl.n))) {
+    const T nan = from_float<T>(__int_as_float(0x7fc00000));
+    for_grid(L, cols, [&](int i, int c) { y[int64_t(i) * p.v_t + c] = nan; });
+    return;
+  }
   const int cw = int(min(int64_t(vo), geo.Vp - vo0));
   const int64_t unit = slot * H + h;
   const int ldk = int(geo.ldk), ldc = int(geo.ldc), ldo = int(lay.ldo);
@@ -1118,8 +1138,6 @@ __global__ void __launch_bounds__(kOutThreads, sizeof(T) == 4 ? 2 : 4)
   rudnn::cuda::tc::cp_async_wait<0>();
   __syncthreads();
 
-  T* y = static_cast<T*>(p.y) + v_at(p, pl.range.entry, h, pl.t0) + vo0;
-  const int cols = int(min(int64_t(vo), Dv - vo0));  // this block's columns inside V
   for_tiles<2>(Cp, vo, [&](int m0, int n0) {
     float qs[2][4] = {}, av[2][4] = {};
     tile_mma<T>(qs, Op<T, true>{Qs, ldk}, Op<T, false>{Ss, ldo}, m0, n0, Kp);

@@ -19,6 +19,7 @@
 #include "cuda/types.cuh"
 #include "gated_delta/cuda/launch.h"
 #include "gated_delta/cuda/scalars.cuh"
+#include "gated_delta/cuda/slots.cuh"
 
 namespace rudnn::gdn::cuda {
 
@@ -38,22 +39,6 @@ using rudnn::cuda::warp_sum;
 template <bool kQuads>
 __device__ __forceinline__ int column(int lane, int j) {
   return kQuads ? 128 * (j / 4) + 4 * lane + j % 4 : lane + 32 * j;
-}
-
-__device__ __forceinline__ int64_t slot_at(const Recurrence& p, int64_t b) {
-  return p.slot_dtype == DType::i32 ? int64_t(static_cast<const int32_t*>(p.slots)[b])
-                                    : static_cast<const int64_t*>(p.slots)[b];
-}
-
-// Whether slot id `id` (sequence b's) may be used: inside the pool and named by no other
-// sequence. Ids on the device cannot raise an error without a host synchronisation, so an
-// unusable id makes its sequence a no-op on the pool (no out-of-bounds access, no two
-// sequences racing on one state) with NaN outputs. One warp scans the ids: B / 32 loads.
-__device__ __forceinline__ bool slot_usable(const Recurrence& p, int64_t id) {
-  if (id < 0 || id >= p.pool_slots) return false;
-  unsigned named = 0;
-  for (int64_t i = threadIdx.x % 32; i < p.batch; i += 32) named += slot_at(p, i) == id;
-  return __reduce_add_sync(0xffffffffu, named) == 1;
 }
 
 // grid (B * Hv, ceil(Dv / kRowsPerBlock)), block 32 * kWarpsPerBlock. The rows past Dv of

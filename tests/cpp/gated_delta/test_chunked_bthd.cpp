@@ -616,7 +616,7 @@ TEST(GatedDeltaChunkedBthdGpu, ZeroAndNegativeGates) {
 }
 
 // Packed sequences (device offsets): each sequence equals a separate GPU call on it, and the
-// whole the recurrence; the pool form is refused on the GPU, before anything is written.
+// whole the recurrence; the pool form equals the dense form on the gathered states.
 TEST(GatedDeltaChunkedBthdGpu, VarlenAndThePoolForm) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
@@ -644,15 +644,79 @@ TEST(GatedDeltaChunkedBthdGpu, VarlenAndThePoolForm) {
   EXPECT_TRUE(all_close(y, want.y, gpu_tolerance(DType::bf16)));
   EXPECT_TRUE(all_close(st, want.state, gpu_tolerance(DType::bf16)));
 
-  const Tensor pool = Tensor::zeros({N + 1, Hv, Dv, Dk}, DType::f32).to(gpu);
-  const Tensor slots = Tensor::from_host(std::vector<int32_t>{1, 0, 2, 3, 4}, {N}).to(gpu);
-  const Tensor pool_before = pool.to_host();
-  EXPECT_TRUE(throws_error(
-      [&] {
+  // The pool form: the same kernels, the states read from and written to the pool's slots
+  // (bit for bit chunk_gated_delta_varlen's on the gathered states); slot 5 is named by no
+  // sequence and stays as it was.
+  const int64_t S = N + 1, state_elems = Hv * Dv * Dk;
+  const Tensor pool_host = random_tensor(rng, {S, Hv, Dv, Dk}, DType::f32, 0.0f, 0.1f);
+  const std::vector<double> pool0 = to_doubles(pool_host);
+  auto gathered = [&](const std::vector<int32_t>& ids) {
+    std::vector<double> st;
+    for (int32_t id : ids)
+      st.insert(st.end(), pool0.begin() + id * state_elems, pool0.begin() + (id + 1) * state_elems);
+    return host_tensor(st, {int64_t(ids.size()), Hv, Dv, Dk}, DType::f32).to(gpu);
+  };
+  auto entry = [&](const std::vector<double>& x, int64_t i) {
+    return std::vector<double>(x.begin() + i * state_elems, x.begin() + (i + 1) * state_elems);
+  };
+  {
+    const std::vector<int32_t> ids{1, 0, 2, 3, 4};
+    const Tensor pool = pool_host.to(gpu);
+    const Tensor slots = Tensor::from_host(ids, {N}).to(gpu);
+    const Tensor y_pool =
         chunk_gated_delta_slots_varlen(dev.q, dev.k, dev.v, dev.g, dev.beta, pool, slots, cu_t, 32);
-      },
-      ErrorCode::Unsupported, {"chunk_gated_delta_slots_varlen", "state pool"}));
-  EXPECT_TRUE(bit_equal(pool.to_host(), pool_before));
+    const GatedDeltaResult want =
+        chunk_gated_delta_varlen(dev.q, dev.k, dev.v, dev.g, dev.beta, gathered(ids), cu_t, 32);
+    EXPECT_TRUE(bit_equal(y_pool.to_host(), want.y.to_host()));
+    const std::vector<double> after = to_doubles(pool.to_host()), st = to_doubles(want.state.to_host());
+    for (int64_t n = 0; n < N; ++n) EXPECT_EQ(entry(after, ids[size_t(n)]), entry(st, n)) << n;
+    EXPECT_EQ(entry(after, 5), entry(pool0, 5));
+  }
+  // Device ids cannot raise: a repeated id (1, sequences 0 and 1) and one outside the pool (7,
+  // sequence 3) give their sequences NaN outputs and leave the pool alone; the others run.
+  {
+    const std::vector<int32_t> ids{1, 1, 2, 7, 4};
+    const Tensor pool = pool_host.to(gpu);
+    const Tensor slots = Tensor::from_host(ids, {N}).to(gpu);
+    const Tensor y_pool =
+        chunk_gated_delta_slots_varlen(dev.q, dev.k, dev.v, dev.g, dev.beta, pool, slots, cu_t, 32);
+    const GatedDeltaResult want = chunk_gated_delta_varlen(
+        dev.q, dev.k, dev.v, dev.g, dev.beta, gathered({0, 0, 2, 0, 4}), cu_t, 32);
+    const Tensor y = y_pool.to_host(), yw = want.y.to_host();
+    const std::vector<double> after = to_doubles(pool.to_host()), st = to_doubles(want.state.to_host());
+    for (int64_t n = 0; n < N; ++n) {
+      SCOPED_TRACE(::testing::Message() << "sequence " << n << ", slot " << ids[size_t(n)]);
+      const Tensor yn = steps(y, cu[size_t(n)], cu[size_t(n + 1)]);
+      if (n == 2 || n == 4) {
+        EXPECT_TRUE(bit_equal(yn, steps(yw, cu[size_t(n)], cu[size_t(n + 1)])));
+        EXPECT_EQ(entry(after, ids[size_t(n)]), entry(st, n));
+      } else {
+        for (double x : to_doubles(yn)) EXPECT_TRUE(std::isnan(x));
+      }
+    }
+    for (int64_t id : {0, 1, 3, 5}) EXPECT_EQ(entry(after, id), entry(pool0, id)) << id;
+  }
+  // The dense pool form, a bf16 pool (spec 003's states may be any floating dtype).
+  {
+    const Bthd h3 = random_bthd(rng, 3, 45, Hk, Hv, Dk, Dv, DType::bf16, DType::bf16);
+    const Bthd d3 = on_gpu(h3);
+    const std::vector<int32_t> ids{2, 0, 3};
+    const Tensor pool_b = random_tensor(rng, {4, Hv, Dv, Dk}, DType::bf16, 0.0f, 0.1f);
+    const std::vector<double> pb = to_doubles(pool_b);
+    std::vector<double> st0;
+    for (int32_t id : ids)
+      st0.insert(st0.end(), pb.begin() + id * state_elems, pb.begin() + (id + 1) * state_elems);
+    const Tensor pool = pool_b.to(gpu);
+    const Tensor y_pool = chunk_gated_delta_slots(d3.q, d3.k, d3.v, d3.g, d3.beta, pool,
+                                                  Tensor::from_host(ids, {3}).to(gpu), 16);
+    const GatedDeltaResult want =
+        chunk_gated_delta(d3.q, d3.k, d3.v, d3.g, d3.beta,
+                          host_tensor(st0, {3, Hv, Dv, Dk}, DType::bf16).to(gpu), 16);
+    EXPECT_TRUE(bit_equal(y_pool.to_host(), want.y.to_host()));
+    const std::vector<double> after = to_doubles(pool.to_host()), st = to_doubles(want.state.to_host());
+    for (int64_t n = 0; n < 3; ++n) EXPECT_EQ(entry(after, ids[size_t(n)]), entry(st, n)) << n;
+    EXPECT_EQ(entry(after, 1), entry(pb, 1));
+  }
   // The argument rules still come first.
   const Tensor state0 = seq(host.state, 0).to(gpu);
   EXPECT_TRUE(throws_error(

@@ -356,8 +356,7 @@ std::vector<OpRow> make_rows() {
       .not_capturable_because = kChunkWorkspace,
   });
   // Spec 003's chunked forms at chunk size 2 (T = 3: a full and a padded chunk); beta = 0 for
-  // 16-bit inputs as above. The pool forms are CPU only (cpu_only): GPU tensors are refused
-  // with Unsupported.
+  // 16-bit inputs as above.
   auto chunk_bthd_inputs = [](Rng& rng, DType dt, int64_t entries, int64_t steps,
                               int64_t states, int64_t dv) {
     std::vector<Tensor> in = bthd_inputs(rng, dt, entries, steps, states, dv);
@@ -396,9 +395,9 @@ std::vector<OpRow> make_rows() {
       .inputs = {{"q"}, {"k"}, {"v"}, {"g"}, {"beta"}, {"slots", DType::f32}},
       .outputs = {{"y_out"}, {"pool"}},
       .make =
-          [slot_ids](Rng& rng, DType dt, int64_t r, int64_t cols) {
+          [slot_ids, chunk_bthd_inputs](Rng& rng, DType dt, int64_t r, int64_t cols) {
             const int64_t dv = value_dim(cols);
-            std::vector<Tensor> in = bthd_inputs(rng, dt, r, kT, 2 * r, dv);
+            std::vector<Tensor> in = chunk_bthd_inputs(rng, dt, r, kT, 2 * r, dv);
             const Tensor pool = in[5];
             in[5] = slot_ids(r);
             return Args{in, {Tensor::empty({r, kT, kHv, dv}, dt), pool}};
@@ -411,7 +410,7 @@ std::vector<OpRow> make_rows() {
           },
       .in_place = true,
       .takes_big = false,
-      .cpu_only = true,
+      .not_capturable_because = kChunkWorkspace,
   });
   rows.push_back({
       .name = "chunk_gated_delta_varlen",
@@ -447,9 +446,9 @@ std::vector<OpRow> make_rows() {
       .inputs = {{"q"}, {"k"}, {"v"}, {"g"}, {"beta"}, {"slots", DType::f32}, kOffsets},
       .outputs = {{"y_out"}, {"pool"}},
       .make =
-          [slot_ids](Rng& rng, DType dt, int64_t r, int64_t cols) {
+          [slot_ids, chunk_bthd_inputs](Rng& rng, DType dt, int64_t r, int64_t cols) {
             const int64_t dv = value_dim(cols), t = packed_steps(r);
-            std::vector<Tensor> in = bthd_inputs(rng, dt, 1, t, 2 * r, dv);
+            std::vector<Tensor> in = chunk_bthd_inputs(rng, dt, 1, t, 2 * r, dv);
             const Tensor pool = in[5];
             in[5] = slot_ids(r);
             in.push_back(packed_offsets(r));
@@ -463,7 +462,7 @@ std::vector<OpRow> make_rows() {
           },
       .in_place = true,
       .takes_big = false,
-      .cpu_only = true,
+      .not_capturable_because = kChunkWorkspace,
   });
   const char* const kWorkspace =
       "it allocates its FP32 workspace (checkpoints, partial sums) on the stream";
