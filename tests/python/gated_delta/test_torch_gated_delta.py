@@ -144,6 +144,22 @@ def test_slots_update_the_pool_in_place(rng, gen, device):
     assert torch.equal(y, ref_y) and torch.equal(pool[slots], ref_state), f"seed={rng.seed_value}"
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_chunked_slots_update_the_pool_in_place(rng, gen, device):
+    # The chunked prefill over a pool equals chunk_gated_delta on the gathered states, bit for
+    # bit (the same algorithm on the CPU, the same kernels on the GPU); slot 1 and 3 untouched.
+    a = inputs(gen, 3, 37, 2, 4, 32, 16, torch.bfloat16, device)
+    pool = torch.randn((5,) + a["state"].shape[1:], generator=gen).to(device)
+    slots = torch.tensor([4, 0, 2], device=device, dtype=torch.int32)
+    state, spare = pool[slots].clone(), pool[[1, 3]].clone()
+    del a["state"]
+    y = rudnn.chunk_gated_delta_slots(**a, pool=pool, slots=slots, chunk_size=16)
+    ref_y, ref_state = rudnn.chunk_gated_delta(**a, state=state, chunk_size=16)
+    case = f"seed={rng.seed_value}, device={device}"
+    assert torch.equal(y, ref_y) and torch.equal(pool[slots.long()], ref_state), case
+    assert torch.equal(pool[[1, 3]], spare), case
+
+
 @pytest.mark.skipif(not CUDA, reason="no CUDA GPU (or ruDNN built without CUDA)")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_chained_steps_are_bit_equal_on_the_gpu(rng, gen, dtype):
