@@ -349,17 +349,18 @@ void gated_delta_rule_backward_into(const GatedDeltaInputGrads& out, const Tenso
 // recurrence's up to rounding; on the CPU exactly gated_delta_rule_backward's (the float64
 // reference).
 // On a CUDA device, the chunked algorithm's backward (src/gated_delta/cuda/chunked_backward.cuh):
-// the chunked forward pass again, a sequential pass per (sequence, head, 32 value columns)
-// walking the chunks in reverse with dS in FP32 registers, and two parallel kernels per
+// the chunked forward pass again, a sequential pass per (sequence, head, 32 or 64 value
+// columns) walking the chunks in reverse with dS in FP32 registers, and two parallel kernels per
 // (chunk, head); products on tensor cores with FP32 accumulation for f16/bf16 (their operands
 // rounded to q's dtype: the states, dS and dV' per chunk), FP32 for the WY transform's
 // gradient; deterministic (fixed-order sums, no atomics). Memory (device workspace, bytes, per
 // chunk and head, Cp = chunk_size rounded up to 16, Kp, Vp = K, V rounded up to 16, s = q's
 // item size): the forward's (Cp (Kp + Vp + 2 Cp) s + Kp Vp s) plus Kp Vp s + Cp Vp s +
-// 4 (3 Cp Kp + 2 Cp^2 + Cp + 16); e.g. about 0.25 MB per 64-step chunk and head at K = V = 128
-// in bf16. Where the kernels do not take the problem (chunk_size > 128, K or V > 256, shared
-// memory past the device's limit: e.g. F32 at K = V = 128, or chunk_size 128) the recurrence's
-// backward kernels run instead (gated_delta_rule_backward's, same results up to rounding).
+// Cp Kp s + 4 (2 Cp Kp + 2 Cp^2 + Cp + 16); e.g. about 0.25 MB per 64-step chunk and head at
+// K = V = 128 in bf16. Where the kernels do not take the problem (chunk_size > 128, K or V >
+// 256, shared memory past the device's limit: e.g. F32 at K = V = 128, or chunk_size 128) the
+// recurrence's backward kernels run instead (gated_delta_rule_backward's, same results up to
+// rounding).
 GatedDeltaInputGrads chunk_gated_delta_rule_backward(const Tensor& doutput,
                                                      const Tensor& dfinal_state,
                                                      const GatedDeltaInput& input,

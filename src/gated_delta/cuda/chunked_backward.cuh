@@ -7,7 +7,7 @@
 // Given dO and dS_next, the chain rule gives, in this order:
 //   1. the forward again (prepare keeps T; the state pass writes S_c and V'), no output;
 //   2. dstate_kernel, sequential over a sequence's chunks in reverse, per (sequence, head,
-//      32 value columns) with dS in FP32 registers: it writes dS_next and
+//      32 or 64 value columns) with dS in FP32 registers: it writes dS_next and
 //        dV' = P^T dO + r K dS_next,   then   dS_c = exp(G_last) dS_next + (scale e Q)^T dO - W^T dV';
 //      the last dS_c is d(initial state);
 //   3. grad_v_kernel, per (chunk, head), the products that sum over V:
@@ -328,7 +328,8 @@ __global__ void __launch_bounds__(kBackThreads, 1)
     // dO's rows times scale e, for (scale e Q)^T dO = Q^T (scale e dO): the narrower operand
     // (kCols against K columns), into its own buffer (dV' reads dO as it is). Read only after
     // the next barrier.
-    scale_rows(dO, lds, sdO, lds, Cp, slab_pieces, [&](int row) { return make_float2(F[row], 1.0f); });
+    scale_rows(dO, lds, sdO, lds, Cp, slab_pieces,
+               [&](int row) { return make_float2(F[row], 1.0f); });
     // dV' = P^T dO + r K dS_next, to the workspace and, negated, to shared memory.
     T* dVg = reinterpret_cast<T*>(ws + bg.dv) + unit * geo.Cp * geo.Vp + v0;
     constexpr int kVN = kCols >= 32 ? 2 : 1;

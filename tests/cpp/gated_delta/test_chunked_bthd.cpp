@@ -668,7 +668,8 @@ TEST(GatedDeltaChunkedBthdGpu, VarlenAndThePoolForm) {
     const GatedDeltaResult want =
         chunk_gated_delta_varlen(dev.q, dev.k, dev.v, dev.g, dev.beta, gathered(ids), cu_t, 32);
     EXPECT_TRUE(bit_equal(y_pool.to_host(), want.y.to_host()));
-    const std::vector<double> after = to_doubles(pool.to_host()), st = to_doubles(want.state.to_host());
+    const std::vector<double> after = to_doubles(pool.to_host());
+    const std::vector<double> st = to_doubles(want.state.to_host());
     for (int64_t n = 0; n < N; ++n) EXPECT_EQ(entry(after, ids[size_t(n)]), entry(st, n)) << n;
     EXPECT_EQ(entry(after, 5), entry(pool0, 5));
   }
@@ -683,7 +684,8 @@ TEST(GatedDeltaChunkedBthdGpu, VarlenAndThePoolForm) {
     const GatedDeltaResult want = chunk_gated_delta_varlen(
         dev.q, dev.k, dev.v, dev.g, dev.beta, gathered({0, 0, 2, 0, 4}), cu_t, 32);
     const Tensor y = y_pool.to_host(), yw = want.y.to_host();
-    const std::vector<double> after = to_doubles(pool.to_host()), st = to_doubles(want.state.to_host());
+    const std::vector<double> after = to_doubles(pool.to_host());
+    const std::vector<double> st = to_doubles(want.state.to_host());
     for (int64_t n = 0; n < N; ++n) {
       SCOPED_TRACE(::testing::Message() << "sequence " << n << ", slot " << ids[size_t(n)]);
       const Tensor yn = steps(y, cu[size_t(n)], cu[size_t(n + 1)]);
@@ -713,7 +715,8 @@ TEST(GatedDeltaChunkedBthdGpu, VarlenAndThePoolForm) {
         chunk_gated_delta(d3.q, d3.k, d3.v, d3.g, d3.beta,
                           host_tensor(st0, {3, Hv, Dv, Dk}, DType::bf16).to(gpu), 16);
     EXPECT_TRUE(bit_equal(y_pool.to_host(), want.y.to_host()));
-    const std::vector<double> after = to_doubles(pool.to_host()), st = to_doubles(want.state.to_host());
+    const std::vector<double> after = to_doubles(pool.to_host());
+    const std::vector<double> st = to_doubles(want.state.to_host());
     for (int64_t n = 0; n < 3; ++n) EXPECT_EQ(entry(after, ids[size_t(n)]), entry(st, n)) << n;
     EXPECT_EQ(entry(after, 1), entry(pb, 1));
   }
