@@ -906,12 +906,10 @@ __device__ __forceinline__ void store_slab(const StateSlab<kCols>& S, const Chun
   });
 }
 
-// The slab in q's dtype: to shared memory (`lds` apart, for the chunk's products) and, unless
-// dst is null, to the workspace (`dst`: this slab's first column of a [Kp][vp] unit record, the
-// cw columns inside Vp).
+// The slab in q's dtype to shared memory (`lds` apart), for the chunk's products and for
+// write_slab.
 template <class T, int kCols>
-__device__ __forceinline__ void stage_slab(const StateSlab<kCols>& S, T* smem, int lds, T* dst,
-                                           int vp, int cw, int Kp) {
+__device__ __forceinline__ void stage_slab(const StateSlab<kCols>& S, T* smem, int lds, int Kp) {
   const int warp = threadIdx.x / 32;
 #pragma unroll
   for (int j = 0; j < kSlabRowTiles; ++j) {
@@ -919,7 +917,6 @@ __device__ __forceinline__ void stage_slab(const StateSlab<kCols>& S, T* smem, i
     if (m0 >= Kp) continue;
     for_pairs<kCols / 8>(m0, 0, [&](int jt, int e, int kk, int c) {
       store_pair(smem + kk * lds + c, S[j][jt][e], S[j][jt][e + 1]);
-      if (dst != nullptr && c < cw) store_pair(dst + kk * vp + c, S[j][jt][e], S[j][jt][e + 1]);
     });
   }
 }
@@ -938,6 +935,18 @@ __device__ __forceinline__ void write_slab(const T* smem, int lds, T* dst, int v
       *reinterpret_cast<uint4*>(dst + int64_t(kk) * vp + c) =
           *reinterpret_cast<const uint4*>(smem + kk * lds + c);
   });
+}
+
+// Whether a sequential pass (the state pass, the backward's reverse pass) takes 2 kSlab value
+// columns a block: as `asked` (ChunkedTuning: kSlab or 2 kSlab; 0 for the default), by default
+// where kSlab-wide blocks (`narrow_grid` of them) would outnumber the SMs and two operand
+// stages of the wide block fit; never where one does not. wide_bytes(stages): the wide block's
+// shared memory.
+template <class Bytes>
+bool wide_slabs(int asked, int64_t narrow_grid, int64_t sms, int64_t limit, Bytes&& wide_bytes) {
+  if (wide_bytes(1) > limit) return false;
+  if (asked != 0) return asked == 2 * kSlab;
+  return narrow_grid > sms && wide_bytes(2) <= limit;
 }
 
 // The state pass. One block per (sequence, head, slab of kCols value columns), slabs of a
@@ -1028,7 +1037,7 @@ __global__ void __launch_bounds__(kStateThreads, kCols > kSlab ? 1 : 2)
     // S_c in q's dtype to shared memory for W S_c (and from there to the workspace for the
     // output kernel, after the barrier).
     const int vp = int(geo.Vp);
-    stage_slab<T, kCols>(S, Ss, lds, static_cast<T*>(nullptr), vp, cw, Kp);
+    stage_slab<T, kCols>(S, Ss, lds, Kp);
     if (stages == 1) {
       __syncthreads();  // the previous chunk's reads of the one stage are done
       issue(ci);
@@ -1230,12 +1239,9 @@ void launch(const Chunked& problem, void* workspace, const Stream& stream) {
   // two an SM they share its issue slots and the per-chunk latency stays; one wider block
   // halves the blocks (round 72, B4 H16: 0.79 against 0.82 ms forward; B1 H32, 128 blocks of
   // 32 columns on 132 SMs: 4.07 against 3.30 ms, so not there).
-  const int asked_cols = chunked_tuning().state_pass_cols;
-  const bool wide = geo.state_layout(2 * kSlab).bytes(1) <= limit &&
-                    (asked_cols == 2 * kSlab ||
-                     (asked_cols == 0 && grid_of(kSlab) > sms &&
-                      geo.state_layout(2 * kSlab).bytes(2) <= limit));
-  if (wide)
+  const StateLayout wide_lay = geo.state_layout(2 * kSlab);
+  if (wide_slabs(chunked_tuning().state_pass_cols, grid_of(kSlab), sms, limit,
+                 [&](int stages) { return wide_lay.bytes(stages); }))
     state_pass(state_kernel<T, 2 * kSlab>, 2 * kSlab);
   else
     state_pass(state_kernel<T, kSlab>, kSlab);

@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(kBackThreads, 1)
     const int64_t ci = chunk_of(i), unit = unit_of(ci);
     // dS_next in q's dtype to shared memory for K dS_next (and from there to the workspace for
     // grad_v_kernel, after the barrier).
-    stage_slab<T, kCols>(dS, dSs, lds, static_cast<T*>(nullptr), vp, cw, Kp);
+    stage_slab<T, kCols>(dS, dSs, lds, Kp);
     if (stages == 1) {
       __syncthreads();  // the previous chunk's reads of the one stage are done
       issue(i);
@@ -762,12 +762,10 @@ void launch_backward(const ChunkedBackward& problem, void* workspace, const Stre
         b, ws, stages, async_dy);
     detail::check_cuda(cudaGetLastError(), "chunk_gated_delta_rule_backward state launch");
   };
-  const int asked = chunked_tuning().reverse_pass_cols;
-  const bool wide_fits = dstate_layout(geo, 2 * kSlab).bytes(1) <= limit;
-  const bool wide = wide_fits && (asked == 2 * kSlab ||
-                                  (asked == 0 && grid_of(kSlab) > int64_t(info.multiprocessors) &&
-                                   dstate_layout(geo, 2 * kSlab).bytes(2) <= limit));
-  if (wide)
+  const DStateLayout wide_lay = dstate_layout(geo, 2 * kSlab);
+  if (wide_slabs(chunked_tuning().reverse_pass_cols, grid_of(kSlab),
+                 int64_t(info.multiprocessors), limit,
+                 [&](int stages) { return wide_lay.bytes(stages); }))
     reverse_pass(dstate_kernel<T, 2 * kSlab>, 2 * kSlab);
   else
     reverse_pass(dstate_kernel<T, kSlab>, kSlab);
