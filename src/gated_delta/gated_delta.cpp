@@ -325,6 +325,16 @@ void check_chunk_size(const OpCall& call, int64_t chunk_size);
 void require_gpu_chunked(const OpCall& call, const Dims& d, int64_t chunk_size, DType dtype);
 void run_gpu_chunked(OpCall& call, const gdn::Recurrence& r, int64_t chunk_size);
 
+// What the GPU kernels of spec 003's forms do not take, before any output is taken: the
+// chunked kernels' limits, or the recurrence's key dim.
+void require_gpu_kernels(const OpCall& call, const Dims& d, bool chunked, int64_t chunk_size,
+                         DType dtype) {
+  if (chunked)
+    require_gpu_chunked(call, d, chunk_size, dtype);
+  else
+    require_gpu_key_dim(call, d.key_dim);
+}
+
 // chunk_size 0: the recurrence (gated_delta*); positive: the chunked algorithm
 // (chunk_gated_delta*), chunk_size validated once the shapes are.
 GatedDeltaResult gated_delta_impl(OpCall& call, Outputs& outs, const Tensor& q, const Tensor& k,
@@ -339,12 +349,7 @@ GatedDeltaResult gated_delta_impl(OpCall& call, Outputs& outs, const Tensor& q, 
   common::require_shape(call, "state", state, {d.batch, d.value_heads, d.value_dim, d.key_dim},
                         cu.defined() ? "[N, Hv, Dv, Dk]" : "[B, Hv, Dv, Dk]");
   if (chunked) check_chunk_size(call, chunk_size);
-  if (!call.device.is_cpu()) {
-    if (chunked)
-      require_gpu_chunked(call, d, chunk_size, q.dtype());
-    else
-      require_gpu_key_dim(call, d.key_dim);
-  }
+  if (!call.device.is_cpu()) require_gpu_kernels(call, d, chunked, chunk_size, q.dtype());
   GatedDeltaResult r;
   r.y = outs.take("y_out", {entries, d.steps, d.value_heads, d.value_dim}, q.dtype());
   r.state = every_step ? outs.take("states_out",
@@ -449,12 +454,7 @@ Tensor gated_delta_slots_impl(OpCall& call, Outputs& outs, const Tensor& q, cons
     }
   }
   if (chunked) check_chunk_size(call, chunk_size);
-  if (!call.device.is_cpu()) {
-    if (chunked)
-      require_gpu_chunked(call, d, chunk_size, q.dtype());
-    else
-      require_gpu_key_dim(call, d.key_dim);
-  }
+  if (!call.device.is_cpu()) require_gpu_kernels(call, d, chunked, chunk_size, q.dtype());
   Tensor y = outs.take("y_out", {entries, d.steps, d.value_heads, d.value_dim}, q.dtype());
   outs.check_overlaps({{"q", &q},
                        {"k", &k},

@@ -650,11 +650,13 @@ TEST(GatedDeltaChunkedBthdGpu, VarlenAndThePoolForm) {
   const int64_t S = N + 1, state_elems = Hv * Dv * Dk;
   const Tensor pool_host = random_tensor(rng, {S, Hv, Dv, Dk}, DType::f32, 0.0f, 0.1f);
   const std::vector<double> pool0 = to_doubles(pool_host);
-  auto gathered = [&](const std::vector<int32_t>& ids) {
+  // The states of `ids` in a pool's values, as a [ids, Hv, Dv, Dk] device tensor of `dt`.
+  auto gathered = [&](const std::vector<double>& from, const std::vector<int32_t>& ids,
+                      DType dt = DType::f32) {
     std::vector<double> st;
     for (int32_t id : ids)
-      st.insert(st.end(), pool0.begin() + id * state_elems, pool0.begin() + (id + 1) * state_elems);
-    return host_tensor(st, {int64_t(ids.size()), Hv, Dv, Dk}, DType::f32).to(gpu);
+      st.insert(st.end(), from.begin() + id * state_elems, from.begin() + (id + 1) * state_elems);
+    return host_tensor(st, {int64_t(ids.size()), Hv, Dv, Dk}, dt).to(gpu);
   };
   auto entry = [&](const std::vector<double>& x, int64_t i) {
     return std::vector<double>(x.begin() + i * state_elems, x.begin() + (i + 1) * state_elems);
@@ -665,8 +667,8 @@ TEST(GatedDeltaChunkedBthdGpu, VarlenAndThePoolForm) {
     const Tensor slots = Tensor::from_host(ids, {N}).to(gpu);
     const Tensor y_pool =
         chunk_gated_delta_slots_varlen(dev.q, dev.k, dev.v, dev.g, dev.beta, pool, slots, cu_t, 32);
-    const GatedDeltaResult want =
-        chunk_gated_delta_varlen(dev.q, dev.k, dev.v, dev.g, dev.beta, gathered(ids), cu_t, 32);
+    const GatedDeltaResult want = chunk_gated_delta_varlen(dev.q, dev.k, dev.v, dev.g, dev.beta,
+                                                           gathered(pool0, ids), cu_t, 32);
     EXPECT_TRUE(bit_equal(y_pool.to_host(), want.y.to_host()));
     const std::vector<double> after = to_doubles(pool.to_host());
     const std::vector<double> st = to_doubles(want.state.to_host());
@@ -682,7 +684,7 @@ TEST(GatedDeltaChunkedBthdGpu, VarlenAndThePoolForm) {
     const Tensor y_pool =
         chunk_gated_delta_slots_varlen(dev.q, dev.k, dev.v, dev.g, dev.beta, pool, slots, cu_t, 32);
     const GatedDeltaResult want = chunk_gated_delta_varlen(
-        dev.q, dev.k, dev.v, dev.g, dev.beta, gathered({0, 0, 2, 0, 4}), cu_t, 32);
+        dev.q, dev.k, dev.v, dev.g, dev.beta, gathered(pool0, {0, 0, 2, 0, 4}), cu_t, 32);
     const Tensor y = y_pool.to_host(), yw = want.y.to_host();
     const std::vector<double> after = to_doubles(pool.to_host());
     const std::vector<double> st = to_doubles(want.state.to_host());
@@ -705,15 +707,11 @@ TEST(GatedDeltaChunkedBthdGpu, VarlenAndThePoolForm) {
     const std::vector<int32_t> ids{2, 0, 3};
     const Tensor pool_b = random_tensor(rng, {4, Hv, Dv, Dk}, DType::bf16, 0.0f, 0.1f);
     const std::vector<double> pb = to_doubles(pool_b);
-    std::vector<double> st0;
-    for (int32_t id : ids)
-      st0.insert(st0.end(), pb.begin() + id * state_elems, pb.begin() + (id + 1) * state_elems);
     const Tensor pool = pool_b.to(gpu);
     const Tensor y_pool = chunk_gated_delta_slots(d3.q, d3.k, d3.v, d3.g, d3.beta, pool,
                                                   Tensor::from_host(ids, {3}).to(gpu), 16);
     const GatedDeltaResult want =
-        chunk_gated_delta(d3.q, d3.k, d3.v, d3.g, d3.beta,
-                          host_tensor(st0, {3, Hv, Dv, Dk}, DType::bf16).to(gpu), 16);
+        chunk_gated_delta(d3.q, d3.k, d3.v, d3.g, d3.beta, gathered(pb, ids, DType::bf16), 16);
     EXPECT_TRUE(bit_equal(y_pool.to_host(), want.y.to_host()));
     const std::vector<double> after = to_doubles(pool.to_host());
     const std::vector<double> st = to_doubles(want.state.to_host());
