@@ -353,6 +353,11 @@ void run_variants(Bench& b) {
          t.norm_rope_pair_prefetch = true;
        }},
       {"pairs, plain accesses", [](KernelTuning& t) { t.norm_rope_pair_streamed = false; }},
+      {"pairs, registers, a block per row block",
+       [](KernelTuning& t) {
+         t.norm_rope_pair_ring = false;
+         t.norm_rope_pair_persistent = false;
+       }},
   };
   for (const Variant& v : variants) {
     kernel_tuning() = defaults;

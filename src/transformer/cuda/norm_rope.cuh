@@ -521,6 +521,15 @@ __global__ void __launch_bounds__(kNormRopeThreads, 2)
     if (prefetch && first < rows) prefetch_heads(x_of(first), m0);
   }
 
+  // The weights' loads go out before the table is formed, which hides their latency.
+  float g_lo[W], g_hi[W];
+  if (q.weight != nullptr) {
+    ::rudnn::cuda::load_param<T, W>(q.weight, q.weight_f32, col_lo, g_lo);
+    ::rudnn::cuda::load_param<T, W>(q.weight, q.weight_f32, col_hi, g_hi);
+  } else {
+#pragma unroll
+    for (int k = 0; k < W; ++k) g_lo[k] = g_hi[k] = 1.0f;
+  }
   {
     const double log2_base = log2(p.base);
     for (int j = static_cast<int>(threadIdx.x); j < half; j += kNormRopeThreads)
@@ -534,14 +543,6 @@ __global__ void __launch_bounds__(kNormRopeThreads, 2)
     if constexpr (kTrad) return k < W / 2 ? col_lo / 2 + k : col_hi / 2 + (k - W / 2);
     return col_lo + k;
   };
-  float g_lo[W], g_hi[W];
-  if (q.weight != nullptr) {
-    ::rudnn::cuda::load_param<T, W>(q.weight, q.weight_f32, col_lo, g_lo);
-    ::rudnn::cuda::load_param<T, W>(q.weight, q.weight_f32, col_hi, g_hi);
-  } else {
-#pragma unroll
-    for (int k = 0; k < W; ++k) g_lo[k] = g_hi[k] = 1.0f;
-  }
 
   float c[W], s[W];
   // One head of the row: its two vectors normalised, rotated and stored at y.

@@ -387,90 +387,102 @@ TEST(TransformerGpu, NormRopeSplitsTheHeadsOfARowOverWarps) {
 // block strides), a head count that is not a multiple of the heads loaded at once (5), one
 // head, a decode shape whose heads are split over the grid, each weight form, large
 // positions, into a new tensor and into a cache; bit for bit the composition. Each launch
-// choice of transformer/cuda/tuning.h for these rows: rows in flight in a cp.async ring or in
-// registers (with or without the L2 prefetch), a persistent grid or a block per block of rows,
-// streamed (evict-first) or plain accesses, and the lane-group kernel that the other row
-// shapes take.
+// choice of transformer/cuda/tuning.h for these rows runs on the same inputs: rows in flight
+// in a cp.async ring or in registers (with or without the L2 prefetch), a persistent grid or
+// a block per block of rows, streamed (evict-first) or plain accesses, and the lane-group
+// kernel that the other row shapes take.
 TEST(TransformerGpu, NormRopeWithBothHalvesInALaneIsTheComposition) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
   const float eps = 1e-6f;
 #if RUDNN_TRANSFORMER_TUNING
+  using transformer::cuda::kernel_tuning;
+  using Tuning = transformer::cuda::KernelTuning;
+  struct Choice {
+    const char* label;
+    void (*set)(Tuning&);
+  };
+  const Choice choices[] = {
+      {"pairs, cp.async ring", [](Tuning&) {}},
+      {"pairs, registers", [](Tuning& t) { t.norm_rope_pair_ring = false; }},
+      {"pairs, registers, L2 prefetch",
+       [](Tuning& t) {
+         t.norm_rope_pair_ring = false;
+         t.norm_rope_pair_prefetch = true;
+       }},
+      {"lane groups", [](Tuning& t) { t.norm_rope_pairs = false; }},
+      {"pairs, cp.async ring, a block per row block",
+       [](Tuning& t) { t.norm_rope_pair_persistent = false; }},
+      {"pairs, cp.async ring, plain accesses",
+       [](Tuning& t) { t.norm_rope_pair_streamed = false; }},
+  };
   struct Restore {
-    transformer::cuda::KernelTuning saved = transformer::cuda::kernel_tuning();
-    ~Restore() { transformer::cuda::kernel_tuning() = saved; }
+    Tuning saved = kernel_tuning();
+    ~Restore() { kernel_tuning() = saved; }
   } restore;
-  for (int variant = 0; variant < 6; ++variant) {
-    transformer::cuda::kernel_tuning() = restore.saved;
-    transformer::cuda::kernel_tuning().norm_rope_pairs = variant != 3;
-    transformer::cuda::kernel_tuning().norm_rope_pair_ring = variant != 1 && variant != 2;
-    transformer::cuda::kernel_tuning().norm_rope_pair_prefetch = variant == 2;
-    transformer::cuda::kernel_tuning().norm_rope_pair_persistent = variant != 4;
-    transformer::cuda::kernel_tuning().norm_rope_pair_streamed = variant != 5;
-    const std::string kernel = variant == 0   ? "pairs, cp.async ring"
-                               : variant == 1 ? "pairs, registers"
-                               : variant == 2 ? "pairs, registers, L2 prefetch"
-                               : variant == 3 ? "lane groups"
-                               : variant == 4 ? "pairs, cp.async ring, a block per row block"
-                                              : "pairs, cp.async ring, plain accesses";
+  auto choose = [&](const Choice& choice) {
+    kernel_tuning() = restore.saved;
+    choice.set(kernel_tuning());
+    return std::string(choice.label);
+  };
 #else
-  {
-    const std::string kernel = "default";
+  const char* const choices[] = {"default"};
+  auto choose = [](const char* label) { return std::string(label); };
 #endif
-    SCOPED_TRACE("kernel: " + kernel);
-    for (DType dt : kFloatTypes) {
-      const int64_t w = dt == DType::f32 ? 4 : 8;
-      for (int64_t d : {8 * w, 16 * w, 32 * w}) {
-        for (bool trad : {false, true}) {
-          for (int shape_kind = 0; shape_kind < 3; ++shape_kind) {
-            RopeOptions o;
-            o.traditional = trad;
-            o.dims = trad && rng.integer(0, 1) ? 2 * rng.integer(1, d / 2) : d;
-            o.base = 1000000.0f;
-            o.offset = rng.integer(0, 1) ? rng.integer(0, 300) : rng.integer(100000, 200000);
-            const int weight_form = static_cast<int>(rng.integer(0, 2));  // none, F32, dt
-            const Tensor wt =
-                weight_form == 0
-                    ? Tensor()
-                    : on_gpu(random_tensor(rng, {d}, weight_form == 1 ? DType::f32 : dt));
-            // Long prefill (rows past the resident grid), one head, decode of 40 heads.
-            const int64_t b = shape_kind == 2 ? 3 : (shape_kind == 0 ? 3 : 2);
-            const int64_t h = shape_kind == 0 ? 5 : (shape_kind == 1 ? 1 : 40);
-            const int64_t l = shape_kind == 0 ? 6000 + rng.integer(0, 99)
-                                              : (shape_kind == 1 ? rng.integer(1, 300) : 1);
-            SCOPED_TRACE(std::string(dtype_name(dt)) + " D=" + std::to_string(d) +
-                         " dims=" + std::to_string(o.dims) + (trad ? " interleaved" : " halves") +
-                         " B=" + std::to_string(b) + " H=" + std::to_string(h) +
-                         " L=" + std::to_string(l) + " offset=" + std::to_string(o.offset) +
-                         " weight " + (wt.defined() ? dtype_name(wt.dtype()) : "none"));
-            const std::optional<RopeNorm> norm = RopeNorm{wt, eps};
-            // x as the transposed projection [B, L, H, D], read in place.
-            const Tensor x =
-                on_gpu(random_tensor(rng, {b, l, h, d}, dt, 0.0f, 3.0f)).transpose(1, 2);
-            const std::vector<unsigned char> x_before = bytes_of(x);
-            const Tensor composed = rope(rms_norm(x, wt, eps), o);
+  for (DType dt : kFloatTypes) {
+    const int64_t w = dt == DType::f32 ? 4 : 8;
+    for (int64_t d : {8 * w, 16 * w, 32 * w}) {
+      for (bool trad : {false, true}) {
+        for (int shape_kind = 0; shape_kind < 3; ++shape_kind) {
+          RopeOptions o;
+          o.traditional = trad;
+          o.dims = trad && rng.integer(0, 1) ? 2 * rng.integer(1, d / 2) : d;
+          o.base = 1000000.0f;
+          o.offset = rng.integer(0, 1) ? rng.integer(0, 300) : rng.integer(100000, 200000);
+          const int weight_form = static_cast<int>(rng.integer(0, 2));  // none, F32, dt
+          const Tensor wt =
+              weight_form == 0
+                  ? Tensor()
+                  : on_gpu(random_tensor(rng, {d}, weight_form == 1 ? DType::f32 : dt));
+          // Long prefill (rows past the resident grid), one head, decode of 40 heads.
+          const int64_t b = shape_kind == 2 ? 3 : (shape_kind == 0 ? 3 : 2);
+          const int64_t h = shape_kind == 0 ? 5 : (shape_kind == 1 ? 1 : 40);
+          const int64_t l = shape_kind == 0 ? 6000 + rng.integer(0, 99)
+                                            : (shape_kind == 1 ? rng.integer(1, 300) : 1);
+          SCOPED_TRACE(std::string(dtype_name(dt)) + " D=" + std::to_string(d) +
+                       " dims=" + std::to_string(o.dims) + (trad ? " interleaved" : " halves") +
+                       " B=" + std::to_string(b) + " H=" + std::to_string(h) +
+                       " L=" + std::to_string(l) + " offset=" + std::to_string(o.offset) +
+                       " weight " + (wt.defined() ? dtype_name(wt.dtype()) : "none"));
+          const std::optional<RopeNorm> norm = RopeNorm{wt, eps};
+          // x as the transposed projection [B, L, H, D], read in place.
+          const Tensor x =
+              on_gpu(random_tensor(rng, {b, l, h, d}, dt, 0.0f, 3.0f)).transpose(1, 2);
+          const std::vector<unsigned char> x_before = bytes_of(x);
+          const Tensor composed = rope(rms_norm(x, wt, eps), o);
+          // Into a cache, at positions small enough for a cache of them.
+          RopeOptions oc = o;
+          oc.offset = o.offset % 300;
+          const Tensor composed_c =
+              oc.offset == o.offset ? composed : rope(rms_norm(x, wt, eps), oc);
+          const int64_t c = oc.offset + l + 3, end = oc.offset + l;
+          const Tensor kept = random_tensor(rng, {b, h, c, d}, dt);
+          for (const auto& choice : choices) {
+            SCOPED_TRACE("kernel: " + choose(choice));
             const Tensor out = poisoned({b, h, l, d}, dt, kGpu);
             norm_rope_into(out, x, norm, o);
             EXPECT_TRUE(bit_equal(out, composed)) << "new tensor";
-            // Into a cache, at positions small enough for a cache of them.
-            RopeOptions oc = o;
-            oc.offset = o.offset % 300;
-            const Tensor composed_c =
-                oc.offset == o.offset ? composed : rope(rms_norm(x, wt, eps), oc);
-            const int64_t c = oc.offset + l + 3;
-            const Tensor cache = on_gpu(random_tensor(rng, {b, h, c, d}, dt));
-            const Tensor kept = cache.to_host();
+            const Tensor cache = on_gpu(kept);
             EXPECT_EQ(norm_rope(x, norm, oc, cache).data(), cache.data());
-            const int64_t end = oc.offset + l;
             EXPECT_TRUE(bit_equal(cache.slice(2, oc.offset, end), composed_c)) << "cache";
             EXPECT_TRUE(bit_equal(cache.slice(2, 0, oc.offset), kept.slice(2, 0, oc.offset)));
             EXPECT_TRUE(bit_equal(cache.slice(2, end, c), kept.slice(2, end, c)));
-            EXPECT_EQ(bytes_of(x), x_before) << "x was modified";
-            if (shape_kind != 0) {  // and the composition against the CPU reference
-              EXPECT_TRUE(all_close(
-                  composed,
-                  rope(rms_norm(x.to_host(), wt.defined() ? wt.to_host() : Tensor(), eps), o)));
-            }
+          }
+          EXPECT_EQ(bytes_of(x), x_before) << "x was modified";
+          if (shape_kind != 0) {  // and the composition against the CPU reference
+            EXPECT_TRUE(all_close(
+                composed,
+                rope(rms_norm(x.to_host(), wt.defined() ? wt.to_host() : Tensor(), eps), o)));
           }
         }
       }
