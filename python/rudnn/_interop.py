@@ -20,7 +20,9 @@ Array = Any
 #: ``cuda_stream`` as on ``torch.cuda.Stream``, ``ptr`` as on ``cupy.cuda.Stream``), or None.
 StreamLike = Union[int, Any, None]
 
-RUDNN, NUMPY, TORCH = 0, 1, 2
+# Result kinds. TORCH_CURRENT: torch tensors, the op run on torch's current stream of their
+# device (no stream named), so results are handed to torch without stream work.
+RUDNN, NUMPY, TORCH, TORCH_CURRENT = 0, 1, 2, 3
 
 
 def loaded_torch():
@@ -47,15 +49,39 @@ def torch_ops():
     return loaded_torch().ops.rudnn
 
 
+_torch_tools: Optional[Tuple[Any, Any, Any]] = None
+
+
+def _torch_fast_paths(torch) -> Tuple[Any, Any, Any]:
+    """(current raw stream of a device, to_dlpack, from_dlpack) of the loaded torch, looked up
+    once. The raw stream getter is the one torch's compiled code calls
+    (``torch._C._cuda_getCurrentRawStream``; where a torch lacks it,
+    ``torch.cuda.current_stream(d).cuda_stream``, the same handle); to_dlpack and
+    from_dlpack are the public C converters, without ``__dlpack__``'s checks and stream
+    handling in Python: a call on small tensors spends its host time there (about 2 us per
+    tensor for ``__dlpack__``, 8 us for ``from_dlpack`` of an object, on the H100 machine)."""
+    global _torch_tools
+    if _torch_tools is None:
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is None:
+            raw = lambda d: torch.cuda.current_stream(d).cuda_stream  # noqa: E731
+        _torch_tools = (raw, torch.utils.dlpack.to_dlpack, torch.utils.dlpack.from_dlpack)
+    return _torch_tools
+
+
 def context(primary: Array, stream: StreamLike) -> Tuple[int, StreamLike]:
     """(result kind, stream) for a call whose first array argument is ``primary``."""
     torch = loaded_torch()
     if torch is not None and isinstance(primary, torch.Tensor):
-        if stream is None and primary.device.type == "cuda":
-            # The op runs on torch's current stream, where the work on torch's tensors of this
-            # device is queued: the native module exports them without stream work (interop.h).
-            device = primary.device.index
-            stream = _TorchCurrentStream(torch.cuda.current_stream(device).cuda_stream, device, torch.Tensor)
+        if stream is None:
+            dev = primary.device
+            if dev.type == "cuda":
+                # The op runs on torch's current stream, where the work on torch's tensors of
+                # this device is queued: the native module exports them without stream work
+                # (interop.h), and the results go back to torch the same way (result()).
+                raw, to_dlpack, _ = _torch_fast_paths(torch)
+                stream = _TorchCurrentStream(raw(dev.index), dev.index, torch.Tensor, to_dlpack)
+                return TORCH_CURRENT, stream
         return TORCH, stream
     np = loaded_numpy()
     if np is not None and isinstance(primary, np.ndarray):
@@ -96,6 +122,9 @@ def result(kind: int, t: Optional[Tensor]):
     """A native result as the caller's kind of array (zero-copy)."""
     if t is None or kind == RUDNN:
         return t
+    if kind == TORCH_CURRENT:
+        # Made on torch's current stream, the stream its consumer uses: no stream work.
+        return _torch_fast_paths(loaded_torch())[2](t.__dlpack__(stream=-1))
     if kind == TORCH:
         return loaded_torch().from_dlpack(t)
     np = loaded_numpy()

@@ -436,19 +436,25 @@ int producer_device_type(py::handle obj, const char* op, const char* arg) {
 }
 
 // A torch tensor exported without stream work when the op runs on torch's current stream of
-// its device (`torch`, from io.context): __dlpack__(stream=-1), DLPack's "the consumer orders
-// the work itself". Null when it is not such a tensor (or its export raised: the general path
-// then says why in its own words).
+// its device (`torch`, from io.context): to_dlpack for a plain torch.Tensor, else
+// __dlpack__(stream=-1), DLPack's "the consumer orders the work itself" (see interop.h). Null
+// when it is not such a tensor (or its export raised: the general path then says why in its
+// own words).
 py::object torch_capsule_on_current_stream(py::handle obj, const TorchCurrentStream* torch) {
   if (torch == nullptr) return {};
-  const int is_torch = PyObject_IsInstance(obj.ptr(), torch->tensor_type.ptr());
-  if (is_torch != 1) {
-    if (is_torch < 0) PyErr_Clear();  // the general path then asks the object itself
-    return {};
+  const bool plain = Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject*>(torch->tensor_type.ptr());
+  if (!plain) {
+    const int is_torch = PyObject_IsInstance(obj.ptr(), torch->tensor_type.ptr());
+    if (is_torch != 1) {
+      if (is_torch < 0) PyErr_Clear();  // the general path then asks the object itself
+      return {};
+    }
   }
   py::object capsule;
   try {
-    capsule = obj.attr("__dlpack__")(py::arg("stream") = -1);
+    capsule = plain && !torch->to_dlpack.is_none()
+                  ? torch->to_dlpack(obj)
+                  : obj.attr("__dlpack__")(py::arg("stream") = -1);
   } catch (py::error_already_set&) {
     return {};
   }
@@ -834,10 +840,13 @@ share its memory without copying) and, on the CPU, supports the buffer protocol
   py::class_<TorchCurrentStream>(m, "_TorchCurrentStream",
                                  "torch's current stream on a CUDA device, as the package's "
                                  "functions pass it (not public API; see interop.h).")
-      .def(py::init([](std::uintptr_t handle, int device, py::object tensor_type) {
-             return TorchCurrentStream{handle, device, std::move(tensor_type)};
+      .def(py::init([](std::uintptr_t handle, int device, py::object tensor_type,
+                       py::object to_dlpack) {
+             return TorchCurrentStream{handle, device, std::move(tensor_type),
+                                       std::move(to_dlpack)};
            }),
-           py::arg("handle"), py::arg("device"), py::arg("tensor_type"))
+           py::arg("handle"), py::arg("device"), py::arg("tensor_type"),
+           py::arg("to_dlpack") = py::none())
       .def_readonly("cuda_stream", &TorchCurrentStream::handle)
       .def_readonly("device", &TorchCurrentStream::device);
 }

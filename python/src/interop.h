@@ -27,14 +27,17 @@ namespace py = pybind11;
 
 // torch's current stream on one CUDA device, as the package's Python layer (io.context) passes
 // it when a call on torch CUDA tensors names no stream: the op then runs on the stream torch
-// queued those tensors' work on, and a torch tensor of that device is exported with
-// __dlpack__(stream=-1) (DLPack: the consumer orders the work itself). With an int handle
-// torch's __dlpack__ builds stream objects in Python to compare the two streams, a cost paid
-// per tensor. Not public API (rudnn._rudnn._TorchCurrentStream).
+// queued those tensors' work on, so a torch tensor of that device is exported without stream
+// work (DLPack: the consumer orders the work itself). A plain torch.Tensor goes through
+// torch.utils.dlpack.to_dlpack (one C call, ~0.3 us on the device's host); subclasses through
+// their __dlpack__(stream=-1), whose checks and stream handling run in Python (~2.4 us; with
+// an int handle, torch also builds stream objects to compare the two streams). Not public
+// API (rudnn._rudnn._TorchCurrentStream).
 struct TorchCurrentStream {
   std::uintptr_t handle = 0;  // cudaStream_t
   int device = 0;             // CUDA device index
   py::object tensor_type;     // torch.Tensor
+  py::object to_dlpack;       // torch.utils.dlpack.to_dlpack, or None
 };
 
 // The Python arguments of one op call, converted on demand. `op` names the op in every error.
