@@ -442,7 +442,8 @@ int producer_device_type(py::handle obj, const char* op, const char* arg) {
 // own words).
 py::object torch_capsule_on_current_stream(py::handle obj, const TorchCurrentStream* torch) {
   if (torch == nullptr) return {};
-  const bool plain = Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject*>(torch->tensor_type.ptr());
+  const auto* tensor_type = reinterpret_cast<PyTypeObject*>(torch->tensor_type.ptr());
+  const bool plain = Py_TYPE(obj.ptr()) == tensor_type;
   if (!plain) {
     const int is_torch = PyObject_IsInstance(obj.ptr(), torch->tensor_type.ptr());
     if (is_torch != 1) {
