@@ -338,31 +338,12 @@ void run_variants(Bench& b) {
   const KernelTuning defaults = kernel_tuning();
   const std::vector<std::string> norm_rope_ops = {
       "norm_rope q (new tensor)", "norm_rope q (interleaved, new tensor)", "norm_rope k -> cache"};
-  struct Variant {
-    std::string label;
-    void (*set)(KernelTuning&);
-  };
-  const Variant variants[] = {
-      {"lane groups", [](KernelTuning& t) { t.norm_rope_pairs = false; }},
-      {"pairs, registers", [](KernelTuning& t) { t.norm_rope_pair_ring = false; }},
-      {"pairs, a block per row block",
-       [](KernelTuning& t) { t.norm_rope_pair_persistent = false; }},
-      {"pairs, registers, L2 prefetch",
-       [](KernelTuning& t) {
-         t.norm_rope_pair_ring = false;
-         t.norm_rope_pair_prefetch = true;
-       }},
-      {"pairs, plain accesses", [](KernelTuning& t) { t.norm_rope_pair_streamed = false; }},
-      {"pairs, registers, a block per row block",
-       [](KernelTuning& t) {
-         t.norm_rope_pair_ring = false;
-         t.norm_rope_pair_persistent = false;
-       }},
-  };
-  for (const Variant& v : variants) {
+  const rudnn::transformer::cuda::NormRopeChoices choices =
+      rudnn::transformer::cuda::norm_rope_choices();
+  for (auto* v = choices.begin; v != choices.end; ++v) {
     kernel_tuning() = defaults;
-    v.set(kernel_tuning());
-    b.variant = v.label;
+    v->set(kernel_tuning());
+    b.variant = v->label;
     b.variant_ops = norm_rope_ops;
     bench_norm_rope(b);
     release_cached_memory(b.dev);

@@ -28,4 +28,17 @@ struct KernelTuning {
 
 KernelTuning& kernel_tuning();
 
+// One alternative to the default norm_rope launch: a name and the fields it changes from the
+// defaults. norm_rope_choices() lists every alternative once, for the benchmark's --variants
+// and the GPU test that runs each of them (so that nothing is timed that is not tested).
+struct NormRopeChoice {
+  const char* label;
+  void (*set)(KernelTuning&);
+};
+struct NormRopeChoices {
+  const NormRopeChoice* begin;
+  const NormRopeChoice* end;
+};
+NormRopeChoices norm_rope_choices();
+
 }  // namespace rudnn::transformer::cuda

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #if RUDNN_TEST_CUDA
 #include <cuda_runtime_api.h>
@@ -386,41 +387,28 @@ TEST(TransformerGpu, NormRopeSplitsTheHeadsOfARowOverWarps) {
 // interleaved pairs with any dims): more (b, t) rows than its resident grid holds (every
 // block strides), a head count that is not a multiple of the heads loaded at once (5), one
 // head, a decode shape whose heads are split over the grid, each weight form, large
-// positions, into a new tensor and into a cache; bit for bit the composition. Each launch
-// choice of transformer/cuda/tuning.h for these rows runs on the same inputs: rows in flight
-// in a cp.async ring or in registers (with or without the L2 prefetch), a persistent grid or
-// a block per block of rows, streamed (evict-first) or plain accesses, and the lane-group
-// kernel that the other row shapes take.
+// positions, into a new tensor and into a cache; bit for bit the composition. The defaults
+// and each alternative of norm_rope_choices() (transformer/cuda/tuning.h: what the benchmark
+// times) run on the same inputs: rows in flight in a cp.async ring or in registers (with or
+// without the L2 prefetch), a persistent grid or a block per block of rows, streamed
+// (evict-first) or plain accesses, and the lane-group kernel that the other row shapes take.
 TEST(TransformerGpu, NormRopeWithBothHalvesInALaneIsTheComposition) {
   RUDNN_REQUIRE_CUDA();
   RUDNN_SEEDED_RNG(rng);
   const float eps = 1e-6f;
 #if RUDNN_TRANSFORMER_TUNING
   using transformer::cuda::kernel_tuning;
-  using Tuning = transformer::cuda::KernelTuning;
-  struct Choice {
-    const char* label;
-    void (*set)(Tuning&);
-  };
-  const Choice choices[] = {
-      {"pairs, cp.async ring", [](Tuning&) {}},
-      {"pairs, registers", [](Tuning& t) { t.norm_rope_pair_ring = false; }},
-      {"pairs, registers, L2 prefetch",
-       [](Tuning& t) {
-         t.norm_rope_pair_ring = false;
-         t.norm_rope_pair_prefetch = true;
-       }},
-      {"lane groups", [](Tuning& t) { t.norm_rope_pairs = false; }},
-      {"pairs, cp.async ring, a block per row block",
-       [](Tuning& t) { t.norm_rope_pair_persistent = false; }},
-      {"pairs, cp.async ring, plain accesses",
-       [](Tuning& t) { t.norm_rope_pair_streamed = false; }},
-  };
+  // The defaults, then every alternative the benchmark times.
+  std::vector<transformer::cuda::NormRopeChoice> choices = {
+      {"default (pairs, cp.async ring, persistent, streamed)",
+       [](transformer::cuda::KernelTuning&) {}}};
+  const transformer::cuda::NormRopeChoices others = transformer::cuda::norm_rope_choices();
+  choices.insert(choices.end(), others.begin, others.end);
   struct Restore {
-    Tuning saved = kernel_tuning();
+    transformer::cuda::KernelTuning saved = kernel_tuning();
     ~Restore() { kernel_tuning() = saved; }
   } restore;
-  auto choose = [&](const Choice& choice) {
+  auto choose = [&](const transformer::cuda::NormRopeChoice& choice) {
     kernel_tuning() = restore.saved;
     choice.set(kernel_tuning());
     return std::string(choice.label);
