@@ -116,7 +116,14 @@ enum class AttentionLayout {
 //                cp.async; FP32 products and softmax, the probabilities rounded to q's
 //                dtype for p·v, as in Flash; AttentionPlan::split_tensor_cores says so);
 //                the rest on CUDA cores in FP32.
-enum class AttentionStrategy { Auto, Flash, FlashScalar, Composed, SplitKv };
+//   Autotune     the fastest of Flash, Composed and FlashScalar that can take the call,
+//                measured on the first call of its shape class on the device and recorded
+//                (rudnn/autotune.h: what a class is, what the first call costs, the cache
+//                file). Decode shapes (Lq <= 8) and CPU calls are not measured: they run
+//                Auto's choice. Under CUDA-graph capture an unmeasured class runs Auto's
+//                choice. Needs a build with RUDNN_AUTOTUNE (the default), else Unsupported.
+//                Auto stays the default: Autotune's first call of a class waits for the GPU.
+enum class AttentionStrategy { Auto, Flash, FlashScalar, Composed, SplitKv, Autotune };
 
 // The kernel family a call runs (AttentionPlan::kernel).
 enum class AttentionKernel {
@@ -264,7 +271,11 @@ struct AttentionPlan {
 // in `options` are read for their shape, dtype and device only. Errors are those the call
 // would report. A pure function of its arguments and the device's compute capability and
 // multiprocessor count: the same arguments give the same plan in every call, thread and
-// process, whatever memory is free, and the op runs exactly this plan.
+// process, whatever memory is free, and the op runs exactly this plan. The one exception is
+// Autotune, whose plan is that of the choice recorded for the call's shape class (see
+// rudnn/autotune.h) when there is one, else Auto's plan; an uncaptured first call of an
+// unrecorded class also allocates, one after another, the scratch of each candidate it
+// measures.
 //
 // Rules (forward): Flash holds no scratch and no score-sized intermediate (any cap is
 // honoured, capped = false); Auto takes it for f16/bf16 prefill (Lq > 8) of its head sizes

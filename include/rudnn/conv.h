@@ -34,9 +34,18 @@
 //   Auto          forward: ImplicitGemm where it applies (BF16/F16, ungrouped, channels-last
 //                 operands as above, C % 8 == 0), else Depthwise where that applies, else
 //                 Direct; the gradients: Direct.
-// `allow_tf32` only concerns a future F32 ImplicitGemm; Direct always computes in FP32. There
-// is no Autotune option yet. No kernel takes a workspace (workspace_bytes is 0), and none
-// builds an im2col / vol2col buffer.
+//   Autotune      forward: the faster of ImplicitGemm (where it takes the call) and Direct
+//                 (Depthwise for depthwise shapes), measured on the first call of the shape
+//                 class on the device and recorded (rudnn/autotune.h says what a class is,
+//                 what the first call costs, and how the record is kept in a file); under
+//                 CUDA-graph capture an unmeasured class runs Auto's choice; on the CPU
+//                 nothing is measured. The gradients: Direct, their one kernel. plan_conv
+//                 reports the recorded choice, else Auto's. Needs a build with
+//                 RUDNN_AUTOTUNE (the default), else Unsupported. Auto stays the default:
+//                 Autotune's first call of a class waits for the GPU.
+// `allow_tf32` only concerns a future F32 ImplicitGemm; Direct always computes in FP32. No
+// kernel takes a workspace (workspace_bytes is 0), and none builds an im2col / vol2col
+// buffer.
 //
 // Memory: outputs only. All work is queued on `stream`; nothing synchronises the host.
 //
@@ -81,7 +90,7 @@ struct ConvOptions {
   bool allow_tf32 = false;                      // ImplicitGemm only (see the top)
 };
 
-enum class ConvStrategy { Auto, Direct, ImplicitGemm };
+enum class ConvStrategy { Auto, Direct, ImplicitGemm, Autotune };
 
 // The kernel a convolution runs: Reference is the float64 CPU code (CPU tensors).
 enum class ConvKernel { Reference, Direct, Depthwise, ImplicitGemm };

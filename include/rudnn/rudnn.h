@@ -4,6 +4,7 @@
 
 #include "rudnn/allocator.h"
 #include "rudnn/attention.h"
+#include "rudnn/autotune.h"
 #include "rudnn/conv.h"
 #include "rudnn/device.h"
 #include "rudnn/dlpack.h"

@@ -216,6 +216,11 @@ __all__ = [
     "cuda_device_count",
     "built_with_cuda",
     "from_dlpack",
+    "autotune_built",
+    "autotune_entries",
+    "autotune_clear",
+    "autotune_set_file",
+    "autotune_file",
     # normalization
     "layer_norm",
     "rms_norm",
@@ -326,6 +331,57 @@ def from_dlpack(obj, *, stream=None) -> Tensor:
         InvalidArgument (ValueError): ``obj`` None, or a producer that breaks the protocol.
     """
     return _rudnn.from_dlpack(obj, stream=stream)
+
+
+def autotune_built() -> bool:
+    """Whether this build has the ``"autotune"`` strategies (CMake option RUDNN_AUTOTUNE)."""
+    return _rudnn.autotune_built()
+
+
+def autotune_entries() -> list:
+    """The choices the ``"autotune"`` strategies have recorded, sorted by key.
+
+    ``strategy="autotune"`` (attention, attention_backward, conv_forward) measures, on the
+    first call of a shape class on a device, each strategy that can take the call, records
+    the fastest and runs it; later calls of the class run the recorded one. A class is the
+    op and direction, the device, the dtype and layout, the options that decide which
+    kernels can run, the head sizes or channels exactly, and batch and lengths rounded up to
+    a power of two. The first call blocks until its measurements finish; a call made while
+    its stream captures a CUDA graph measures nothing (it runs the recorded choice, else
+    auto's). See ``rudnn/autotune.h`` for the whole contract.
+
+    Returns:
+        A list of dicts: ``key`` (the class, a str), ``choice`` (the strategy that runs, e.g.
+        ``"Flash"``), ``timings_ms`` (candidate name -> mean milliseconds measured by this
+        process; empty for an entry read from a file), ``measurements`` (how many times this
+        process measured the key).
+    """
+    return _rudnn.autotune_entries()
+
+
+def autotune_clear() -> None:
+    """Forgets every recorded choice in memory (an attached file stays as it is)."""
+    _rudnn.autotune_clear()
+
+
+def autotune_set_file(path: str) -> None:
+    """Attaches a cache file: its choices are read now and each later measurement is appended.
+
+    One line per key, ``"<key>\t<choice>\t<candidate>=<ms> ..."``; a later line for a key
+    overrides an earlier one; the file is created when missing. ``""`` detaches it. Without a
+    call, the environment variable ``RUDNN_AUTOTUNE_FILE`` names the file at the first
+    autotuned call.
+
+    Raises:
+        InvalidArgument (ValueError): the file cannot be read or created, or a line is not
+            ``"<key>\t<choice>[\t...]"``.
+    """
+    _rudnn.autotune_set_file(path)
+
+
+def autotune_file() -> str:
+    """The attached autotune file's path (``""`` when none)."""
+    return _rudnn.autotune_file()
 
 
 def __getattr__(name):

@@ -48,8 +48,10 @@ split_kv for decode, else flash where it runs, else composed, else flash_scalar)
 bias gradient), ``"flash_scalar"`` (fused CUDA-core kernel, no score memory, every dtype and
 option, D, Dv <= 1024, varlen, forward and backward), ``"composed"`` (GEMMs + masked softmax,
 scores in memory under ``max_score_bytes``; padded batches, forward only), ``"split_kv"``
-(flash-decoding for Lq <= 8, forward only). A strategy that cannot take a call is
-:class:`rudnn.Unsupported`, naming why.
+(flash-decoding for Lq <= 8, forward only), ``"autotune"`` (the fastest of flash, composed
+and flash_scalar that can take the call, measured on the first call of its shape class and
+recorded, see :func:`rudnn.autotune_entries`; decode shapes run auto's choice). A strategy
+that cannot take a call is :class:`rudnn.Unsupported`, naming why.
 
 Under ``torch.compile`` :func:`attention` called without ``out=``/``stream=`` calls its custom
 op (``torch.ops.rudnn.attention``), which the compiler traces; its autograd runs

@@ -18,10 +18,13 @@ torch). ``padding_end`` (keyword) sets the zeros after each axis separately (asy
 padding; None: as ``padding``). Output size per axis:
 ``(in + pad + pad_end - dilation * (kernel - 1) - 1) // stride + 1``, which must be >= 1.
 
-Strategies (``strategy=``): ``"auto"`` (default: Direct CUDA-core kernels, the memory-bound
-depthwise kernel where groups == C), ``"direct"``, ``"implicit_gemm"`` (tensor cores,
-forward only: float16 / bfloat16 channels-last operands with C % 8 == 0; anything else it
-cannot take is :class:`rudnn.Unsupported`). :func:`plan_conv` says which kernel a call runs.
+Strategies (``strategy=``): ``"auto"`` (default: the forward runs ImplicitGemm where it
+applies, else the memory-bound depthwise kernel where groups == C, else Direct; the gradients
+run Direct), ``"direct"``, ``"implicit_gemm"`` (tensor cores, forward only: float16 /
+bfloat16 channels-last operands with C % 8 == 0; anything else it cannot take is
+:class:`rudnn.Unsupported`), ``"autotune"`` (the forward's faster of implicit_gemm and direct,
+measured on the first call of its shape class and recorded; see :func:`rudnn.autotune_entries`;
+the gradients run Direct). :func:`plan_conv` says which kernel a call runs.
 
 Under ``torch.compile`` :func:`conv_forward` and :func:`causal_conv1d` called without
 ``out=``/``stream=`` (and, for causal_conv1d, without ``conv_state``) call their custom ops
@@ -74,7 +77,7 @@ _OPTIONS = """
         padding_end: None (as ``padding``) or zeros after each axis, an int or ints >= 0;
             None with ``"same"`` / ``"valid"``.
         layout: ``"nchw"`` (default; any strides) or ``"nhwc"`` (channels-last shapes).
-        strategy: ``"auto"`` (default), ``"direct"`` or ``"implicit_gemm"``.
+        strategy: ``"auto"`` (default), ``"direct"``, ``"implicit_gemm"`` or ``"autotune"``.
 """
 
 _RAISES = """

@@ -38,7 +38,8 @@ ConvStrategy strategy_of(const OpArgs& a, py::handle value) {
   return rules::choice<ConvStrategy>(a, value, "strategy",
                                      {{"auto", ConvStrategy::Auto},
                                       {"direct", ConvStrategy::Direct},
-                                      {"implicit_gemm", ConvStrategy::ImplicitGemm}});
+                                      {"implicit_gemm", ConvStrategy::ImplicitGemm},
+                                      {"autotune", ConvStrategy::Autotune}});
 }
 
 // The spatial rank of a call: the rank of `shaped` less the batch and channel axes.

@@ -771,6 +771,27 @@ void bind_core(py::module_& m) {
   m.def("built_with_cuda", &rudnn::built_with_cuda,
         "Whether this build of ruDNN has the CUDA backend.");
 
+  // ---- Autotune's record (rudnn/autotune.h; documented in rudnn/__init__.py).
+  m.def("autotune_built", &rudnn::autotune_built);
+  m.def("autotune_entries", [] {
+    py::list out;
+    for (const rudnn::AutotuneEntry& e : rudnn::autotune_entries()) {
+      py::dict timings;
+      for (const rudnn::AutotuneTiming& t : e.timings)
+        timings[py::str(t.candidate)] = t.milliseconds;
+      py::dict entry;
+      entry["key"] = e.key;
+      entry["choice"] = e.choice;
+      entry["timings_ms"] = timings;
+      entry["measurements"] = e.measurements;
+      out.append(entry);
+    }
+    return out;
+  });
+  m.def("autotune_clear", &rudnn::autotune_clear);
+  m.def("autotune_set_file", &rudnn::autotune_set_file, py::arg("path"));
+  m.def("autotune_file", &rudnn::autotune_file);
+
   // ---- Tensor.
   py::class_<Tensor>(m, "Tensor", py::buffer_protocol(), R"doc(
 A ruDNN tensor: a strided view of CPU or CUDA memory, returned by ruDNN's ops.

@@ -6,13 +6,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "attention/plan.h"
 #include "attention/problem.h"
 #include "attention/reference.h"
+#include "common/autotune.h"
 #include "common/op_call.h"
 #include "common/views.h"
+#include "rudnn/autotune.h"
 #if RUDNN_WITH_CUDA
 #include "attention/cuda/launch.h"
 #endif
@@ -31,6 +35,8 @@ const char* attention_strategy_name(AttentionStrategy strategy) noexcept {
       return "Composed";
     case AttentionStrategy::SplitKv:
       return "SplitKv";
+    case AttentionStrategy::Autotune:
+      return "Autotune";
   }
   return "?";
 }
@@ -368,6 +374,93 @@ attn::PlanInput plan_input(const char* op, const Dims& d, DType dtype, const Att
   return in;
 }
 
+// ---- Autotune ------------------------------------------------------------------------------
+
+// The shape class of a call (rudnn/autotune.h): what decides which strategies can take it,
+// the head counts and sizes exactly, the batch and the lengths by powers of two.
+std::string tune_key(const char* op, Device device, const Dims& d, DType dtype,
+                     const AttentionOptions& o, bool backward, bool bias_grad) {
+  const char* layout = d.varlen                               ? "varlen"
+                       : o.layout == AttentionLayout::bshd ? "bshd"
+                                                              : "bhsd";
+  const char* mask = !o.mask.defined()                 ? ""
+                     : o.mask.dtype() == DType::boolean ? " boolean-mask"
+                                                        : " additive-mask";
+  const char* bias = !o.bias.defined() ? "" : bias_grad ? " bias-with-grad" : " bias";
+  return cat(common::key_prefix(op, device), dtype_name(dtype), ' ', layout,
+             " B<=", common::size_class(d.batch), " Hq ", d.heads_q, " Hkv ", d.heads_kv,
+             " Lq<=", common::size_class(d.len_q), " Lk<=", common::size_class(d.len_k),
+             " D ", d.dim_qk, " Dv ", d.dim_v, o.is_causal ? " causal" : "",
+             o.window ? " window" : "", mask, bias, o.sinks.defined() ? " sinks" : "",
+             o.softcap ? " softcap" : "", o.alibi_slopes.defined() ? " alibi" : "",
+             backward && o.deterministic ? " deterministic" : "",
+             o.max_score_bytes ? cat(" max_score_bytes ", *o.max_score_bytes) : std::string());
+}
+
+// The strategies Autotune chooses among, in Auto's order of preference.
+constexpr AttentionStrategy kTunedStrategies[] = {
+    AttentionStrategy::Flash, AttentionStrategy::Composed, AttentionStrategy::FlashScalar};
+
+// The strategies of kTunedStrategies that can take the call.
+std::vector<AttentionStrategy> tunable(const char* op, const Dims& d, DType dtype,
+                                       const AttentionOptions& o, Device device, bool backward,
+                                       bool bias_grad) {
+  std::vector<AttentionStrategy> out;
+  for (AttentionStrategy s : kTunedStrategies) {
+    try {
+      attn::make_plan(plan_input(op, d, dtype, o, s, device, backward, bias_grad));
+      out.push_back(s);
+    } catch (const Error&) {
+      // This strategy cannot take the call: not a candidate.
+    }
+  }
+  return out;
+}
+
+// Whether Autotune measures such a call: GPU calls with work, not decode (the serial rule).
+bool measured_by_autotune(Device device, const Dims& d) {
+  const bool empty = d.heads_q == 0 || (d.varlen ? d.total_q == 0 : d.batch * d.len_q == 0);
+  return !device.is_cpu() && !empty && d.len_q > attn::kMaxDecodeQueries;
+}
+
+// The strategy an Autotune call runs; `run(s)` runs the op once with strategy s.
+AttentionStrategy tuned_strategy(const OpCall& call, const Dims& d, DType dtype,
+                                 const AttentionOptions& o, bool backward, bool bias_grad,
+                                 const std::function<void(AttentionStrategy)>& run) {
+  common::require_autotune_built(call.op);
+  if (!measured_by_autotune(call.device, d)) return AttentionStrategy::Auto;
+  const std::vector<AttentionStrategy> strategies =
+      tunable(call.op, d, dtype, o, call.device, backward, bias_grad);
+  if (strategies.empty()) return AttentionStrategy::Auto;  // Auto says why nothing runs
+  std::vector<common::TuneCandidate> candidates;
+  for (AttentionStrategy s : strategies)
+    candidates.push_back({attention_strategy_name(s), [&run, s] { run(s); }});
+  const std::string chosen = common::autotuned_choice(
+      call, tune_key(call.op, call.device, d, dtype, o, backward, bias_grad), candidates,
+      attention_strategy_name(AttentionStrategy::Auto));
+  for (AttentionStrategy s : strategies) {
+    if (chosen == attention_strategy_name(s)) return s;
+  }
+  return AttentionStrategy::Auto;
+}
+
+// What plan_attention reports for Autotune: the recorded choice for the call's class when
+// there is one that can take it, else Auto's plan (what an unmeasured call would fall back
+// to under capture; an uncaptured first call measures).
+AttentionStrategy planned_autotune_strategy(const char* op, const Dims& d, DType dtype,
+                                            const AttentionOptions& o, Device device,
+                                            bool backward, bool bias_grad) {
+  common::require_autotune_built(op);
+  if (!measured_by_autotune(device, d)) return AttentionStrategy::Auto;
+  const std::string recorded =
+      common::autotune_recorded(tune_key(backward ? "attention_backward" : "attention", device, d,
+                                         dtype, o, backward, bias_grad));
+  for (AttentionStrategy s : tunable(op, d, dtype, o, device, backward, bias_grad)) {
+    if (recorded == attention_strategy_name(s)) return s;
+  }
+  return AttentionStrategy::Auto;
+}
+
 // ---- Operands -----------------------------------------------------------------------------
 
 common::Axes4 axes_of(const AttentionOptions& o) {
@@ -507,6 +600,12 @@ void forward_impl(OpCall& call, const Tensor& out, const Tensor& lse_out, const 
   Checked c = check_forward_args(call, q, k, v, o);
   const Dims& d = c.dims;
   const DType dtype = q.dtype();
+  if (strategy == AttentionStrategy::Autotune) {
+    strategy = tuned_strategy(call, d, dtype, o, false, false, [&](AttentionStrategy s) {
+      OpCall run(call.op, "q", q, call.stream);
+      forward_impl(run, out, lse_out, q, k, v, o, s);
+    });
+  }
   const AttentionPlan plan =
       attn::make_plan(plan_input(call.op, d, dtype, o, strategy, call.device, false, false));
 
@@ -569,6 +668,12 @@ void backward_impl(OpCall& call, const AttentionGrads& g, const Tensor& dout, co
   const Dims& d = c.dims;
   const DType dtype = q.dtype();
   const bool bias_grad = o.bias.defined() && o.bias_requires_grad;
+  if (strategy == AttentionStrategy::Autotune) {
+    strategy = tuned_strategy(call, d, dtype, o, true, bias_grad, [&](AttentionStrategy s) {
+      OpCall run(call.op, "q", q, call.stream);
+      backward_impl(run, g, dout, q, k, v, out, lse, o, s);
+    });
+  }
   const AttentionPlan plan =
       attn::make_plan(plan_input(call.op, d, dtype, o, strategy, call.device, true, bias_grad));
 
@@ -654,6 +759,8 @@ AttentionPlan plan_attention(const Shape& q, const Shape& k, const Shape& v, DTy
     d.batch = cu.dim() == 1 ? cu.shape()[0] - 1 : 0;
   }
   check_option_tensors(op, options, d, dtype, device);
+  if (strategy == AttentionStrategy::Autotune)
+    strategy = planned_autotune_strategy(op, d, dtype, options, device, false, false);
   return attn::make_plan(plan_input(op, d, dtype, options, strategy, device, false, false));
 }
 
@@ -673,6 +780,8 @@ AttentionPlan plan_attention_backward(const Shape& q, const Shape& k, const Shap
   }
   check_option_tensors(op, options, d, dtype, device);
   const bool bias_grad = options.bias.defined() && options.bias_requires_grad;
+  if (strategy == AttentionStrategy::Autotune)
+    strategy = planned_autotune_strategy(op, d, dtype, options, device, true, bias_grad);
   return attn::make_plan(plan_input(op, d, dtype, options, strategy, device, true, bias_grad));
 }
 

@@ -270,6 +270,7 @@ AttentionPlan forward_plan(const PlanInput& in, const DeviceFacts& facts) {
       return composed_plan(in, b, capped);
     }
     case AttentionStrategy::Auto:
+    case AttentionStrategy::Autotune:  // resolved by attention.cpp before planning
       break;
   }
   // Auto: decode shapes run SplitKv; 16-bit prefill of the head sizes it has runs Flash on
@@ -323,6 +324,7 @@ AttentionPlan backward_plan(const PlanInput& in, const DeviceFacts& facts) {
       fail(ErrorCode::Unsupported,
            cat(in.op, ": strategy Composed has no backward yet; use FlashScalar or Auto"));
     case AttentionStrategy::Auto:
+    case AttentionStrategy::Autotune:  // resolved by attention.cpp before planning
       if (!in.device.is_cpu() && flash_backward_refusal(in, facts).empty())
         return flash_backward_plan(in, facts);
       break;

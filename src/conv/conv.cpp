@@ -4,9 +4,15 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "common/autotune.h"
 #include "common/op_call.h"
 #include "common/views.h"
+#include "rudnn/autotune.h"
 #include "conv/problem.h"
 #include "conv/reference.h"
 #if RUDNN_WITH_CUDA
@@ -210,6 +216,17 @@ bool gemm_operand_fits(const Tensor& t, ConvLayout layout, int dims) {
 ConvPlan plan_for(const char* op, const ConvShape& s, Device device, ConvDirection direction,
                   ConvStrategy strategy, bool gemm_fits, bool hopper = false) {
   ConvPlan plan;
+  if (strategy == ConvStrategy::Autotune) {
+    // A forward's measured choice is resolved before planning (tuned_forward_strategy).
+    common::require_autotune_built(op);
+    if (direction != ConvDirection::Forward) {
+      plan.kernel = device.is_cpu() ? ConvKernel::Reference : ConvKernel::Direct;
+      plan.why = device.is_cpu() ? "CPU: the float64 reference, whatever the strategy"
+                                 : "Autotune: Direct, the one kernel of the gradients";
+      return plan;
+    }
+    strategy = ConvStrategy::Auto;
+  }
   const bool grouped = s.groups > 1;
   const bool depthwise = s.groups == s.in_channels && s.dims <= 2;
   bool gemm = false;
@@ -268,6 +285,78 @@ ConvPlan plan_for(const char* op, const ConvShape& s, Device device, ConvDirecti
   return plan;
 }
 
+// The shape class of a forward (rudnn/autotune.h): channels, kernel, stride, padding,
+// dilation and groups exactly; batch and spatial sizes by powers of two.
+std::string tune_key(Device device, const ConvShape& s, ConvLayout layout, bool gemm_fits) {
+  const int first = 3 - s.dims;
+  const auto axes = [&](const char* name, const int64_t* v, bool classes) {
+    std::string t = cat(' ', name, classes ? "<=" : " ");
+    for (int a = first; a < 3; ++a)
+      t += cat(a == first ? "" : "x", classes ? common::size_class(v[a]) : v[a]);
+    return t;
+  };
+  return cat(common::key_prefix("conv_forward", device), dtype_name(s.dtype), ' ', s.dims,
+             "-d ", layout == ConvLayout::Nhwc ? "nhwc" : "nchw",
+             gemm_fits ? " gemm-operands" : "", " N<=", common::size_class(s.batch), " C ",
+             s.in_channels, " K ", s.out_channels, axes("in", s.in, true),
+             axes("kernel", s.kernel, false), axes("stride", s.stride, false),
+             axes("pad", s.pad, false), axes("dilation", s.dilation, false), " groups ",
+             s.groups);
+}
+
+// Autotune's candidates for a forward: the strategies whose kernels differ (ImplicitGemm
+// where it takes the call; Direct, which is the Depthwise kernel for depthwise shapes), each
+// with the kernel it runs.
+std::vector<std::pair<ConvStrategy, ConvKernel>> tuned_candidates(const char* op,
+                                                                  const ConvShape& s,
+                                                                  Device device, bool gemm_fits) {
+  std::vector<std::pair<ConvStrategy, ConvKernel>> out;
+  for (ConvStrategy st : {ConvStrategy::ImplicitGemm, ConvStrategy::Direct}) {
+    try {
+      const ConvKernel k = plan_for(op, s, device, ConvDirection::Forward, st, gemm_fits).kernel;
+      const bool seen = std::any_of(out.begin(), out.end(), [k](const auto& c) {
+        return c.second == k;
+      });
+      if (!seen) out.emplace_back(st, k);
+    } catch (const Error&) {
+      // ImplicitGemm cannot take the call: not a candidate.
+    }
+  }
+  return out;
+}
+
+// The strategy an Autotune forward runs; `run(st)` runs the op once with strategy st.
+ConvStrategy tuned_forward_strategy(const OpCall& call, const ConvShape& s, ConvLayout layout,
+                                    bool gemm_fits,
+                                    const std::function<void(ConvStrategy)>& run) {
+  common::require_autotune_built(call.op);
+  if (call.device.is_cpu() || s.batch * s.out_channels * s.out_space() == 0)
+    return ConvStrategy::Auto;
+  const auto tuned = tuned_candidates(call.op, s, call.device, gemm_fits);
+  std::vector<common::TuneCandidate> candidates;
+  for (const auto& [st, kernel] : tuned)
+    candidates.push_back({conv_kernel_name(kernel), [&run, st = st] { run(st); }});
+  const std::string chosen = common::autotuned_choice(
+      call, tune_key(call.device, s, layout, gemm_fits), candidates, "Auto");
+  for (const auto& [st, kernel] : tuned) {
+    if (chosen == conv_kernel_name(kernel)) return st;
+  }
+  return ConvStrategy::Auto;
+}
+
+// What plan_conv reports for an Autotune forward: the recorded choice for the class when
+// there is one that can take it, else Auto's.
+ConvStrategy planned_autotune_strategy(const ConvShape& s, Device device, ConvLayout layout,
+                                       bool gemm_fits) {
+  common::require_autotune_built("plan_conv");
+  if (device.is_cpu()) return ConvStrategy::Auto;
+  const std::string recorded = common::autotune_recorded(tune_key(device, s, layout, gemm_fits));
+  for (const auto& [st, kernel] : tuned_candidates("plan_conv", s, device, gemm_fits)) {
+    if (recorded == conv_kernel_name(kernel)) return st;
+  }
+  return ConvStrategy::Auto;
+}
+
 conv_detail::Activation activation_of(ConvActivation a) {
   switch (a) {
     case ConvActivation::Relu:
@@ -306,6 +395,12 @@ void forward_impl(OpCall& call, const Tensor& out, const Tensor& input, const Te
   }
   const bool gemm_fits =
       gemm_operand_fits(input, layout, N) && gemm_operand_fits(weight, layout, N);
+  if (strategy == ConvStrategy::Autotune) {
+    strategy = tuned_forward_strategy(call, p.s, layout, gemm_fits, [&](ConvStrategy st) {
+      OpCall run(call.op, "input", input, call.stream);
+      forward_impl<N>(run, out, input, weight, bias, o, st, epilogue, layout);
+    });
+  }
   const ConvPlan plan =
       plan_for(call.op, p.s, call.device, ConvDirection::Forward, strategy, gemm_fits);
   require_conv_out(call, "out", out, oshape, input.dtype(), layout);
@@ -464,6 +559,8 @@ ConvPlan plan_conv(ConvDirection direction, const Shape& input_shape, const Shap
       conv_shape<N>("plan_conv", input_shape, weight_shape, dtype, options, layout);
   // Shapes only: tensors are taken to be contiguous in `layout` (allocator-aligned).
   const bool nhwc = layout == ConvLayout::Nhwc;
+  if (strategy == ConvStrategy::Autotune && direction == ConvDirection::Forward)
+    strategy = planned_autotune_strategy(s, device, layout, nhwc);
   return plan_for("plan_conv", s, device, direction, strategy, nhwc,
                   nhwc && direction == ConvDirection::Forward && hopper_for_dense(s, device));
 }

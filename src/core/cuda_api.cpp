@@ -160,6 +160,58 @@ void stream_wait(Device device, cuda_stream_t waiter, cuda_stream_t producer) {
   check_cuda(waited, "Stream::wait");
 }
 
+bool stream_capturing(Device device, cuda_stream_t stream) {
+  DeviceGuard guard(device.index);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(native(stream), &status), "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
+double time_on_stream_ms(Device device, cuda_stream_t stream, const std::function<void()>& work,
+                         int repeats) {
+  DeviceGuard guard(device.index);
+  cudaEvent_t events[2] = {nullptr, nullptr};
+  check_cuda(cudaEventCreate(&events[0]), "autotune: cudaEventCreate");
+  const cudaError_t second = cudaEventCreate(&events[1]);
+  const auto destroy = [&] {
+    for (cudaEvent_t e : events) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+  };
+  if (second != cudaSuccess) {
+    destroy();
+    check_cuda(second, "autotune: cudaEventCreate");
+  }
+  float ms = 0.0f;
+  try {
+    check_cuda(cudaEventRecord(events[0], native(stream)), "autotune: cudaEventRecord");
+    for (int r = 0; r < repeats; ++r) work();
+    check_cuda(cudaEventRecord(events[1], native(stream)), "autotune: cudaEventRecord");
+    check_cuda(cudaEventSynchronize(events[1]), "autotune: cudaEventSynchronize");
+    check_cuda(cudaEventElapsedTime(&ms, events[0], events[1]), "autotune: cudaEventElapsedTime");
+  } catch (...) {
+    destroy();
+    throw;
+  }
+  destroy();
+  return static_cast<double>(ms) / repeats;
+}
+
+const std::string& device_description(Device device) {
+  static std::once_flag once[kMaxDevices];
+  static std::string descriptions[kMaxDevices];
+  check(device.is_cuda() && device.index >= 0 && device.index < kMaxDevices,
+        ErrorCode::InvalidArgument, "device_description: ", device.str(),
+        " is not a CUDA device with an index below ", kMaxDevices);
+  std::call_once(once[device.index], [&] {
+    cudaDeviceProp prop{};
+    check_cuda(cudaGetDeviceProperties(&prop, device.index), "cudaGetDeviceProperties");
+    descriptions[device.index] = cat(prop.name, ", sm_", prop.major, prop.minor, ", ",
+                                     prop.multiProcessorCount, " SMs");
+  });
+  return descriptions[device.index];
+}
+
 void copy_to_device(void* dst, const void* src, size_t bytes, Device device, cuda_stream_t stream) {
   if (bytes == 0) return;
   DeviceGuard guard(device.index);

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include "rudnn/device.h"
 #include "rudnn/stream.h"
@@ -38,6 +40,17 @@ void stream_destroy(Device device, cuda_stream_t stream) noexcept;
 void stream_synchronize(Device device, cuda_stream_t stream);
 // Work queued on `waiter` after this call waits for the work queued on `producer` so far.
 void stream_wait(Device device, cuda_stream_t waiter, cuda_stream_t producer);
+
+// Whether `stream` is capturing into a CUDA graph (work queued now is recorded, not run).
+bool stream_capturing(Device device, cuda_stream_t stream);
+// Queues `work` (which queues its kernels on `stream`) `repeats` times between two timing
+// events and returns the mean milliseconds of one run. The host waits for the stream: for
+// measuring (Autotune) only, never on an op's ordinary path.
+double time_on_stream_ms(Device device, cuda_stream_t stream, const std::function<void()>& work,
+                         int repeats);
+// The device's name and generation, e.g. "NVIDIA H100 80GB HBM3, sm_90, 132 SMs"; queried
+// once per device and process.
+const std::string& device_description(Device device);
 
 // Asynchronous copies and fills on `stream` (the current device is set to `device`).
 // copy_to_device returns once `src` has been read (it waits when `src` is pinned memory).

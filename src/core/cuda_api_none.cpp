@@ -28,6 +28,11 @@ cuda_stream_t stream_create(Device) { no_cuda("Stream::create"); }
 void stream_destroy(Device, cuda_stream_t) noexcept {}
 void stream_synchronize(Device, cuda_stream_t) { no_cuda("Stream::synchronize"); }
 void stream_wait(Device, cuda_stream_t, cuda_stream_t) { no_cuda("Stream::wait"); }
+bool stream_capturing(Device, cuda_stream_t) { no_cuda("cudaStreamIsCapturing"); }
+double time_on_stream_ms(Device, cuda_stream_t, const std::function<void()>&, int) {
+  no_cuda("autotune timing");
+}
+const std::string& device_description(Device) { no_cuda("device_description"); }
 void copy_to_device(void*, const void*, size_t, Device, cuda_stream_t) {
   no_cuda("copy to device");
 }

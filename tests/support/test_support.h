@@ -47,6 +47,16 @@ int device_compute_major();
     if (!::rudnn::cuda_available()) GTEST_SKIP() << "no CUDA device: GPU test skipped"; \
   } while (0)
 
+// A GPU test of the Autotune strategies: skipped without a CUDA device or without the
+// strategies in the build; otherwise it starts with an empty record and no cache file.
+#define RUDNN_REQUIRE_CUDA_AUTOTUNE()                                                        \
+  do {                                                                                     \
+    RUDNN_REQUIRE_CUDA();                                                                  \
+    if (!::rudnn::autotune_built()) GTEST_SKIP() << "built without RUDNN_AUTOTUNE: skipped"; \
+    ::rudnn::autotune_set_file("");                                                        \
+    ::rudnn::autotune_clear();                                                             \
+  } while (0)
+
 // Host tensor of N(mean, stddev) values, rounded to `dtype` (a floating dtype).
 Tensor random_tensor(Rng& rng, const Shape& shape, DType dtype, float mean = 0.0f,
                      float stddev = 1.0f);

@@ -17,6 +17,9 @@
 #if RUDNN_ATTENTION_TUNING
 #include "attention/cuda/tuning.h"
 #endif
+#if RUDNN_TEST_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 namespace rudnn::test {
 namespace {
@@ -595,6 +598,106 @@ TEST(AttentionGpu, FlashBackwardVarlenAndLayouts) {
                             AttentionStrategy::Flash);
   }
 }
+
+// The strategy an Autotune entry names.
+AttentionStrategy strategy_named(const std::string& choice) {
+  for (AttentionStrategy s : {AttentionStrategy::Flash, AttentionStrategy::Composed,
+                              AttentionStrategy::FlashScalar}) {
+    if (choice == name(s)) return s;
+  }
+  ADD_FAILURE() << "Autotune chose " << choice;
+  return AttentionStrategy::Auto;
+}
+
+// Autotune: the first call of a class measures every strategy that takes it (an entry with
+// their times) and gives the reference's result; a second call of the class (other lengths
+// in the same power-of-two range) measures nothing and gives the named choice's bits;
+// plan_attention reports the choice; the backward is measured as its own class; decode
+// shapes are not measured (the serial rule) and give Auto's bits.
+TEST(AttentionGpu, AutotuneMeasuresOncePerClass) {
+  RUDNN_REQUIRE_CUDA_AUTOTUNE();
+  RUDNN_SEEDED_RNG(rng);
+  const DType dt = DType::bf16;
+  const AttentionOptions o = AttentionOptions{}.set_causal().set_return_lse();
+  const Tensor q = random_tensor(rng, {2, 4, 300, 64}, dt);
+  const Tensor k = random_tensor(rng, {2, 2, 300, 64}, dt);
+  const Tensor v = random_tensor(rng, {2, 2, 300, 64}, dt);
+  expect_forward_matches(q, k, v, o, AttentionStrategy::Autotune);
+  auto entries = autotune_entries();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_NE(entries[0].key.find("attention | "), std::string::npos) << entries[0].key;
+  EXPECT_EQ(entries[0].measurements, 1);
+  EXPECT_EQ(entries[0].timings.size(), 3u) << "Flash, Composed and FlashScalar take the call";
+  const AttentionStrategy chosen = strategy_named(entries[0].choice);
+
+  const Tensor q2 = random_tensor(rng, {2, 4, 290, 64}, dt).to(kGpu);
+  const Tensor k2 = random_tensor(rng, {2, 2, 500, 64}, dt).to(kGpu);
+  const Tensor v2 = random_tensor(rng, {2, 2, 500, 64}, dt).to(kGpu);
+  const AttentionResult tuned = attention(q2, k2, v2, o, AttentionStrategy::Autotune);
+  const AttentionResult named = attention(q2, k2, v2, o, chosen);
+  EXPECT_TRUE(bit_equal(tuned.out, named.out));
+  EXPECT_TRUE(bit_equal(tuned.lse, named.lse));
+  entries = autotune_entries();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].measurements, 1) << "the class was measured again";
+  const auto kernel_of = [&](AttentionStrategy s) {
+    return plan_attention(q2.shape(), k2.shape(), v2.shape(), dt, o, s, kGpu).kernel;
+  };
+  EXPECT_EQ(kernel_of(AttentionStrategy::Autotune), kernel_of(chosen));
+
+  expect_backward_matches(q, k, v, o, rng, AttentionStrategy::Autotune);
+  bool backward_measured = false;
+  for (const AutotuneEntry& e : autotune_entries()) {
+    if (e.key.find("attention_backward | ") == std::string::npos) continue;
+    backward_measured = true;
+    EXPECT_EQ(e.timings.size(), 2u) << "Flash and FlashScalar take the backward";
+    strategy_named(e.choice);
+  }
+  EXPECT_TRUE(backward_measured);
+
+  autotune_clear();
+  const Tensor qd = random_tensor(rng, {2, 4, 4, 64}, dt).to(kGpu);
+  const AttentionResult decode = attention(qd, k2, v2, o, AttentionStrategy::Autotune);
+  EXPECT_TRUE(bit_equal(decode.out, attention(qd, k2, v2, o).out));
+  EXPECT_TRUE(autotune_entries().empty()) << "a decode shape was measured";
+}
+
+#if RUDNN_TEST_CUDA
+// Under CUDA-graph capture an unmeasured class measures nothing, records nothing and runs
+// Auto's choice, which the replay reproduces bit for bit.
+TEST(AttentionGpu, AutotuneUnderCaptureRunsAutoUntilMeasured) {
+  RUDNN_REQUIRE_CUDA_AUTOTUNE();
+  RUDNN_SEEDED_RNG(rng);
+  const DType dt = DType::f16;
+  const Tensor q = random_tensor(rng, {1, 2, 100, 128}, dt).to(kGpu);
+  const Tensor k = random_tensor(rng, {1, 2, 150, 128}, dt).to(kGpu);
+  const Tensor v = random_tensor(rng, {1, 2, 150, 128}, dt).to(kGpu);
+  const AttentionOptions o;
+  const Stream stream = Stream::create(kGpu);
+  const Tensor automatic = attention(q, k, v, o, AttentionStrategy::Auto, stream).out;
+  const Tensor out = poisoned(automatic.shape(), dt, kGpu);
+  stream.synchronize();
+  const auto native = reinterpret_cast<cudaStream_t>(stream.handle());
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(native, cudaStreamCaptureModeGlobal), cudaSuccess);
+  std::string thrown;
+  try {
+    attention_into(out, Tensor(), q, k, v, o, AttentionStrategy::Autotune, stream);
+  } catch (const std::exception& e) {
+    thrown = e.what();
+  }
+  ASSERT_EQ(cudaStreamEndCapture(native, &graph), cudaSuccess);
+  ASSERT_EQ(thrown, "");
+  EXPECT_TRUE(autotune_entries().empty());
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, native), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(native), cudaSuccess);
+  EXPECT_TRUE(bit_equal(out, automatic));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+#endif  // RUDNN_TEST_CUDA
 
 TEST(AttentionGpu, OperandsOnAnotherDevice) {
   RUDNN_REQUIRE_CUDA();

@@ -523,6 +523,54 @@ TEST(ConvGpu, ImplicitGemmForwardMatchesReference) {
   }
 }
 
+// Autotune: the first forward of a class measures ImplicitGemm and Direct (an entry with
+// both times) and gives the reference's result; a second call of the class (smaller spatial
+// sizes in the same power-of-two range) measures nothing and gives the named choice's bits;
+// plan_conv reports the choice; the data gradient runs Direct, unmeasured.
+TEST(ConvGpu, AutotuneMeasuresOncePerClass) {
+  RUDNN_REQUIRE_CUDA_AUTOTUNE();
+  RUDNN_SEEDED_RNG(rng);
+  const DType dt = DType::bf16;
+  const ConvOptions<2> o = opts<2>({1, 1}, {1, 1}, {1, 1});
+  const Tensor x = random_tensor(rng, {2, 32, 20, 20}, dt);
+  const Tensor w = random_tensor(rng, {48, 32, 3, 3}, dt);
+  const Tensor expected = conv_forward<2>(x, w, Tensor(), o);
+  const Tensor xn = conv::to_nhwc(x).to(kGpu), wn = conv::to_nhwc(w).to(kGpu);
+  const Tensor y = poisoned(conv::to_nhwc(expected).shape(), dt, kGpu);
+  conv_forward_nhwc_into<2>(y, xn, wn, Tensor(), o, ConvStrategy::Autotune);
+  EXPECT_TRUE(all_close(conv::from_nhwc(y.to_host()), expected));
+  auto entries = autotune_entries();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_NE(entries[0].key.find("conv_forward | "), std::string::npos) << entries[0].key;
+  EXPECT_EQ(entries[0].measurements, 1);
+  EXPECT_EQ(entries[0].timings.size(), 2u) << "ImplicitGemm and Direct";
+  const ConvStrategy chosen = entries[0].choice == "ImplicitGemm" ? ConvStrategy::ImplicitGemm
+                                                                  : ConvStrategy::Direct;
+  EXPECT_TRUE(entries[0].choice == "ImplicitGemm" || entries[0].choice == "Direct")
+      << entries[0].choice;
+
+  const Tensor x2 = random_tensor(rng, {2, 17, 18, 32}, dt).to(kGpu);
+  const Tensor tuned = conv_forward_nhwc<2>(x2, wn, Tensor(), o, ConvStrategy::Autotune);
+  const Tensor named = conv_forward_nhwc<2>(x2, wn, Tensor(), o, chosen);
+  EXPECT_TRUE(bit_equal(tuned, named));
+  entries = autotune_entries();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].measurements, 1) << "the class was measured again";
+  const auto kernel_of = [&](ConvStrategy st) {
+    return plan_conv<2>(ConvDirection::Forward, x2.shape(), wn.shape(), dt, kGpu, o, st,
+                        ConvLayout::Nhwc)
+        .kernel;
+  };
+  EXPECT_EQ(kernel_of(ConvStrategy::Autotune), kernel_of(chosen));
+
+  const Tensor dy = random_tensor(rng, tuned.shape(), dt).to(kGpu);
+  EXPECT_TRUE(bit_equal(
+      conv_data_backward_nhwc<2>(dy, wn, x2.shape(), o, ConvStrategy::Autotune),
+      conv_data_backward_nhwc<2>(dy, wn, x2.shape(), o, ConvStrategy::Direct)));
+  EXPECT_EQ(autotune_entries().size(), 1u);
+  autotune_clear();
+}
+
 // Every convolution kernel once on small shapes, for compute-sanitizer (well under 30 s):
 // Direct forward, data and weight gradients (each check_case), the depthwise scalar, packed,
 // rows, tile and column kernels, the ImplicitGemm forward in 1-D, 2-D and 3-D.

@@ -145,7 +145,9 @@ def test_attention_against_numpy(rng, dtype, case, layout):
     np.testing.assert_array_equal(plain, out, err_msg=ctx.msg("attention without lse"))
 
 
-@pytest.mark.parametrize("strategy", ["auto", "Auto", "flash_scalar", "FlashScalar", "composed", "split_kv"])
+@pytest.mark.parametrize(
+    "strategy", ["auto", "Auto", "flash_scalar", "FlashScalar", "composed", "split_kv", "autotune"]
+)
 def test_every_strategy_runs_the_reference_on_the_cpu(rng, strategy):
     ctx = Ctx(rng, strategy=strategy)
     q, k, v = qkv(rng, 2, 4, 2, 4, 6, 8, 8, F32)
