@@ -3,8 +3,9 @@
 //   conv3d bf16 NDHWC N4 C64 16x56x56 K64 3x3x3 pad 1: forward
 //   depthwise 3x3 (and 7x7) bf16 [32, 256, 56, 56] channels-last: forward (GB/s vs copy)
 //   causal conv1d W 4 bf16 [8, 1024, 4096] [B, L, C]: forward and backward (GB/s vs copy)
-// The forwards run Direct and ImplicitGemm (tensor cores); the gradients Direct (their
-// implicit GEMMs are not built yet); depthwise its own kernel. The checks compare
+// The forwards run Direct and ImplicitGemm (tensor cores); the data gradient Auto (Direct)
+// and ImplicitGemm (stride 1: the forward kernel over dout); the weight gradient Direct (its
+// implicit GEMM is not built yet); depthwise its own kernel. The checks compare
 // batch entry 0 and the first 8 output channels (or 64 channels) against the CPU reference.
 // Shape options: --conv-batch N --conv-channels C --conv-size S (the conv2d case).
 #include <cuda_runtime.h>
@@ -79,18 +80,25 @@ void bench_conv(Bench& b, const std::string& name, const Shape& in_shape, const 
   }
   if (!backward) return;
   const std::vector<Tensor> dx = b.empties(sets, in_shape, kBf16);
-  run_flops(
-      b, name + " dgrad", in_shape, bytes, flops, sets,
-      [&](int s) { conv_data_backward_nhwc_into<N>(dx[s], dy[s], w[s], o, ConvStrategy::Auto, b.stream); },
-      // Input channels [0, kc) of batch entry 0: they need every filter's first kc channels.
-      [&] {
-        const Tensor dy0 = dy[0].slice(0, 0, 1).to_host();
-        const Tensor wk = w[0].slice(N + 1, 0, kc).to_host().contiguous();
-        Shape xk = x0.shape();
-        xk.back() = kc;
-        const Tensor ref = conv_data_backward_nhwc<N>(dy0, wk, xk, o);
-        return check_nhwc(dx[0], ref, kc);
-      });
+  // " dgrad" is Auto's (Direct); " dgrad implicit-gemm" the forward kernel over dout with the
+  // flipped weight (stride 1).
+  for (ConvStrategy strategy : {ConvStrategy::Auto, ConvStrategy::ImplicitGemm}) {
+    run_flops(
+        b, name + (strategy == ConvStrategy::Auto ? " dgrad" : " dgrad implicit-gemm"), in_shape,
+        bytes, flops, sets,
+        [&](int s) {
+          conv_data_backward_nhwc_into<N>(dx[s], dy[s], w[s], o, strategy, b.stream);
+        },
+        // Input channels [0, kc) of batch entry 0: they need every filter's first kc channels.
+        [&] {
+          const Tensor dy0 = dy[0].slice(0, 0, 1).to_host();
+          const Tensor wk = w[0].slice(N + 1, 0, kc).to_host().contiguous();
+          Shape xk = x0.shape();
+          xk.back() = kc;
+          const Tensor ref = conv_data_backward_nhwc<N>(dy0, wk, xk, o);
+          return check_nhwc(dx[0], ref, kc);
+        });
+  }
   const std::vector<Tensor> dw = b.empties(sets, w_shape, kBf16);
   run_flops(
       b, name + " wgrad", in_shape, bytes, flops, sets,
@@ -113,7 +121,8 @@ void bench_conv(Bench& b, const std::string& name, const Shape& in_shape, const 
 
 // Whether any of a case's ops passes --filter (its inputs are allocated only then).
 bool any_wanted(const Bench& b, const std::string& name, bool backward) {
-  for (const char* op : {" fwd direct", " fwd implicit-gemm", " dgrad", " wgrad"}) {
+  for (const char* op :
+       {" fwd direct", " fwd implicit-gemm", " dgrad", " dgrad implicit-gemm", " wgrad"}) {
     if ((backward || op[1] == 'f') && b.wanted(name + op)) return true;
   }
   return false;

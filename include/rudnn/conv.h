@@ -23,14 +23,19 @@
 //   Direct        CUDA cores, every case (any rank, groups, dilation, padding, dtype);
 //                 a depthwise case (groups == C, 1-D or 2-D) runs its own memory-bound
 //                 Depthwise kernel forward.
-//   ImplicitGemm  tensor cores (mma.sync), forward only so far, for BF16/F16 with
-//                 channels-last input and weight (the _nhwc shapes, or channels-last views;
-//                 channel stride 1, other strides multiples of 8, 16-byte aligned) and
-//                 C % 8 == 0, any rank, stride, dilation and padding. Cases that run Direct
-//                 under this strategy by design (spec 000): 3-D F32 and grouped convolution.
-//                 Any other case is ErrorCode::Unsupported naming what is missing: the data
-//                 and weight gradient kernels and the F32 (TF32) kernel are not built yet; NCHW
-//                 operands are not converted (no hidden pass).
+//   ImplicitGemm  tensor cores (mma.sync; the Hopper GEMM kernel on sm_90a where it fits),
+//                 for BF16/F16. Forward: channels-last input and weight (the _nhwc shapes, or
+//                 channels-last views; channel stride 1, other strides multiples of 8, 16-byte
+//                 aligned) and C % 8 == 0, any rank, stride, dilation and padding. Data
+//                 gradient: stride 1 with padding before and after each axis <= dilation ·
+//                 (kernel − 1), channels-last dout (as the forward's input) with K % 8 == 0,
+//                 any weight layout: the forward kernel over dout with the weight flipped along
+//                 its spatial axes and K, C exchanged, written to a workspace of K · C · taps
+//                 elements (plan_conv's workspace_bytes). Cases that run Direct under this
+//                 strategy by design (spec 000): 3-D F32 and grouped convolution. Any other
+//                 case is ErrorCode::Unsupported naming what is missing: the weight gradient
+//                 kernel, the data gradient for other strides, and the F32 (TF32) kernel are
+//                 not built yet; NCHW operands are not converted (no hidden pass).
 //   Auto          forward: ImplicitGemm where it applies (BF16/F16, ungrouped, channels-last
 //                 operands as above, C % 8 == 0), else Depthwise where that applies, else
 //                 Direct; the gradients: Direct.
@@ -43,11 +48,12 @@
 //                 reports the recorded choice, else Auto's. Needs a build with
 //                 RUDNN_AUTOTUNE (the default), else Unsupported. Auto stays the default:
 //                 Autotune's first call of a class waits for the GPU.
-// `allow_tf32` only concerns a future F32 ImplicitGemm; Direct always computes in FP32. No
-// kernel takes a workspace (workspace_bytes is 0), and none builds an im2col / vol2col
-// buffer.
+// `allow_tf32` only concerns a future F32 ImplicitGemm; Direct always computes in FP32. Only
+// ImplicitGemm's data gradient takes a workspace (its flipped weight); no kernel builds an
+// im2col / vol2col buffer.
 //
-// Memory: outputs only. All work is queued on `stream`; nothing synchronises the host.
+// Memory: outputs, and ImplicitGemm's data-gradient workspace. All work is queued on `stream`;
+// nothing synchronises the host.
 //
 // Errors (rudnn::Error naming op, argument and rule): input or weight of the wrong rank, an
 // undefined or non-float tensor, dtypes that differ, operands on different devices, a

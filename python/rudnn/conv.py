@@ -20,11 +20,12 @@ padding; None: as ``padding``). Output size per axis:
 
 Strategies (``strategy=``): ``"auto"`` (default: the forward runs ImplicitGemm where it
 applies, else the memory-bound depthwise kernel where groups == C, else Direct; the gradients
-run Direct), ``"direct"``, ``"implicit_gemm"`` (tensor cores, forward only: float16 /
-bfloat16 channels-last operands with C % 8 == 0; anything else it cannot take is
-:class:`rudnn.Unsupported`), ``"autotune"`` (the forward's faster of implicit_gemm and direct,
-measured on the first call of its shape class and recorded; see :func:`rudnn.autotune_entries`;
-the gradients run Direct). :func:`plan_conv` says which kernel a call runs.
+run Direct), ``"direct"``, ``"implicit_gemm"`` (tensor cores, float16 / bfloat16: the forward
+for channels-last operands with C % 8 == 0, the data gradient for stride 1 with padding within
+the kernel's reach and channels-last dout with K % 8 == 0; anything else it cannot take, the
+weight gradient included, is :class:`rudnn.Unsupported`), ``"autotune"`` (the forward's faster
+of implicit_gemm and direct, measured on the first call of its shape class and recorded; see
+:func:`rudnn.autotune_entries`; the gradients run Direct). :func:`plan_conv` says which kernel a call runs.
 
 Under ``torch.compile`` :func:`conv_forward` and :func:`causal_conv1d` called without
 ``out=``/``stream=`` (and, for causal_conv1d, without ``conv_state``) call their custom ops

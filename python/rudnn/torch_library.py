@@ -1325,7 +1325,7 @@ interpolate.register_autograd(_interpolate_grad, setup_context=_interpolate_setu
 # padding_mode "same" / "valid" replaces the padding lists, "" keeps them. The activation's
 # gradient is taken here from the pre-activation, recomputed by the op without it (the ruDNN
 # backward ops take the gradient after the epilogue). The backward ops run strategy "auto"
-# (ImplicitGemm is forward-only).
+# (the forward's strategy may not take a gradient: ImplicitGemm has no weight gradient).
 
 
 def _conv_padding(padding_mode: str, padding: List[int]):

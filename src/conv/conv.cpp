@@ -12,11 +12,12 @@
 #include "common/autotune.h"
 #include "common/op_call.h"
 #include "common/views.h"
-#include "rudnn/autotune.h"
 #include "conv/problem.h"
 #include "conv/reference.h"
+#include "rudnn/autotune.h"
 #if RUDNN_WITH_CUDA
 #include "conv/cuda/launch.h"
+#include "core/cuda_api.h"
 #endif
 
 namespace rudnn {
@@ -210,6 +211,18 @@ bool gemm_operand_fits(const Tensor& t, ConvLayout layout, int dims) {
   return ok;
 }
 
+// Strides of a tensor dense in channels-last order with `channels` channels and the given
+// [z, y, x] extents.
+Strides dense_channels_last(int64_t channels, const int64_t ext[3]) {
+  Strides st;
+  st.c = 1;
+  st.sp[2] = channels;
+  st.sp[1] = channels * ext[2];
+  st.sp[0] = st.sp[1] * ext[1];
+  st.n = st.sp[0] * ext[0];
+  return st;
+}
+
 // `gemm_fits`: the operands suit the implicit GEMM's loads (channels-last input and weight,
 // aligned; C % 8 == 0 is checked here).
 // `hopper`: the ImplicitGemm forward would run the Hopper kernel (hopper_conv_fits).
@@ -235,23 +248,42 @@ ConvPlan plan_for(const char* op, const ConvShape& s, Device device, ConvDirecti
       plan.why = "ImplicitGemm: 3-D F32 convolution runs Direct";
     } else if (grouped) {
       plan.why = "ImplicitGemm: grouped convolution runs Direct";
-    } else if (direction != ConvDirection::Forward) {
+    } else if (direction == ConvDirection::WeightBackward) {
       fail(ErrorCode::Unsupported,
-           cat(op, ": strategy ImplicitGemm: the implicit-GEMM data and weight gradient kernels "
-                   "are not built yet; expected Direct or Auto"));
+           cat(op, ": strategy ImplicitGemm: the implicit-GEMM weight gradient kernel is not "
+                   "built yet; expected Direct or Auto"));
     } else if (s.dtype != DType::bf16 && s.dtype != DType::f16) {
       fail(ErrorCode::Unsupported,
            cat(op, ": strategy ImplicitGemm: the ", dtype_name(s.dtype),
                " implicit-GEMM kernel (TF32) is not built yet; expected bf16 or f16, or Direct "
                "or Auto"));
-    } else if (s.in_channels % 8 != 0 || !gemm_fits) {
+    } else if (direction == ConvDirection::DataBackward &&
+               !conv_detail::data_as_forward_applies(s)) {
+      fail(ErrorCode::Unsupported,
+           cat(op, ": strategy ImplicitGemm: the data gradient runs on tensor cores for stride 1, "
+                   "groups 1 and padding before and after each axis <= dilation * (kernel - 1); "
+                   "expected Direct or Auto for other cases"));
+    } else if (direction == ConvDirection::Forward && (s.in_channels % 8 != 0 || !gemm_fits)) {
       fail(ErrorCode::Unsupported,
            cat(op, ": strategy ImplicitGemm: input with ", s.in_channels,
                " channels; expected channels-last input and weight (channel stride 1, pixel "
                "strides multiples of 8, 16-byte aligned) with C % 8 == 0, or Direct or Auto"));
+    } else if (direction == ConvDirection::DataBackward &&
+               (s.out_channels % 8 != 0 || !gemm_fits)) {
+      fail(ErrorCode::Unsupported,
+           cat(op, ": strategy ImplicitGemm: dout with ", s.out_channels,
+               " channels; expected channels-last dout (channel stride 1, pixel strides "
+               "multiples of 8, 16-byte aligned) with K % 8 == 0, or Direct or Auto"));
     } else {
       gemm = true;
-      plan.why = "ImplicitGemm: tensor cores (mma.sync), no im2col buffer";
+      plan.why = direction == ConvDirection::Forward
+                     ? "ImplicitGemm: tensor cores (mma.sync), no im2col buffer"
+                     : "ImplicitGemm: the data gradient as the forward convolution of dout with "
+                       "the flipped weight (stride 1), tensor cores (mma.sync), no im2col buffer";
+      if (direction == ConvDirection::DataBackward) {
+        plan.workspace_bytes = static_cast<size_t>(s.taps() * s.in_channels * s.out_channels) *
+                               dtype_size(s.dtype);
+      }
     }
   } else if (strategy == ConvStrategy::Auto && direction == ConvDirection::Forward && !grouped &&
              (s.dtype == DType::bf16 || s.dtype == DType::f16) && s.in_channels % 8 == 0 &&
@@ -261,6 +293,7 @@ ConvPlan plan_for(const char* op, const ConvShape& s, Device device, ConvDirecti
   }
   if (device.is_cpu()) {
     plan.kernel = ConvKernel::Reference;
+    plan.workspace_bytes = 0;
     plan.why = "CPU: the float64 reference, whatever the strategy";
     return plan;
   }
@@ -441,13 +474,50 @@ ConvShape data_shape(const OpCall& call, const Tensor& dout, const Tensor& weigh
   return s;
 }
 
+#if RUDNN_WITH_CUDA
+// ImplicitGemm's data gradient (conv_detail::data_as_forward): the weight flipped along its
+// spatial axes and transposed into a dense [C, kernel..., K] buffer (the plan's workspace),
+// then the forward kernel over dout.
+void data_gradient_as_forward(OpCall& call, const conv_detail::DataBackward& p) {
+  const ConvShape& s = p.s;
+  const int64_t C = s.in_channels, K = s.out_channels;
+  const int64_t shape[5] = {C, s.kernel[0], s.kernel[1], s.kernel[2], K};
+  const Tensor& flipped = call.keep(call.empty({C, shape[1], shape[2], shape[3], K}, s.dtype));
+  const Strides dense = dense_channels_last(K, s.kernel);
+  const int64_t dst_strides[5] = {dense.n, dense.sp[0], dense.sp[1], dense.sp[2], 1};
+  // flipped[c, z, y, x, k] = weight[k, c, kz-1-z, ky-1-y, kx-1-x]: read from the weight's last
+  // tap with negative spatial strides (the copy's offsets are signed 64-bit).
+  const Strides& w = p.weight_st;
+  int64_t last_tap = 0;
+  for (int a = 0; a < 3; ++a) last_tap += (s.kernel[a] - 1) * w.sp[a];
+  const int64_t src_strides[5] = {w.c, -w.sp[0], -w.sp[1], -w.sp[2], w.n};
+  const size_t bytes = dtype_size(s.dtype);
+  const char* last = static_cast<const char*>(p.weight) + last_tap * static_cast<int64_t>(bytes);
+  detail::cuda::strided_copy(flipped.data(), dst_strides, last, src_strides, shape, 5, bytes,
+                             call.device, call.stream.handle());
+  conv_detail::Forward f;
+  f.s = conv_detail::data_as_forward(s);
+  f.input = p.dout;
+  f.input_st = p.dout_st;
+  f.weight = flipped.data();
+  f.weight_st = dense;
+  f.out = p.dinput;
+  f.out_st = p.dinput_st;
+  f.implicit_gemm_kernel = true;
+  f.hopper_kernel = conv_detail::cuda::hopper_conv_fits(f, call.device);
+  conv_detail::cuda::forward(f, call.stream);
+}
+#endif
+
 template <int N>
 void data_impl(OpCall& call, const Tensor& dinput, const Tensor& dout, const Tensor& weight,
                const ConvOptions<N>& o, ConvStrategy strategy, ConvLayout layout) {
   common::require_defined(call, "dinput_out", dinput);
   conv_detail::DataBackward p;
   p.s = data_shape<N>(call, dout, weight, dinput.shape(), o, layout);
-  plan_for(call.op, p.s, call.device, ConvDirection::DataBackward, strategy, false);
+  [[maybe_unused]] const ConvPlan plan =
+      plan_for(call.op, p.s, call.device, ConvDirection::DataBackward, strategy,
+               gemm_operand_fits(dout, layout, N));
   require_conv_out(call, "dinput_out", dinput, dinput.shape(), dout.dtype(), layout);
   common::require_no_overlap(call, "dinput_out", dinput, {{"dout", &dout}, {"weight", &weight}});
   if (dinput.numel() == 0) return;
@@ -457,6 +527,12 @@ void data_impl(OpCall& call, const Tensor& dinput, const Tensor& dout, const Ten
   p.weight_st = strides_of(weight, layout, N);
   p.dinput = dinput.data();
   p.dinput_st = strides_of(dinput, layout, N);
+#if RUDNN_WITH_CUDA
+  if (plan.kernel == ConvKernel::ImplicitGemm) {
+    data_gradient_as_forward(call, p);
+    return;
+  }
+#endif
   run_backend(call, p, RUDNN_BACKENDS(conv_detail, data_backward));
 }
 
@@ -498,18 +574,6 @@ void weight_impl(OpCall& call, const Tensor& dweight, const Tensor& dbias, const
 }  // namespace
 
 namespace {
-
-// Strides of a tensor dense in channels-last order with `channels` channels and the given
-// [z, y, x] extents.
-Strides dense_channels_last(int64_t channels, const int64_t ext[3]) {
-  Strides st;
-  st.c = 1;
-  st.sp[2] = channels;
-  st.sp[1] = channels * ext[2];
-  st.sp[0] = st.sp[1] * ext[1];
-  st.n = st.sp[0] * ext[0];
-  return st;
-}
 
 // Whether the ImplicitGemm forward of s would run the Hopper kernel with every tensor dense
 // in channels-last order and allocator-aligned (plan_conv: shapes only).

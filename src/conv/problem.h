@@ -58,6 +58,36 @@ struct DataBackward {
   void* dinput = nullptr;
 };
 
+// The data gradient of a stride-1 convolution is the forward convolution of dout with the
+// weight flipped along every spatial axis and its K and C axes exchanged:
+//   dinput[n, c, i] = sum over k, t of dout[n, k, i + pad - t * dil] * weight[k, c, t]
+//                   = sum over k, t' of dout[n, k, i - pad' + t' * dil] * weight[k, c, T - 1 - t']
+// with pad' = dil * (T - 1) - pad, over dout's extent (zeros outside), giving the input's
+// extent. What ImplicitGemm's data gradient runs: this shape on its forward kernel.
+// Applies when every stride is 1, groups == 1 and pad <= dil * (T - 1) on every axis (pad'
+// >= 0; the padding after the input follows from the extents and is then >= 0 as well).
+inline bool data_as_forward_applies(const ConvShape& s) {
+  if (s.groups != 1) return false;
+  for (int a = 0; a < 3; ++a) {
+    const int64_t reach = s.dilation[a] * (s.kernel[a] - 1);
+    if (s.stride[a] != 1 || s.pad[a] > reach) return false;
+    // Padding after the input: out = in + pad + pad_end - reach.
+    if (s.out[a] - s.in[a] - s.pad[a] + reach > reach) return false;
+  }
+  return true;
+}
+inline ConvShape data_as_forward(const ConvShape& s) {
+  ConvShape f = s;
+  f.in_channels = s.out_channels;
+  f.out_channels = s.in_channels;
+  for (int a = 0; a < 3; ++a) {
+    f.in[a] = s.out[a];
+    f.out[a] = s.in[a];
+    f.pad[a] = s.dilation[a] * (s.kernel[a] - 1) - s.pad[a];
+  }
+  return f;
+}
+
 struct WeightBackward {
   ConvShape s;
   Strides dout_st, input_st, dweight_st;

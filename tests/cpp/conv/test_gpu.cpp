@@ -446,7 +446,7 @@ TEST(ConvGpu, StrategiesOnTheGpu) {
   EXPECT_TRUE(throws_error([&] { conv_forward<2>(x, w, {}, ConvOptions<2>{}, ConvStrategy::ImplicitGemm); },
                            ErrorCode::Unsupported, {"conv_forward: strategy ImplicitGemm", "channels-last"}));
   EXPECT_TRUE(throws_error([&] { conv_data_backward<2>(Tensor::zeros({1, 4, 6, 6}, DType::bf16, kGpu), w, {1, 4, 8, 8}, ConvOptions<2>{}, ConvStrategy::ImplicitGemm); },
-                           ErrorCode::Unsupported, {"conv_data_backward: strategy ImplicitGemm", "not built yet"}));
+                           ErrorCode::Unsupported, {"conv_data_backward: strategy ImplicitGemm", "dout with 4 channels"}));
   RUDNN_SEEDED_RNG(rng);
   // Grouped under ImplicitGemm runs Direct (documented), and matches the reference.
   check_case<2>(rng, DType::bf16, make<2>({1, 4, 7, 6}, {4, 2, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 2)),
@@ -494,6 +494,58 @@ void check_gemm_forward(Rng& rng, DType dt, const Case<N>& c, ConvActivation act
                                       conv::channels_last_view(w, kGpu), bd, c.o,
                                       ConvStrategy::ImplicitGemm, v_e);
     EXPECT_TRUE(all_close(yv.to_host().contiguous(), expected)) << "channels-last views";
+  }
+}
+
+// ImplicitGemm's data gradient (stride 1: the forward kernel over dout with the flipped
+// weight) in _nhwc shapes and from channels-last views against the reference; the plan
+// reports the kernel and the flipped weight's workspace; dout and weight stay unchanged.
+template <int N>
+void check_gemm_data_gradient(Rng& rng, DType dt, const Case<N>& c) {
+  SCOPED_TRACE(describe(c, dt, Layout::Nhwc, ConvStrategy::ImplicitGemm) + " data gradient");
+  const Tensor w = random_tensor(rng, c.weight, dt);
+  const Shape ys = conv_forward<N>(Tensor::zeros(c.input, DType::f64),
+                                   Tensor::zeros(c.weight, DType::f64), {}, c.o)
+                       .shape();
+  const Tensor dy = random_tensor(rng, ys, dt);
+  const Tensor expected = conv_data_backward<N>(dy, w, c.input, c.o);
+  const Tensor dyn = conv::to_nhwc(dy).to(kGpu), wn = conv::to_nhwc(w).to(kGpu);
+  const Shape xs = conv::to_nhwc(Tensor::zeros(c.input, DType::f64)).shape();
+  const ConvPlan plan = plan_conv<N>(ConvDirection::DataBackward, xs, wn.shape(), dt, kGpu, c.o,
+                                     ConvStrategy::ImplicitGemm, ConvLayout::Nhwc);
+  EXPECT_EQ(plan.kernel, ConvKernel::ImplicitGemm);
+  EXPECT_EQ(plan.workspace_bytes, static_cast<size_t>(shape_numel(c.weight)) * 2);
+  const Tensor dx = poisoned(xs, dt, kGpu);
+  conv_data_backward_nhwc_into<N>(dx, dyn, wn, c.o, ConvStrategy::ImplicitGemm);
+  EXPECT_TRUE(all_close(conv::from_nhwc(dx.to_host()), expected)) << "nhwc";
+  EXPECT_TRUE(bit_equal(dyn.to_host(), conv::to_nhwc(dy))) << "dout changed";
+  EXPECT_TRUE(bit_equal(wn.to_host(), conv::to_nhwc(w))) << "weight changed";
+  if (N >= 2) {
+    const Tensor dxv = conv_data_backward<N>(conv::channels_last_view(dy, kGpu),
+                                             conv::channels_last_view(w, kGpu), c.input, c.o,
+                                             ConvStrategy::ImplicitGemm);
+    EXPECT_TRUE(all_close(dxv.to_host().contiguous(), expected)) << "channels-last views";
+  }
+}
+
+TEST(ConvGpu, ImplicitGemmDataGradientMatchesReference) {
+  RUDNN_REQUIRE_CUDA();
+  RUDNN_SEEDED_RNG(rng);
+  ConvOptions<2> asym = opts<2>({1, 1}, {0, 2}, {1, 1});
+  asym.padding_end = {2, 1};
+  const std::vector<Case<2>> c2 = {
+      make<2>({2, 16, 13, 11}, {24, 16, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1})),
+      make<2>({1, 64, 9, 10}, {136, 64, 1, 1}, opts<2>({1, 1}, {0, 0}, {1, 1})),   // 1x1, K > 128
+      make<2>({1, 40, 12, 10}, {16, 40, 3, 3}, opts<2>({1, 1}, {2, 2}, {2, 2})),    // dilation
+      make<2>({1, 24, 9, 8}, {16, 24, 3, 4}, asym),                                 // asymmetric
+      make<2>({2, 32, 20, 20}, {136, 32, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1})),   // M, K > tile
+      make<2>({1, 12, 7, 9}, {8, 12, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1})),       // C % 8 != 0
+  };
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (const auto& c : c2) check_gemm_data_gradient<2>(rng, dt, c);
+    check_gemm_data_gradient<1>(rng, dt, make<1>({2, 32, 37}, {48, 32, 5}, opts<1>({1}, {2}, {1})));
+    check_gemm_data_gradient<3>(rng, dt, make<3>({1, 16, 5, 7, 6}, {24, 16, 3, 3, 3},
+                                                 opts<3>({1, 1, 1}, {1, 1, 1}, {1, 1, 1})));
   }
 }
 

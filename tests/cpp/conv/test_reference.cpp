@@ -3,6 +3,7 @@
 // views, _nhwc shapes) and the causal conv1d's state, decode and varlen rules.
 #include <cmath>
 
+#include "conv/problem.h"
 #include "conv_test_util.h"
 
 namespace rudnn::test {
@@ -252,6 +253,108 @@ TEST(ConvReference, PlanReportsTheKernel) {
             ConvKernel::Direct);
   EXPECT_EQ(nhwc(ConvDirection::DataBackward, DType::bf16, x8, w8), ConvKernel::Direct);
   EXPECT_EQ(nhwc(ConvDirection::WeightBackward, DType::bf16, x8, w8), ConvKernel::Direct);
+}
+
+// The library's view of a call's shape (conv_detail::ConvShape; NCHW-style shapes).
+template <int N>
+conv_detail::ConvShape shape_of(const Shape& xs, const Shape& ws, const Shape& ys,
+                                const ConvOptions<N>& o) {
+  conv_detail::ConvShape s;
+  s.dims = N;
+  s.groups = o.groups;
+  s.batch = xs[0];
+  s.in_channels = xs[1];
+  s.out_channels = ws[0];
+  for (int a = 0; a < N; ++a) {
+    const int b = 3 - N + a;
+    s.in[b] = xs[2 + a];
+    s.out[b] = ys[2 + a];
+    s.kernel[b] = ws[2 + a];
+    s.stride[b] = o.stride[a];
+    s.pad[b] = o.padding[a];
+    s.dilation[b] = o.dilation[a];
+  }
+  return s;
+}
+
+// ImplicitGemm's data gradient runs the forward convolution of dout with the weight flipped
+// along its spatial axes and K, C exchanged, over conv_detail::data_as_forward's shape: the
+// identity checked on the float64 reference.
+template <int N>
+void expect_data_gradient_is_the_flipped_forward(Rng& rng, const Shape& xs, const Shape& ws,
+                                                 const ConvOptions<N>& o) {
+  SCOPED_TRACE("input " + shape_str(xs) + " weight " + shape_str(ws));
+  const Tensor w = random_tensor(rng, ws, f64);
+  const Shape ys = conv_forward<N>(Tensor::zeros(xs, f64), w, {}, o).shape();
+  const Tensor dy = random_tensor(rng, ys, f64);
+  const Tensor want = conv_data_backward<N>(dy, w, xs, o);
+  const conv_detail::ConvShape s = shape_of<N>(xs, ws, ys, o);
+  ASSERT_TRUE(conv_detail::data_as_forward_applies(s));
+  const conv_detail::ConvShape f = conv_detail::data_as_forward(s);
+  EXPECT_EQ(f.in_channels, ws[0]);
+  EXPECT_EQ(f.out_channels, xs[1]);
+  ConvOptions<N> fo;
+  for (int a = 0; a < N; ++a) {
+    const int b = 3 - N + a;
+    EXPECT_EQ(f.in[b], ys[2 + a]);
+    EXPECT_EQ(f.out[b], xs[2 + a]);
+    fo.padding[a] = f.pad[b];
+    fo.dilation[a] = f.dilation[b];
+    // What the forward's extents leave after the input: the forward pads with zeros there.
+    fo.padding_end[a] = f.out[b] - f.in[b] - f.pad[b] + f.dilation[b] * (f.kernel[b] - 1);
+  }
+  const int64_t K = ws[0], C = ws[1];
+  int64_t taps = 1;
+  for (int a = 0; a < N; ++a) taps *= ws[2 + a];
+  const auto wv = to_doubles(w);
+  std::vector<double> fv(wv.size());
+  for (int64_t t = 0; t < taps; ++t) {
+    // t's mirror: each spatial index i becomes kernel - 1 - i.
+    int64_t rest = t, mirror = 0, scale = 1;
+    for (int a = N - 1; a >= 0; --a) {
+      const int64_t i = rest % ws[2 + a];
+      rest /= ws[2 + a];
+      mirror += (ws[2 + a] - 1 - i) * scale;
+      scale *= ws[2 + a];
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      for (int64_t c = 0; c < C; ++c) fv[(c * K + k) * taps + mirror] = wv[(k * C + c) * taps + t];
+    }
+  }
+  Shape fs = ws;
+  fs[0] = C;
+  fs[1] = K;
+  const Tensor got = conv_forward<N>(dy, host_tensor(fv, fs, f64), {}, fo);
+  ASSERT_EQ(got.shape(), want.shape());
+  EXPECT_TRUE(all_close(got, want, 1e-12));
+}
+
+TEST(ConvReference, StrideOneDataGradientIsTheFlippedForward) {
+  RUDNN_SEEDED_RNG(rng);
+  ConvOptions<1> d1 = opts<1>({1}, {3}, {2});
+  d1.padding_end = {1};
+  expect_data_gradient_is_the_flipped_forward<1>(rng, {2, 3, 11}, {4, 3, 5}, opts<1>({1}, {2}, {1}));
+  expect_data_gradient_is_the_flipped_forward<1>(rng, {2, 3, 13}, {4, 3, 5}, d1);
+  ConvOptions<2> d2 = opts<2>({1, 1}, {1, 0}, {1, 2});
+  d2.padding_end = {0, 2};
+  expect_data_gradient_is_the_flipped_forward<2>(rng, {1, 3, 7, 6}, {5, 3, 3, 2}, d2);
+  expect_data_gradient_is_the_flipped_forward<2>(rng, {2, 4, 5, 5}, {6, 4, 1, 1},
+                                                 opts<2>({1, 1}, {0, 0}, {1, 1}));
+  expect_data_gradient_is_the_flipped_forward<3>(rng, {1, 2, 4, 5, 3}, {3, 2, 2, 3, 1},
+                                                 opts<3>({1, 1, 1}, {1, 1, 0}, {1, 1, 1}));
+
+  // Cases the identity does not cover: ImplicitGemm's data gradient is refused there.
+  const auto applies = [](const Shape& xs, const Shape& ws, const ConvOptions<2>& o) {
+    const Shape ys = conv_forward<2>(Tensor::zeros(xs, f64), Tensor::zeros(ws, f64), {}, o).shape();
+    return conv_detail::data_as_forward_applies(shape_of<2>(xs, ws, ys, o));
+  };
+  EXPECT_TRUE(applies({1, 4, 8, 8}, {4, 4, 3, 3}, opts<2>({1, 1}, {2, 2}, {1, 1})));
+  EXPECT_FALSE(applies({1, 4, 8, 8}, {4, 4, 3, 3}, opts<2>({2, 1}, {1, 1}, {1, 1})));
+  EXPECT_FALSE(applies({1, 4, 8, 8}, {4, 4, 3, 3}, opts<2>({1, 1}, {3, 1}, {1, 1})));
+  ConvOptions<2> late = opts<2>({1, 1}, {1, 1}, {1, 1});
+  late.padding_end = {1, 3};
+  EXPECT_FALSE(applies({1, 4, 8, 8}, {4, 4, 3, 3}, late));
+  EXPECT_FALSE(applies({1, 4, 8, 8}, {4, 2, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 2)));
 }
 
 // ---- Causal conv1d -------------------------------------------------------------------------
