@@ -834,7 +834,26 @@ def conv_cases():
         return rel_err(ours(), nhwc(ref)), tol_of(bf)
     run_case("conv2d 3x3 N32 C256 56x56 K256", "[32,256,56,56]", bf, 0, have and ours,
              lambda: F.conv2d(x, w, padding=1), "cuDNN (F.conv2d, channels-last)", check)
-    del x, w
+
+    # The data gradient: ours on tensor cores (stride 1: the forward kernel over dout with the
+    # flipped weight), cuDNN's through aten.convolution_backward (input gradient only).
+    dy = torch.randn(32, 256, 56, 56, dtype=bf, device=DEV).to(memory_format=cl)
+
+    def ours_dgrad():
+        return rudnn.conv_data_backward(nhwc(dy), nhwc(w), (32, 56, 56, 256), padding=1, layout="nhwc",
+                                        strategy="implicit_gemm")
+
+    def cudnn_dgrad():
+        return torch.ops.aten.convolution_backward(dy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                                   [True, False, False])[0]
+
+    def check_dgrad():
+        ref = torch.ops.aten.convolution_backward(dy.float(), x.float(), w.float(), None, [1, 1], [1, 1], [1, 1],
+                                                  False, [0, 0], 1, [True, False, False])[0]
+        return rel_err(ours_dgrad(), nhwc(ref)), tol_of(bf)
+    run_case("conv2d 3x3 dgrad N32 C256 56x56 K256", "[32,256,56,56]", bf, 0, have and ours_dgrad,
+             cudnn_dgrad, "cuDNN (aten.convolution_backward, input grad)", check_dgrad)
+    del x, w, dy
 
     xd = torch.randn(32, 256, 56, 56, dtype=bf, device=DEV).to(memory_format=cl)
     wd = torch.randn(256, 1, 3, 3, dtype=bf, device=DEV).to(memory_format=cl)
