@@ -39,13 +39,13 @@
 //   Auto          forward: ImplicitGemm where it applies (BF16/F16, ungrouped, channels-last
 //                 operands as above, C % 8 == 0), else Depthwise where that applies, else
 //                 Direct; the gradients: Direct.
-//   Autotune      forward: the faster of ImplicitGemm (where it takes the call) and Direct
-//                 (Depthwise for depthwise shapes), measured on the first call of the shape
-//                 class on the device and recorded (rudnn/autotune.h says what a class is,
-//                 what the first call costs, and how the record is kept in a file); under
-//                 CUDA-graph capture an unmeasured class runs Auto's choice; on the CPU
-//                 nothing is measured. The gradients: Direct, their one kernel. plan_conv
-//                 reports the recorded choice, else Auto's. Needs a build with
+//   Autotune      forward and data gradient: the faster of ImplicitGemm (where it takes the
+//                 call) and Direct (Depthwise for depthwise forwards), measured on the first
+//                 call of the shape class on the device and recorded (rudnn/autotune.h says
+//                 what a class is, what the first call costs, and how the record is kept in a
+//                 file); under CUDA-graph capture an unmeasured class runs Auto's choice; on
+//                 the CPU nothing is measured. The weight gradient: Direct, its one kernel.
+//                 plan_conv reports the recorded choice, else Auto's. Needs a build with
 //                 RUDNN_AUTOTUNE (the default), else Unsupported. Auto stays the default:
 //                 Autotune's first call of a class waits for the GPU.
 // `allow_tf32` only concerns a future F32 ImplicitGemm; Direct always computes in FP32. Only

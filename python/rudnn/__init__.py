@@ -341,7 +341,8 @@ def autotune_built() -> bool:
 def autotune_entries() -> list:
     """The choices the ``"autotune"`` strategies have recorded, sorted by key.
 
-    ``strategy="autotune"`` (attention, attention_backward, conv_forward) measures, on the
+    ``strategy="autotune"`` (attention, attention_backward, conv_forward, conv_data_backward)
+    measures, on the
     first call of a shape class on a device, each strategy that can take the call, records
     the fastest and runs it; later calls of the class run the recorded one. A class is the
     op and direction, the device, the dtype and layout, the options that decide which

@@ -23,9 +23,10 @@ applies, else the memory-bound depthwise kernel where groups == C, else Direct; 
 run Direct), ``"direct"``, ``"implicit_gemm"`` (tensor cores, float16 / bfloat16: the forward
 for channels-last operands with C % 8 == 0, the data gradient for stride 1 with padding within
 the kernel's reach and channels-last dout with K % 8 == 0; anything else it cannot take, the
-weight gradient included, is :class:`rudnn.Unsupported`), ``"autotune"`` (the forward's faster
-of implicit_gemm and direct, measured on the first call of its shape class and recorded; see
-:func:`rudnn.autotune_entries`; the gradients run Direct). :func:`plan_conv` says which kernel a call runs.
+weight gradient included, is :class:`rudnn.Unsupported`), ``"autotune"`` (the faster of
+implicit_gemm and direct for the forward and the data gradient, measured on the first call of
+its shape class and recorded, see :func:`rudnn.autotune_entries`; the weight gradient runs
+Direct). :func:`plan_conv` says which kernel a call runs.
 
 Under ``torch.compile`` :func:`conv_forward` and :func:`causal_conv1d` called without
 ``out=``/``stream=`` (and, for causal_conv1d, without ``conv_state``) call their custom ops

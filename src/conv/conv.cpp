@@ -230,12 +230,13 @@ ConvPlan plan_for(const char* op, const ConvShape& s, Device device, ConvDirecti
                   ConvStrategy strategy, bool gemm_fits, bool hopper = false) {
   ConvPlan plan;
   if (strategy == ConvStrategy::Autotune) {
-    // A forward's measured choice is resolved before planning (tuned_forward_strategy).
+    // The forward's and the data gradient's measured choices are resolved before planning
+    // (tuned_strategy); an unmeasured call plans as Auto.
     common::require_autotune_built(op);
-    if (direction != ConvDirection::Forward) {
+    if (direction == ConvDirection::WeightBackward) {
       plan.kernel = device.is_cpu() ? ConvKernel::Reference : ConvKernel::Direct;
       plan.why = device.is_cpu() ? "CPU: the float64 reference, whatever the strategy"
-                                 : "Autotune: Direct, the one kernel of the gradients";
+                                 : "Autotune: Direct, the one kernel of the weight gradient";
       return plan;
     }
     strategy = ConvStrategy::Auto;
@@ -318,9 +319,23 @@ ConvPlan plan_for(const char* op, const ConvShape& s, Device device, ConvDirecti
   return plan;
 }
 
-// The shape class of a forward (rudnn/autotune.h): channels, kernel, stride, padding,
-// dilation and groups exactly; batch and spatial sizes by powers of two.
-std::string tune_key(Device device, const ConvShape& s, ConvLayout layout, bool gemm_fits) {
+const char* direction_op(ConvDirection direction) {
+  switch (direction) {
+    case ConvDirection::Forward:
+      return "conv_forward";
+    case ConvDirection::DataBackward:
+      return "conv_data_backward";
+    case ConvDirection::WeightBackward:
+      return "conv_weight_backward";
+  }
+  return "?";
+}
+
+// The shape class of a forward or data gradient (rudnn/autotune.h): channels, kernel,
+// stride, padding, dilation and groups exactly; batch and spatial sizes by powers of two.
+// `gemm_fits`: the operands the implicit GEMM reads (input and weight, or dout) suit it.
+std::string tune_key(ConvDirection direction, Device device, const ConvShape& s,
+                     ConvLayout layout, bool gemm_fits) {
   const int first = 3 - s.dims;
   const auto axes = [&](const char* name, const int64_t* v, bool classes) {
     std::string t = cat(' ', name, classes ? "<=" : " ");
@@ -328,8 +343,8 @@ std::string tune_key(Device device, const ConvShape& s, ConvLayout layout, bool 
       t += cat(a == first ? "" : "x", classes ? common::size_class(v[a]) : v[a]);
     return t;
   };
-  return cat(common::key_prefix("conv_forward", device), dtype_name(s.dtype), ' ', s.dims,
-             "-d ", layout == ConvLayout::Nhwc ? "nhwc" : "nchw",
+  return cat(common::key_prefix(direction_op(direction), device), dtype_name(s.dtype), ' ',
+             s.dims, "-d ", layout == ConvLayout::Nhwc ? "nhwc" : "nchw",
              gemm_fits ? " gemm-operands" : "", " N<=", common::size_class(s.batch), " C ",
              s.in_channels, " K ", s.out_channels, axes("in", s.in, true),
              axes("kernel", s.kernel, false), axes("stride", s.stride, false),
@@ -337,16 +352,18 @@ std::string tune_key(Device device, const ConvShape& s, ConvLayout layout, bool 
              s.groups);
 }
 
-// Autotune's candidates for a forward: the strategies whose kernels differ (ImplicitGemm
-// where it takes the call; Direct, which is the Depthwise kernel for depthwise shapes), each
-// with the kernel it runs.
+// Autotune's candidates: the strategies whose kernels differ (ImplicitGemm where it takes
+// the call; Direct, which is the Depthwise kernel for depthwise forwards), each with the
+// kernel it runs. The weight gradient has Direct alone.
 std::vector<std::pair<ConvStrategy, ConvKernel>> tuned_candidates(const char* op,
                                                                   const ConvShape& s,
-                                                                  Device device, bool gemm_fits) {
+                                                                  Device device,
+                                                                  ConvDirection direction,
+                                                                  bool gemm_fits) {
   std::vector<std::pair<ConvStrategy, ConvKernel>> out;
   for (ConvStrategy st : {ConvStrategy::ImplicitGemm, ConvStrategy::Direct}) {
     try {
-      const ConvKernel k = plan_for(op, s, device, ConvDirection::Forward, st, gemm_fits).kernel;
+      const ConvKernel k = plan_for(op, s, device, direction, st, gemm_fits).kernel;
       const bool seen = std::any_of(out.begin(), out.end(), [k](const auto& c) {
         return c.second == k;
       });
@@ -358,33 +375,34 @@ std::vector<std::pair<ConvStrategy, ConvKernel>> tuned_candidates(const char* op
   return out;
 }
 
-// The strategy an Autotune forward runs; `run(st)` runs the op once with strategy st.
-ConvStrategy tuned_forward_strategy(const OpCall& call, const ConvShape& s, ConvLayout layout,
-                                    bool gemm_fits,
-                                    const std::function<void(ConvStrategy)>& run) {
+// The strategy an Autotune call runs; `run(st)` runs the op once with strategy st.
+ConvStrategy tuned_strategy(const OpCall& call, ConvDirection direction, const ConvShape& s,
+                            ConvLayout layout, bool gemm_fits,
+                            const std::function<void(ConvStrategy)>& run) {
   common::require_autotune_built(call.op);
-  if (call.device.is_cpu() || s.batch * s.out_channels * s.out_space() == 0)
-    return ConvStrategy::Auto;
-  const auto tuned = tuned_candidates(call.op, s, call.device, gemm_fits);
+  const bool empty = s.batch == 0 || s.out_space() == 0 || s.in_space() == 0;
+  if (call.device.is_cpu() || empty) return ConvStrategy::Auto;
+  const auto tuned = tuned_candidates(call.op, s, call.device, direction, gemm_fits);
   std::vector<common::TuneCandidate> candidates;
   for (const auto& [st, kernel] : tuned)
     candidates.push_back({conv_kernel_name(kernel), [&run, st = st] { run(st); }});
   const std::string chosen = common::autotuned_choice(
-      call, tune_key(call.device, s, layout, gemm_fits), candidates, "Auto");
+      call, tune_key(direction, call.device, s, layout, gemm_fits), candidates, "Auto");
   for (const auto& [st, kernel] : tuned) {
     if (chosen == conv_kernel_name(kernel)) return st;
   }
   return ConvStrategy::Auto;
 }
 
-// What plan_conv reports for an Autotune forward: the recorded choice for the class when
-// there is one that can take it, else Auto's.
-ConvStrategy planned_autotune_strategy(const ConvShape& s, Device device, ConvLayout layout,
-                                       bool gemm_fits) {
+// What plan_conv reports for Autotune: the recorded choice for the class when there is one
+// that can take it, else Auto's.
+ConvStrategy planned_autotune_strategy(ConvDirection direction, const ConvShape& s,
+                                       Device device, ConvLayout layout, bool gemm_fits) {
   common::require_autotune_built("plan_conv");
-  if (device.is_cpu()) return ConvStrategy::Auto;
-  const std::string recorded = common::autotune_recorded(tune_key(device, s, layout, gemm_fits));
-  for (const auto& [st, kernel] : tuned_candidates("plan_conv", s, device, gemm_fits)) {
+  if (device.is_cpu() || direction == ConvDirection::WeightBackward) return ConvStrategy::Auto;
+  const std::string recorded =
+      common::autotune_recorded(tune_key(direction, device, s, layout, gemm_fits));
+  for (const auto& [st, kernel] : tuned_candidates("plan_conv", s, device, direction, gemm_fits)) {
     if (recorded == conv_kernel_name(kernel)) return st;
   }
   return ConvStrategy::Auto;
@@ -429,10 +447,12 @@ void forward_impl(OpCall& call, const Tensor& out, const Tensor& input, const Te
   const bool gemm_fits =
       gemm_operand_fits(input, layout, N) && gemm_operand_fits(weight, layout, N);
   if (strategy == ConvStrategy::Autotune) {
-    strategy = tuned_forward_strategy(call, p.s, layout, gemm_fits, [&](ConvStrategy st) {
-      OpCall run(call.op, "input", input, call.stream);
-      forward_impl<N>(run, out, input, weight, bias, o, st, epilogue, layout);
-    });
+    strategy = tuned_strategy(call, ConvDirection::Forward, p.s, layout, gemm_fits,
+                              [&](ConvStrategy st) {
+                                OpCall run(call.op, "input", input, call.stream);
+                                forward_impl<N>(run, out, input, weight, bias, o, st, epilogue,
+                                                layout);
+                              });
   }
   const ConvPlan plan =
       plan_for(call.op, p.s, call.device, ConvDirection::Forward, strategy, gemm_fits);
@@ -515,9 +535,16 @@ void data_impl(OpCall& call, const Tensor& dinput, const Tensor& dout, const Ten
   common::require_defined(call, "dinput_out", dinput);
   conv_detail::DataBackward p;
   p.s = data_shape<N>(call, dout, weight, dinput.shape(), o, layout);
+  const bool gemm_fits = gemm_operand_fits(dout, layout, N);
+  if (strategy == ConvStrategy::Autotune) {
+    strategy = tuned_strategy(call, ConvDirection::DataBackward, p.s, layout, gemm_fits,
+                              [&](ConvStrategy st) {
+                                OpCall run(call.op, "dout", dout, call.stream);
+                                data_impl<N>(run, dinput, dout, weight, o, st, layout);
+                              });
+  }
   [[maybe_unused]] const ConvPlan plan =
-      plan_for(call.op, p.s, call.device, ConvDirection::DataBackward, strategy,
-               gemm_operand_fits(dout, layout, N));
+      plan_for(call.op, p.s, call.device, ConvDirection::DataBackward, strategy, gemm_fits);
   require_conv_out(call, "dinput_out", dinput, dinput.shape(), dout.dtype(), layout);
   common::require_no_overlap(call, "dinput_out", dinput, {{"dout", &dout}, {"weight", &weight}});
   if (dinput.numel() == 0) return;
@@ -623,8 +650,8 @@ ConvPlan plan_conv(ConvDirection direction, const Shape& input_shape, const Shap
       conv_shape<N>("plan_conv", input_shape, weight_shape, dtype, options, layout);
   // Shapes only: tensors are taken to be contiguous in `layout` (allocator-aligned).
   const bool nhwc = layout == ConvLayout::Nhwc;
-  if (strategy == ConvStrategy::Autotune && direction == ConvDirection::Forward)
-    strategy = planned_autotune_strategy(s, device, layout, nhwc);
+  if (strategy == ConvStrategy::Autotune)
+    strategy = planned_autotune_strategy(direction, s, device, layout, nhwc);
   return plan_for("plan_conv", s, device, direction, strategy, nhwc,
                   nhwc && direction == ConvDirection::Forward && hopper_for_dense(s, device));
 }

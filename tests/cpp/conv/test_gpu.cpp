@@ -578,7 +578,7 @@ TEST(ConvGpu, ImplicitGemmForwardMatchesReference) {
 // Autotune: the first forward of a class measures ImplicitGemm and Direct (an entry with
 // both times) and gives the reference's result; a second call of the class (smaller spatial
 // sizes in the same power-of-two range) measures nothing and gives the named choice's bits;
-// plan_conv reports the choice; the data gradient runs Direct, unmeasured.
+// plan_conv reports the choice; the data gradient is measured as its own class.
 TEST(ConvGpu, AutotuneMeasuresOncePerClass) {
   RUDNN_REQUIRE_CUDA_AUTOTUNE();
   RUDNN_SEEDED_RNG(rng);
@@ -615,11 +615,20 @@ TEST(ConvGpu, AutotuneMeasuresOncePerClass) {
   };
   EXPECT_EQ(kernel_of(ConvStrategy::Autotune), kernel_of(chosen));
 
-  const Tensor dy = random_tensor(rng, tuned.shape(), dt).to(kGpu);
-  EXPECT_TRUE(bit_equal(
-      conv_data_backward_nhwc<2>(dy, wn, x2.shape(), o, ConvStrategy::Autotune),
-      conv_data_backward_nhwc<2>(dy, wn, x2.shape(), o, ConvStrategy::Direct)));
-  EXPECT_EQ(autotune_entries().size(), 1u);
+  // The data gradient is its own class, measured among ImplicitGemm and Direct.
+  const Tensor dy = random_tensor(rng, tuned.shape(), dt);
+  const Tensor dyg = dy.to(kGpu);
+  const Tensor dx = conv_data_backward_nhwc<2>(dyg, wn, x2.shape(), o, ConvStrategy::Autotune);
+  EXPECT_TRUE(all_close(dx.to_host(), conv_data_backward_nhwc<2>(dy, wn.to_host(), x2.shape(), o)));
+  entries = autotune_entries();
+  ASSERT_EQ(entries.size(), 2u);
+  const AutotuneEntry& d = entries[0];  // sorted by key: conv_data_backward, conv_forward
+  EXPECT_EQ(d.key.find("conv_data_backward | "), 0u) << d.key;
+  EXPECT_EQ(d.timings.size(), 2u) << "ImplicitGemm and Direct";
+  const ConvStrategy data_choice =
+      d.choice == "ImplicitGemm" ? ConvStrategy::ImplicitGemm : ConvStrategy::Direct;
+  EXPECT_TRUE(bit_equal(conv_data_backward_nhwc<2>(dyg, wn, x2.shape(), o, ConvStrategy::Autotune),
+                        conv_data_backward_nhwc<2>(dyg, wn, x2.shape(), o, data_choice)));
   autotune_clear();
 }
 

@@ -313,9 +313,16 @@ TEST(Autotune, CpuCallsRunTheReference) {
   EXPECT_EQ(plan.kernel, AttentionKernel::Reference);
   EXPECT_TRUE(bit_equal(conv_forward<2>(x, w, Tensor(), co, ConvStrategy::Autotune),
                         conv_forward<2>(x, w, Tensor(), co)));
-  const ConvPlan cp = plan_conv<2>(ConvDirection::Forward, x.shape(), w.shape(), DType::f32,
-                                   Device::cpu(), co, ConvStrategy::Autotune);
-  EXPECT_EQ(cp.kernel, ConvKernel::Reference);
+  const Tensor dy = random_tensor(rng, {2, 6, 9, 9}, DType::f32);
+  EXPECT_TRUE(bit_equal(conv_data_backward<2>(dy, w, x.shape(), co, ConvStrategy::Autotune),
+                        conv_data_backward<2>(dy, w, x.shape(), co)));
+  for (ConvDirection d : {ConvDirection::Forward, ConvDirection::DataBackward,
+                          ConvDirection::WeightBackward}) {
+    EXPECT_EQ(plan_conv<2>(d, x.shape(), w.shape(), DType::f32, Device::cpu(), co,
+                           ConvStrategy::Autotune)
+                  .kernel,
+              ConvKernel::Reference);
+  }
   EXPECT_TRUE(autotune_entries().empty());
   // The strategy's errors are the op's: a bad shape is reported before anything runs.
   EXPECT_TRUE(throws_error(
