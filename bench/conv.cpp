@@ -4,8 +4,8 @@
 //   depthwise 3x3 (and 7x7) bf16 [32, 256, 56, 56] channels-last: forward (GB/s vs copy)
 //   causal conv1d W 4 bf16 [8, 1024, 4096] [B, L, C]: forward and backward (GB/s vs copy)
 // The forwards run Direct and ImplicitGemm (tensor cores); the data gradient Auto (Direct)
-// and ImplicitGemm (stride 1: the forward kernel over dout); the weight gradient Direct (its
-// implicit GEMM is not built yet); depthwise its own kernel. The checks compare
+// and ImplicitGemm (the forward kernel over dout, per stride phase); the weight gradient
+// Direct (its implicit GEMM is not built yet); depthwise its own kernel. The checks compare
 // batch entry 0 and the first 8 output channels (or 64 channels) against the CPU reference.
 // Shape options: --conv-batch N --conv-channels C --conv-size S (the conv2d case).
 #include <cuda_runtime.h>
@@ -81,7 +81,7 @@ void bench_conv(Bench& b, const std::string& name, const Shape& in_shape, const 
   if (!backward) return;
   const std::vector<Tensor> dx = b.empties(sets, in_shape, kBf16);
   // " dgrad" is Auto's (Direct); " dgrad implicit-gemm" the forward kernel over dout with the
-  // flipped weight (stride 1).
+  // flipped weight (one phase at stride 1).
   for (ConvStrategy strategy : {ConvStrategy::Auto, ConvStrategy::ImplicitGemm}) {
     run_flops(
         b, name + (strategy == ConvStrategy::Auto ? " dgrad" : " dgrad implicit-gemm"), in_shape,

@@ -835,7 +835,7 @@ def conv_cases():
     run_case("conv2d 3x3 N32 C256 56x56 K256", "[32,256,56,56]", bf, 0, have and ours,
              lambda: F.conv2d(x, w, padding=1), "cuDNN (F.conv2d, channels-last)", check)
 
-    # The data gradient: ours on tensor cores (stride 1: the forward kernel over dout with the
+    # The data gradient: ours on tensor cores (the forward kernel over dout with the
     # flipped weight), cuDNN's through aten.convolution_backward (input gradient only).
     dy = torch.randn(32, 256, 56, 56, dtype=bf, device=DEV).to(memory_format=cl)
 

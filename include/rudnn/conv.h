@@ -27,15 +27,16 @@
 //                 for BF16/F16. Forward: channels-last input and weight (the _nhwc shapes, or
 //                 channels-last views; channel stride 1, other strides multiples of 8, 16-byte
 //                 aligned) and C % 8 == 0, any rank, stride, dilation and padding. Data
-//                 gradient: stride 1 with padding before and after each axis <= dilation ·
-//                 (kernel − 1), channels-last dout (as the forward's input) with K % 8 == 0,
-//                 any weight layout: the forward kernel over dout with the weight flipped along
-//                 its spatial axes and K, C exchanged, written to a workspace of K · C · taps
-//                 elements (plan_conv's workspace_bytes). Cases that run Direct under this
-//                 strategy by design (spec 000): 3-D F32 and grouped convolution. Any other
-//                 case is ErrorCode::Unsupported naming what is missing: the weight gradient
-//                 kernel, the data gradient for other strides, and the F32 (TF32) kernel are
-//                 not built yet; NCHW operands are not converted (no hidden pass).
+//                 gradient: channels-last dout (as the forward's input) with K % 8 == 0, any
+//                 weight layout, any rank, stride, dilation and padding: per stride phase
+//                 (the input positions congruent modulo the stride; one phase at stride 1),
+//                 the forward kernel over dout with the phase's kernel taps flipped and K, C
+//                 exchanged, copied into a workspace of K · C · taps elements (plan_conv's
+//                 workspace_bytes); phases no tap reaches are zero-filled. Cases that run
+//                 Direct under this strategy by design (spec 000): 3-D F32 and grouped
+//                 convolution. Any other case is ErrorCode::Unsupported naming what is
+//                 missing: the weight gradient kernel and the F32 (TF32) kernel are not built
+//                 yet; NCHW operands are not converted (no hidden pass).
 //   Auto          forward: ImplicitGemm where it applies (BF16/F16, ungrouped, channels-last
 //                 operands as above, C % 8 == 0), else Depthwise where that applies, else
 //                 Direct; the gradients: Direct.

@@ -21,9 +21,9 @@ padding; None: as ``padding``). Output size per axis:
 Strategies (``strategy=``): ``"auto"`` (default: the forward runs ImplicitGemm where it
 applies, else the memory-bound depthwise kernel where groups == C, else Direct; the gradients
 run Direct), ``"direct"``, ``"implicit_gemm"`` (tensor cores, float16 / bfloat16: the forward
-for channels-last operands with C % 8 == 0, the data gradient for stride 1 with padding within
-the kernel's reach and channels-last dout with K % 8 == 0; anything else it cannot take, the
-weight gradient included, is :class:`rudnn.Unsupported`), ``"autotune"`` (the faster of
+for channels-last operands with C % 8 == 0, the data gradient for channels-last dout with
+K % 8 == 0 (any stride, padding, dilation); anything else it cannot take, the weight gradient
+included, is :class:`rudnn.Unsupported`), ``"autotune"`` (the faster of
 implicit_gemm and direct for the forward and the data gradient, measured on the first call of
 its shape class and recorded, see :func:`rudnn.autotune_entries`; the weight gradient runs
 Direct). :func:`plan_conv` says which kernel a call runs.

@@ -258,12 +258,6 @@ ConvPlan plan_for(const char* op, const ConvShape& s, Device device, ConvDirecti
            cat(op, ": strategy ImplicitGemm: the ", dtype_name(s.dtype),
                " implicit-GEMM kernel (TF32) is not built yet; expected bf16 or f16, or Direct "
                "or Auto"));
-    } else if (direction == ConvDirection::DataBackward &&
-               !conv_detail::data_as_forward_applies(s)) {
-      fail(ErrorCode::Unsupported,
-           cat(op, ": strategy ImplicitGemm: the data gradient runs on tensor cores for stride 1, "
-                   "groups 1 and padding before and after each axis <= dilation * (kernel - 1); "
-                   "expected Direct or Auto for other cases"));
     } else if (direction == ConvDirection::Forward && (s.in_channels % 8 != 0 || !gemm_fits)) {
       fail(ErrorCode::Unsupported,
            cat(op, ": strategy ImplicitGemm: input with ", s.in_channels,
@@ -279,8 +273,8 @@ ConvPlan plan_for(const char* op, const ConvShape& s, Device device, ConvDirecti
       gemm = true;
       plan.why = direction == ConvDirection::Forward
                      ? "ImplicitGemm: tensor cores (mma.sync), no im2col buffer"
-                     : "ImplicitGemm: the data gradient as the forward convolution of dout with "
-                       "the flipped weight (stride 1), tensor cores (mma.sync), no im2col buffer";
+                     : "ImplicitGemm: the data gradient as forward convolutions of dout with the "
+                       "flipped weight, one per stride phase, tensor cores, no im2col buffer";
       if (direction == ConvDirection::DataBackward) {
         plan.workspace_bytes = static_cast<size_t>(s.taps() * s.in_channels * s.out_channels) *
                                dtype_size(s.dtype);
@@ -495,37 +489,78 @@ ConvShape data_shape(const OpCall& call, const Tensor& dout, const Tensor& weigh
 }
 
 #if RUDNN_WITH_CUDA
-// ImplicitGemm's data gradient (conv_detail::data_as_forward): the weight flipped along its
-// spatial axes and transposed into a dense [C, kernel..., K] buffer (the plan's workspace),
-// then the forward kernel over dout.
+// ImplicitGemm's data gradient (conv_detail::data_phase_axis): for each stride phase, the
+// weight taps of the phase flipped and transposed into a dense [C, taps..., K] part of the
+// plan's workspace (the phases' taps partition the kernel: the parts fill it exactly), then
+// the forward kernel over dout writing the phase's input positions (a strided view of
+// dinput); a phase no tap reaches is zero-filled.
 void data_gradient_as_forward(OpCall& call, const conv_detail::DataBackward& p) {
+  using conv_detail::DataPhaseAxis;
   const ConvShape& s = p.s;
   const int64_t C = s.in_channels, K = s.out_channels;
-  const int64_t shape[5] = {C, s.kernel[0], s.kernel[1], s.kernel[2], K};
-  const Tensor& flipped = call.keep(call.empty({C, shape[1], shape[2], shape[3], K}, s.dtype));
-  const Strides dense = dense_channels_last(K, s.kernel);
-  const int64_t dst_strides[5] = {dense.n, dense.sp[0], dense.sp[1], dense.sp[2], 1};
-  // flipped[c, z, y, x, k] = weight[k, c, kz-1-z, ky-1-y, kx-1-x]: read from the weight's last
-  // tap with negative spatial strides (the copy's offsets are signed 64-bit).
-  const Strides& w = p.weight_st;
-  int64_t last_tap = 0;
-  for (int a = 0; a < 3; ++a) last_tap += (s.kernel[a] - 1) * w.sp[a];
-  const int64_t src_strides[5] = {w.c, -w.sp[0], -w.sp[1], -w.sp[2], w.n};
   const size_t bytes = dtype_size(s.dtype);
-  const char* last = static_cast<const char*>(p.weight) + last_tap * static_cast<int64_t>(bytes);
-  detail::cuda::strided_copy(flipped.data(), dst_strides, last, src_strides, shape, 5, bytes,
-                             call.device, call.stream.handle());
-  conv_detail::Forward f;
-  f.s = conv_detail::data_as_forward(s);
-  f.input = p.dout;
-  f.input_st = p.dout_st;
-  f.weight = flipped.data();
-  f.weight_st = dense;
-  f.out = p.dinput;
-  f.out_st = p.dinput_st;
-  f.implicit_gemm_kernel = true;
-  f.hopper_kernel = conv_detail::cuda::hopper_conv_fits(f, call.device);
-  conv_detail::cuda::forward(f, call.stream);
+  const cuda_stream_t stream = call.stream.handle();
+  const Tensor& workspace = call.keep(call.empty({s.taps() * C * K}, s.dtype));
+  const Tensor& zero = call.keep(Tensor::zeros({1}, s.dtype, call.device, call.stream));
+  const Strides& w = p.weight_st;
+  const auto at = [bytes](const void* base, int64_t elements) {
+    return static_cast<const char*>(base) + elements * static_cast<int64_t>(bytes);
+  };
+  int64_t used = 0;  // workspace elements taken by earlier phases
+  for (int64_t rz = 0; rz < s.stride[0]; ++rz) {
+    for (int64_t ry = 0; ry < s.stride[1]; ++ry) {
+      for (int64_t rx = 0; rx < s.stride[2]; ++rx) {
+        const int64_t r[3] = {rz, ry, rx};
+        DataPhaseAxis ax[3];
+        int64_t outputs = 1, taps = 1, out_offset = 0, in_offset = 0, first = 0;
+        Strides out_st = p.dinput_st;
+        for (int a = 0; a < 3; ++a) {
+          ax[a] = conv_detail::data_phase_axis(s.in[a], s.out[a], s.kernel[a], s.stride[a],
+                                               s.pad[a], s.dilation[a], r[a]);
+          outputs *= ax[a].outputs;
+          taps *= ax[a].taps;
+          out_offset += r[a] * p.dinput_st.sp[a];
+          out_st.sp[a] = p.dinput_st.sp[a] * s.stride[a];
+          in_offset += ax[a].skip * p.dout_st.sp[a];
+          first += ax[a].first_tap * w.sp[a];
+        }
+        if (outputs == 0) continue;
+        void* out = const_cast<char*>(at(p.dinput, out_offset));
+        const int64_t out_shape[5] = {s.batch, ax[0].outputs, ax[1].outputs, ax[2].outputs, C};
+        const int64_t out_strides[5] = {out_st.n, out_st.sp[0], out_st.sp[1], out_st.sp[2],
+                                        out_st.c};
+        if (taps == 0) {
+          const int64_t none[5] = {0, 0, 0, 0, 0};
+          detail::cuda::strided_copy(out, out_strides, zero.data(), none, out_shape, 5, bytes,
+                                     call.device, stream);
+          continue;
+        }
+        // The phase's weight: [C, taps z, y, x, K] from the weight's tap `first_tap` stepping
+        // by tap_step (the copy's offsets are signed 64-bit).
+        const int64_t phase_taps[3] = {ax[0].taps, ax[1].taps, ax[2].taps};
+        const Strides dense = dense_channels_last(K, phase_taps);
+        void* phase_weight = const_cast<char*>(at(workspace.data(), used));
+        const int64_t w_shape[5] = {C, ax[0].taps, ax[1].taps, ax[2].taps, K};
+        const int64_t w_dst[5] = {dense.n, dense.sp[0], dense.sp[1], dense.sp[2], 1};
+        const int64_t w_src[5] = {w.c, ax[0].tap_step * w.sp[0], ax[1].tap_step * w.sp[1],
+                                  ax[2].tap_step * w.sp[2], w.n};
+        detail::cuda::strided_copy(phase_weight, w_dst, at(p.weight, first), w_src, w_shape, 5,
+                                   bytes, call.device, stream);
+        used += taps * C * K;
+        conv_detail::Forward f;
+        f.s = conv_detail::data_phase_shape(s, ax);
+        f.input = at(p.dout, in_offset);
+        f.input_st = p.dout_st;
+        f.weight = phase_weight;
+        f.weight_st = dense;
+        f.out = out;
+        f.out_st = out_st;
+        f.implicit_gemm_kernel = true;
+        f.hopper_kernel = conv_detail::cuda::hopper_conv_fits(f, call.device);
+        conv_detail::cuda::forward(f, call.stream);
+      }
+    }
+  }
 }
 #endif
 

@@ -58,32 +58,62 @@ struct DataBackward {
   void* dinput = nullptr;
 };
 
-// The data gradient of a stride-1 convolution is the forward convolution of dout with the
-// weight flipped along every spatial axis and its K and C axes exchanged:
-//   dinput[n, c, i] = sum over k, t of dout[n, k, i + pad - t * dil] * weight[k, c, t]
-//                   = sum over k, t' of dout[n, k, i - pad' + t' * dil] * weight[k, c, T - 1 - t']
-// with pad' = dil * (T - 1) - pad, over dout's extent (zeros outside), giving the input's
-// extent. What ImplicitGemm's data gradient runs: this shape on its forward kernel.
-// Applies when every stride is 1, groups == 1 and pad <= dil * (T - 1) on every axis (pad'
-// >= 0; the padding after the input follows from the extents and is then >= 0 as well).
-inline bool data_as_forward_applies(const ConvShape& s) {
-  if (s.groups != 1) return false;
-  for (int a = 0; a < 3; ++a) {
-    const int64_t reach = s.dilation[a] * (s.kernel[a] - 1);
-    if (s.stride[a] != 1 || s.pad[a] > reach) return false;
-    // Padding after the input: out = in + pad + pad_end - reach.
-    if (s.out[a] - s.in[a] - s.pad[a] + reach > reach) return false;
+// The data gradient as forward convolutions of dout (what ImplicitGemm's data gradient runs
+// on its forward kernel). Along one axis, input position i = r + q·stride (phase r in
+// [0, stride)) receives
+//   dinput[i] = sum over taps t with (i + pad − t·dilation) divisible by stride of
+//               dout[(i + pad − t·dilation) / stride] · weight[t],
+// and those taps are equally spaced: read from the last one backwards (the weight flipped),
+// phase r is a stride-1 convolution over dout with `taps` taps, dilation `dilation`, after
+// `skip` leading dout positions, with `pad` zeros before. A phase with no tap (or nothing of
+// dout left) gives zeros. K and C exchange roles: dout's K channels are the phase
+// convolution's input channels. Stride 1 has one phase, the whole flipped weight.
+struct DataPhaseAxis {
+  int64_t outputs = 0;    // the phase's input positions q = 0 .. outputs − 1
+  int64_t taps = 0;       // kernel taps of the phase (0: zeros)
+  int64_t first_tap = 0;  // the weight tap read by the phase's tap 0 ...
+  int64_t tap_step = 0;   // ... and the step to the next (negative: flipped)
+  int64_t skip = 0;       // dout positions before the phase convolution's input
+  int64_t pad = 0;        // zeros before it (>= 0)
+  int64_t dilation = 1;   // over dout
+};
+inline DataPhaseAxis data_phase_axis(int64_t in, int64_t out, int64_t kernel, int64_t stride,
+                                     int64_t pad, int64_t dilation, int64_t r) {
+  DataPhaseAxis ax;
+  ax.outputs = in > r ? (in - r + stride - 1) / stride : 0;
+  int64_t last = -1, step = 0;
+  for (int64_t t = 0; t < kernel; ++t) {
+    if ((r + pad - t * dilation) % stride != 0) continue;
+    if (last >= 0) step = t - last;
+    last = t;
+    ++ax.taps;
   }
-  return true;
+  if (ax.taps == 0) return ax;
+  ax.first_tap = last;
+  ax.tap_step = ax.taps > 1 ? -step : -1;
+  ax.dilation = ax.taps > 1 ? step * dilation / stride : 1;
+  // Phase tap j reads dout[q + c + j · dilation], c the last tap's offset (exact division).
+  const int64_t c = (r + pad - last * dilation) / stride;
+  ax.skip = c > 0 ? c : 0;
+  ax.pad = c < 0 ? -c : 0;
+  if (ax.skip >= out) ax.taps = 0;  // every read falls past dout's end: zeros
+  return ax;
 }
-inline ConvShape data_as_forward(const ConvShape& s) {
+
+// The phase convolution of phase axes `ax` (one per axis [z, y, x]) of problem s, as a
+// forward problem's shape: input dout (K channels) less the skipped positions, output the
+// phase's input positions (C channels), stride 1.
+inline ConvShape data_phase_shape(const ConvShape& s, const DataPhaseAxis ax[3]) {
   ConvShape f = s;
   f.in_channels = s.out_channels;
   f.out_channels = s.in_channels;
   for (int a = 0; a < 3; ++a) {
-    f.in[a] = s.out[a];
-    f.out[a] = s.in[a];
-    f.pad[a] = s.dilation[a] * (s.kernel[a] - 1) - s.pad[a];
+    f.in[a] = s.out[a] - ax[a].skip;
+    f.out[a] = ax[a].outputs;
+    f.kernel[a] = ax[a].taps;
+    f.stride[a] = 1;
+    f.pad[a] = ax[a].pad;
+    f.dilation[a] = ax[a].dilation;
   }
   return f;
 }

@@ -497,9 +497,10 @@ void check_gemm_forward(Rng& rng, DType dt, const Case<N>& c, ConvActivation act
   }
 }
 
-// ImplicitGemm's data gradient (stride 1: the forward kernel over dout with the flipped
-// weight) in _nhwc shapes and from channels-last views against the reference; the plan
-// reports the kernel and the flipped weight's workspace; dout and weight stay unchanged.
+// ImplicitGemm's data gradient (per stride phase, the forward kernel over dout with the
+// phase's flipped taps) in _nhwc shapes and from channels-last views against the reference;
+// the plan reports the kernel and the flipped weight's workspace; dout and weight stay
+// unchanged.
 template <int N>
 void check_gemm_data_gradient(Rng& rng, DType dt, const Case<N>& c) {
   SCOPED_TRACE(describe(c, dt, Layout::Nhwc, ConvStrategy::ImplicitGemm) + " data gradient");
@@ -540,10 +541,15 @@ TEST(ConvGpu, ImplicitGemmDataGradientMatchesReference) {
       make<2>({1, 24, 9, 8}, {16, 24, 3, 4}, asym),                                 // asymmetric
       make<2>({2, 32, 20, 20}, {136, 32, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1})),   // M, K > tile
       make<2>({1, 12, 7, 9}, {8, 12, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1})),       // C % 8 != 0
+      make<2>({2, 16, 15, 14}, {24, 16, 3, 3}, opts<2>({2, 2}, {1, 1}, {1, 1})),    // stride 2
+      make<2>({1, 32, 16, 17}, {40, 32, 1, 1}, opts<2>({2, 2}, {0, 0}, {1, 1})),    // 1x1 s2
+      make<2>({1, 16, 23, 21}, {16, 16, 7, 7}, opts<2>({2, 3}, {3, 4}, {1, 2})),    // 7x7 s2, s3
+      make<2>({1, 8, 9, 9}, {8, 8, 3, 3}, opts<2>({1, 1}, {4, 3}, {1, 1})),         // pad > reach
   };
   for (DType dt : {DType::bf16, DType::f16}) {
     for (const auto& c : c2) check_gemm_data_gradient<2>(rng, dt, c);
     check_gemm_data_gradient<1>(rng, dt, make<1>({2, 32, 37}, {48, 32, 5}, opts<1>({1}, {2}, {1})));
+    check_gemm_data_gradient<1>(rng, dt, make<1>({2, 16, 30}, {16, 16, 4}, opts<1>({3}, {1}, {2})));
     check_gemm_data_gradient<3>(rng, dt, make<3>({1, 16, 5, 7, 6}, {24, 16, 3, 3, 3},
                                                  opts<3>({1, 1, 1}, {1, 1, 1}, {1, 1, 1})));
   }

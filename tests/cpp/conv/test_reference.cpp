@@ -255,106 +255,163 @@ TEST(ConvReference, PlanReportsTheKernel) {
   EXPECT_EQ(nhwc(ConvDirection::WeightBackward, DType::bf16, x8, w8), ConvKernel::Direct);
 }
 
-// The library's view of a call's shape (conv_detail::ConvShape; NCHW-style shapes).
+// ImplicitGemm's data gradient runs, per stride phase, a stride-1 forward convolution of dout
+// (less `skip` leading positions, `pad` zeros before) with the phase's taps of the weight
+// read from `first_tap` by `tap_step` and K, C exchanged, writing the phase's input
+// positions r + q·stride (conv_detail::data_phase_axis): the identity checked on the float64
+// reference by composing those convolutions here.
 template <int N>
-conv_detail::ConvShape shape_of(const Shape& xs, const Shape& ws, const Shape& ys,
-                                const ConvOptions<N>& o) {
-  conv_detail::ConvShape s;
-  s.dims = N;
-  s.groups = o.groups;
-  s.batch = xs[0];
-  s.in_channels = xs[1];
-  s.out_channels = ws[0];
-  for (int a = 0; a < N; ++a) {
-    const int b = 3 - N + a;
-    s.in[b] = xs[2 + a];
-    s.out[b] = ys[2 + a];
-    s.kernel[b] = ws[2 + a];
-    s.stride[b] = o.stride[a];
-    s.pad[b] = o.padding[a];
-    s.dilation[b] = o.dilation[a];
-  }
-  return s;
-}
-
-// ImplicitGemm's data gradient runs the forward convolution of dout with the weight flipped
-// along its spatial axes and K, C exchanged, over conv_detail::data_as_forward's shape: the
-// identity checked on the float64 reference.
-template <int N>
-void expect_data_gradient_is_the_flipped_forward(Rng& rng, const Shape& xs, const Shape& ws,
-                                                 const ConvOptions<N>& o) {
+void expect_data_gradient_is_phased_forwards(Rng& rng, const Shape& xs, const Shape& ws,
+                                             const ConvOptions<N>& o) {
   SCOPED_TRACE("input " + shape_str(xs) + " weight " + shape_str(ws));
   const Tensor w = random_tensor(rng, ws, f64);
   const Shape ys = conv_forward<N>(Tensor::zeros(xs, f64), w, {}, o).shape();
   const Tensor dy = random_tensor(rng, ys, f64);
-  const Tensor want = conv_data_backward<N>(dy, w, xs, o);
-  const conv_detail::ConvShape s = shape_of<N>(xs, ws, ys, o);
-  ASSERT_TRUE(conv_detail::data_as_forward_applies(s));
-  const conv_detail::ConvShape f = conv_detail::data_as_forward(s);
-  EXPECT_EQ(f.in_channels, ws[0]);
-  EXPECT_EQ(f.out_channels, xs[1]);
-  ConvOptions<N> fo;
+  const auto want = to_doubles(conv_data_backward<N>(dy, w, xs, o));
+  const auto wv = to_doubles(w), dyv = to_doubles(dy);
+  const int64_t batch = xs[0], C = xs[1], K = ws[0];
+  // Extents padded to 3 axes (leading 1s), as the library sees them.
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, ker[3] = {1, 1, 1}, stride[3] = {1, 1, 1};
+  int64_t pad[3] = {0, 0, 0}, dil[3] = {1, 1, 1};
   for (int a = 0; a < N; ++a) {
     const int b = 3 - N + a;
-    EXPECT_EQ(f.in[b], ys[2 + a]);
-    EXPECT_EQ(f.out[b], xs[2 + a]);
-    fo.padding[a] = f.pad[b];
-    fo.dilation[a] = f.dilation[b];
-    // What the forward's extents leave after the input: the forward pads with zeros there.
-    fo.padding_end[a] = f.out[b] - f.in[b] - f.pad[b] + f.dilation[b] * (f.kernel[b] - 1);
+    in[b] = xs[2 + a];
+    out[b] = ys[2 + a];
+    ker[b] = ws[2 + a];
+    stride[b] = o.stride[a];
+    pad[b] = o.padding[a];
+    dil[b] = o.dilation[a];
   }
-  const int64_t K = ws[0], C = ws[1];
-  int64_t taps = 1;
-  for (int a = 0; a < N; ++a) taps *= ws[2 + a];
-  const auto wv = to_doubles(w);
-  std::vector<double> fv(wv.size());
-  for (int64_t t = 0; t < taps; ++t) {
-    // t's mirror: each spatial index i becomes kernel - 1 - i.
-    int64_t rest = t, mirror = 0, scale = 1;
-    for (int a = N - 1; a >= 0; --a) {
-      const int64_t i = rest % ws[2 + a];
-      rest /= ws[2 + a];
-      mirror += (ws[2 + a] - 1 - i) * scale;
-      scale *= ws[2 + a];
-    }
-    for (int64_t k = 0; k < K; ++k) {
-      for (int64_t c = 0; c < C; ++c) fv[(c * K + k) * taps + mirror] = wv[(k * C + c) * taps + t];
+  std::vector<double> got(want.size(), std::nan(""));
+  int64_t taps_used = 0;
+  for (int64_t rz = 0; rz < stride[0]; ++rz) {
+    for (int64_t ry = 0; ry < stride[1]; ++ry) {
+      for (int64_t rx = 0; rx < stride[2]; ++rx) {
+        const int64_t r[3] = {rz, ry, rx};
+        conv_detail::DataPhaseAxis ax[3];
+        for (int b = 0; b < 3; ++b) {
+          ax[b] = conv_detail::data_phase_axis(in[b], out[b], ker[b], stride[b], pad[b], dil[b],
+                                               r[b]);
+          ASSERT_GE(ax[b].pad, 0);
+          ASSERT_GE(ax[b].skip, 0);
+        }
+        const int64_t positions = ax[0].outputs * ax[1].outputs * ax[2].outputs;
+        const int64_t taps = ax[0].taps * ax[1].taps * ax[2].taps;
+        taps_used += positions ? taps : 0;
+        // The phase's result [batch, C, positions...] (zeros when no tap reaches it).
+        std::vector<double> phase(static_cast<size_t>(batch * C * positions), 0.0);
+        if (taps > 0 && positions > 0) {
+          // dout less the skipped positions, the phase's weight [C, K, taps...], its options.
+          Shape ds{batch, K}, fs{C, K};
+          ConvOptions<N> fo;
+          for (int a = 0; a < N; ++a) {
+            const int b = 3 - N + a;
+            ds.push_back(out[b] - ax[b].skip);
+            fs.push_back(ax[b].taps);
+            fo.padding[a] = ax[b].pad;
+            fo.dilation[a] = ax[b].dilation;
+            // As many zeros after dout as the phase's outputs need: the forward reads them.
+            fo.padding_end[a] = ax[b].outputs - 1 + ax[b].dilation * (ax[b].taps - 1) -
+                                (out[b] - ax[b].skip) + 1 - ax[b].pad;
+            if (fo.padding_end[a] < 0) fo.padding_end[a] = 0;
+          }
+          std::vector<double> dsv(static_cast<size_t>(shape_numel(ds)));
+          for (int64_t n = 0; n < batch; ++n)
+            for (int64_t k = 0; k < K; ++k)
+              for (int64_t z = 0; z < out[0] - ax[0].skip; ++z)
+                for (int64_t y = 0; y < out[1] - ax[1].skip; ++y)
+                  for (int64_t x = 0; x < out[2] - ax[2].skip; ++x) {
+                    const int64_t zz = z + ax[0].skip, yy = y + ax[1].skip, xx = x + ax[2].skip;
+                    const int64_t e1 = out[2] - ax[2].skip, e0 = out[1] - ax[1].skip;
+                    dsv[(((n * K + k) * (out[0] - ax[0].skip) + z) * e0 + y) * e1 + x] =
+                        dyv[(((n * K + k) * out[0] + zz) * out[1] + yy) * out[2] + xx];
+                  }
+          std::vector<double> fv(static_cast<size_t>(shape_numel(fs)));
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t k = 0; k < K; ++k)
+              for (int64_t jz = 0; jz < ax[0].taps; ++jz)
+                for (int64_t jy = 0; jy < ax[1].taps; ++jy)
+                  for (int64_t jx = 0; jx < ax[2].taps; ++jx) {
+                    const int64_t tz = ax[0].first_tap + jz * ax[0].tap_step;
+                    const int64_t ty = ax[1].first_tap + jy * ax[1].tap_step;
+                    const int64_t tx = ax[2].first_tap + jx * ax[2].tap_step;
+                    fv[(((c * K + k) * ax[0].taps + jz) * ax[1].taps + jy) * ax[2].taps + jx] =
+                        wv[(((k * C + c) * ker[0] + tz) * ker[1] + ty) * ker[2] + tx];
+                  }
+          const Tensor y = conv_forward<N>(host_tensor(dsv, ds, f64), host_tensor(fv, fs, f64),
+                                           {}, fo);
+          // The forward may give more positions than the phase has (its padding after):
+          // the first `outputs` per axis are the phase's.
+          const auto yv = to_doubles(y);
+          int64_t ye[3] = {1, 1, 1};
+          for (int a = 0; a < N; ++a) ye[3 - N + a] = y.shape()[2 + a];
+          for (int b = 0; b < 3; ++b) ASSERT_GE(ye[b], ax[b].outputs);
+          for (int64_t nc = 0; nc < batch * C; ++nc)
+            for (int64_t z = 0; z < ax[0].outputs; ++z)
+              for (int64_t yq = 0; yq < ax[1].outputs; ++yq)
+                for (int64_t x = 0; x < ax[2].outputs; ++x)
+                  phase[((nc * ax[0].outputs + z) * ax[1].outputs + yq) * ax[2].outputs + x] =
+                      yv[((nc * ye[0] + z) * ye[1] + yq) * ye[2] + x];
+        }
+        // Scatter the phase to positions r + q·stride.
+        for (int64_t nc = 0; nc < batch * C; ++nc)
+          for (int64_t z = 0; z < ax[0].outputs; ++z)
+            for (int64_t yq = 0; yq < ax[1].outputs; ++yq)
+              for (int64_t x = 0; x < ax[2].outputs; ++x) {
+                const int64_t iz = r[0] + z * stride[0], iy = r[1] + yq * stride[1],
+                              ix = r[2] + x * stride[2];
+                got[((nc * in[0] + iz) * in[1] + iy) * in[2] + ix] =
+                    phase[((nc * ax[0].outputs + z) * ax[1].outputs + yq) * ax[2].outputs + x];
+              }
+      }
     }
   }
-  Shape fs = ws;
-  fs[0] = C;
-  fs[1] = K;
-  const Tensor got = conv_forward<N>(dy, host_tensor(fv, fs, f64), {}, fo);
-  ASSERT_EQ(got.shape(), want.shape());
-  EXPECT_TRUE(all_close(got, want, 1e-12));
+  EXPECT_LE(taps_used, ker[0] * ker[1] * ker[2]) << "the phases' weights overflow the workspace";
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t e = 0; e < got.size(); ++e) {
+    ASSERT_FALSE(std::isnan(got[e])) << "position " << e << " belongs to no phase";
+    EXPECT_NEAR(got[e], want[e], 1e-12) << e;
+  }
 }
 
-TEST(ConvReference, StrideOneDataGradientIsTheFlippedForward) {
+TEST(ConvReference, DataGradientIsPhasedForwardConvolutions) {
   RUDNN_SEEDED_RNG(rng);
   ConvOptions<1> d1 = opts<1>({1}, {3}, {2});
   d1.padding_end = {1};
-  expect_data_gradient_is_the_flipped_forward<1>(rng, {2, 3, 11}, {4, 3, 5}, opts<1>({1}, {2}, {1}));
-  expect_data_gradient_is_the_flipped_forward<1>(rng, {2, 3, 13}, {4, 3, 5}, d1);
-  ConvOptions<2> d2 = opts<2>({1, 1}, {1, 0}, {1, 2});
+  expect_data_gradient_is_phased_forwards<1>(rng, {2, 3, 11}, {4, 3, 5}, opts<1>({1}, {2}, {1}));
+  expect_data_gradient_is_phased_forwards<1>(rng, {2, 3, 13}, {4, 3, 5}, d1);
+  // Strides, with dilation sharing a factor with the stride or not, padding beyond the
+  // kernel's reach (negative phase padding: skipped dout positions) and kernels shorter
+  // than the stride (phases no tap reaches).
+  expect_data_gradient_is_phased_forwards<1>(rng, {1, 2, 17}, {3, 2, 3}, opts<1>({2}, {1}, {1}));
+  expect_data_gradient_is_phased_forwards<1>(rng, {1, 2, 19}, {3, 2, 4}, opts<1>({3}, {2}, {2}));
+  expect_data_gradient_is_phased_forwards<1>(rng, {1, 2, 16}, {3, 2, 3}, opts<1>({2}, {5}, {3}));
+  expect_data_gradient_is_phased_forwards<1>(rng, {1, 2, 15}, {2, 2, 1}, opts<1>({4}, {0}, {1}));
+  ConvOptions<1> late = opts<1>({2}, {0}, {1});
+  late.padding_end = {6};
+  expect_data_gradient_is_phased_forwards<1>(rng, {1, 2, 9}, {2, 2, 3}, late);
+  ConvOptions<2> d2 = opts<2>({2, 1}, {1, 0}, {1, 2});
   d2.padding_end = {0, 2};
-  expect_data_gradient_is_the_flipped_forward<2>(rng, {1, 3, 7, 6}, {5, 3, 3, 2}, d2);
-  expect_data_gradient_is_the_flipped_forward<2>(rng, {2, 4, 5, 5}, {6, 4, 1, 1},
-                                                 opts<2>({1, 1}, {0, 0}, {1, 1}));
-  expect_data_gradient_is_the_flipped_forward<3>(rng, {1, 2, 4, 5, 3}, {3, 2, 2, 3, 1},
-                                                 opts<3>({1, 1, 1}, {1, 1, 0}, {1, 1, 1}));
-
-  // Cases the identity does not cover: ImplicitGemm's data gradient is refused there.
-  const auto applies = [](const Shape& xs, const Shape& ws, const ConvOptions<2>& o) {
-    const Shape ys = conv_forward<2>(Tensor::zeros(xs, f64), Tensor::zeros(ws, f64), {}, o).shape();
-    return conv_detail::data_as_forward_applies(shape_of<2>(xs, ws, ys, o));
-  };
-  EXPECT_TRUE(applies({1, 4, 8, 8}, {4, 4, 3, 3}, opts<2>({1, 1}, {2, 2}, {1, 1})));
-  EXPECT_FALSE(applies({1, 4, 8, 8}, {4, 4, 3, 3}, opts<2>({2, 1}, {1, 1}, {1, 1})));
-  EXPECT_FALSE(applies({1, 4, 8, 8}, {4, 4, 3, 3}, opts<2>({1, 1}, {3, 1}, {1, 1})));
-  ConvOptions<2> late = opts<2>({1, 1}, {1, 1}, {1, 1});
-  late.padding_end = {1, 3};
-  EXPECT_FALSE(applies({1, 4, 8, 8}, {4, 4, 3, 3}, late));
-  EXPECT_FALSE(applies({1, 4, 8, 8}, {4, 2, 3, 3}, opts<2>({1, 1}, {1, 1}, {1, 1}, 2)));
+  expect_data_gradient_is_phased_forwards<2>(rng, {1, 3, 7, 6}, {5, 3, 3, 2}, d2);
+  expect_data_gradient_is_phased_forwards<2>(rng, {2, 4, 9, 8}, {6, 4, 3, 3},
+                                             opts<2>({2, 2}, {1, 1}, {1, 1}));
+  expect_data_gradient_is_phased_forwards<2>(rng, {2, 4, 5, 5}, {6, 4, 1, 1},
+                                             opts<2>({2, 2}, {0, 0}, {1, 1}));
+  expect_data_gradient_is_phased_forwards<3>(rng, {1, 2, 4, 5, 3}, {3, 2, 2, 3, 1},
+                                             opts<3>({1, 2, 1}, {1, 1, 0}, {1, 1, 1}));
+  // Random options in 2-D.
+  for (int draw = 0; draw < 20; ++draw) {
+    const auto pick = [&](int lo, int hi) {
+      return static_cast<int64_t>(lo + rng.uniform(0.0f, 1.0f) * (hi - lo + 1) * 0.9999f);
+    };
+    ConvOptions<2> o = opts<2>({pick(1, 3), pick(1, 3)}, {pick(0, 4), pick(0, 4)},
+                               {pick(1, 3), pick(1, 3)});
+    o.padding_end = {pick(0, 4), pick(0, 4)};
+    const int64_t kh = pick(1, 4), kw = pick(1, 4);
+    const int64_t h = pick(1, 6) + o.dilation[0] * (kh - 1), w = pick(1, 6) + o.dilation[1] * (kw - 1);
+    SCOPED_TRACE("draw " + std::to_string(draw));
+    expect_data_gradient_is_phased_forwards<2>(rng, {1, 2, h, w}, {3, 2, kh, kw}, o);
+  }
 }
 
 // ---- Causal conv1d -------------------------------------------------------------------------
