@@ -501,7 +501,7 @@ void data_gradient_as_forward(OpCall& call, const conv_detail::DataBackward& p) 
   const size_t bytes = dtype_size(s.dtype);
   const cuda_stream_t stream = call.stream.handle();
   const Tensor& workspace = call.keep(call.empty({s.taps() * C * K}, s.dtype));
-  const Tensor& zero = call.keep(Tensor::zeros({1}, s.dtype, call.device, call.stream));
+  Tensor zero;  // one zero element, the source of zero-filled phases (made when one is met)
   const Strides& w = p.weight_st;
   const auto at = [bytes](const void* base, int64_t elements) {
     return static_cast<const char*>(base) + elements * static_cast<int64_t>(bytes);
@@ -530,6 +530,8 @@ void data_gradient_as_forward(OpCall& call, const conv_detail::DataBackward& p) 
         const int64_t out_strides[5] = {out_st.n, out_st.sp[0], out_st.sp[1], out_st.sp[2],
                                         out_st.c};
         if (taps == 0) {
+          if (!zero.defined())
+            zero = call.keep(Tensor::zeros({1}, s.dtype, call.device, call.stream));
           const int64_t none[5] = {0, 0, 0, 0, 0};
           detail::cuda::strided_copy(out, out_strides, zero.data(), none, out_shape, 5, bytes,
                                      call.device, stream);
