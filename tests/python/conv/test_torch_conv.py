@@ -149,6 +149,31 @@ def test_cuda_plan_implicit_gemm_and_stream(rng, gen):
           rng.seed_value)
 
 
+@pytest.mark.skipif(not CUDA, reason="no CUDA GPU (or ruDNN built without CUDA)")
+@pytest.mark.parametrize("stride, padding, dilation", [(1, 1, 1), (2, 1, 1), (2, 3, 2), (3, 0, 1)])
+def test_cuda_data_gradient_on_tensor_cores(rng, gen, stride, padding, dilation):
+    # strategy="implicit_gemm": the forward kernel over dout per stride phase; "autotune"
+    # measures it against Direct once and records the class.
+    case = (stride, padding, dilation)
+    x = rand(gen, (2, 24, 13, 12), torch.bfloat16, "cuda").to(memory_format=torch.channels_last)
+    w = rand(gen, (16, 24, 3, 3), torch.bfloat16, "cuda", 0.2).to(memory_format=torch.channels_last)
+    x64, w64 = x.double().requires_grad_(True), w.double()
+    y64 = F.conv2d(x64, w64, None, stride, padding, dilation)
+    dy = rand(gen, tuple(y64.shape), torch.bfloat16, "cuda").to(memory_format=torch.channels_last)
+    (ref,) = torch.autograd.grad(y64, x64, dy.double())
+    plan = rudnn.plan_conv("data_backward", (2, 13, 12, 24), (16, 3, 3, 24), torch.bfloat16, stride=stride,
+                           padding=padding, dilation=dilation, layout="nhwc", strategy="implicit_gemm",
+                           device="cuda")
+    assert plan["kernel"] == "ImplicitGemm" and plan["workspace_bytes"] == 16 * 24 * 9 * 2, plan
+    rudnn.autotune_clear()
+    for strategy in ("implicit_gemm", "autotune"):
+        dx = rudnn.conv_data_backward(dy, w, tuple(x.shape), stride, padding, dilation, strategy=strategy)
+        close(f"dinput {strategy}", dx, ref.to(torch.bfloat16), torch.bfloat16, rng.seed_value, case)
+    keys = [e["key"] for e in rudnn.autotune_entries()]
+    assert any(k.startswith("conv_data_backward | ") for k in keys), keys
+    rudnn.autotune_clear()
+
+
 def ref_causal(x, w, b, state, silu):
     """torch reference: depthwise F.conv1d over [B, C, L] with the state (or zeros) on the left."""
     B, L, C = x.shape
