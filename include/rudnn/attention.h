@@ -91,7 +91,8 @@ enum class AttentionLayout {
 //                128); every option, varlen, both layouts; tiles wholly outside the causal
 //                or window range are skipped; grouped heads read K and V in place. Mask and
 //                bias arrays are read per element (slower than the plain path). Backward
-//                for D = Dv in {64, 96, 128}, every option but a bias gradient. A request
+//                for the same head sizes, every option but a bias gradient (above 128 only
+//                where the device gives a block the shared memory: 203 KB at 256). A request
 //                it cannot run (f32, another head size, a bias gradient, a device before
 //                sm_80) is Unsupported, naming why. On sm_90 (a build with sm_90a code),
 //                the forward with plain options (scale and causal only: no mask, bias,
@@ -354,8 +355,10 @@ void attention_into(const Tensor& out, const Tensor& lse_out, const Tensor& q, c
 // inputs' dtype before the products that consume them (as in the forward's P · V); dq, dk,
 // dv accumulate in FP32 and are rounded once.
 // Strategies: Auto (Flash for f16/bf16 with D = Dv in {64, 96, 128} and no bias gradient on
-// sm_80+, else FlashScalar), Flash, FlashScalar (D, Dv <= 1024), whatever strategy ran the
-// forward (the backward needs only out and lse); Composed has no backward yet
+// sm_80+, else FlashScalar; Flash's 192 and 256 instances spill registers and are taken by
+// name or by Autotune until measured against FlashScalar), Flash (D = Dv in {64, 96, 128,
+// 192, 256} and (D, Dv) = (192, 128)), FlashScalar (D, Dv <= 1024), Autotune, whatever
+// strategy ran the forward (the backward needs only out and lse); Composed has no backward yet
 // (Unsupported), SplitKv is forward only.
 // Memory: FP32 D_i per query row (and the sink terms with sinks); with a bias gradient the
 // FP32 dS of every score [B, Hq, Lq, Lk] (under max_score_bytes, else InvalidArgument); the

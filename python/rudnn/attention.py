@@ -44,7 +44,7 @@ Strategies (``strategy=``, a name of the C++ ``AttentionStrategy``, case and und
 ignored; see ``rudnn/attention.h`` for the full rules): ``"auto"`` (plan_attention's pick:
 split_kv for decode, else flash where it runs, else composed, else flash_scalar),
 ``"flash"`` (fused tensor-core kernel, sm_80+: float16 / bfloat16, D = Dv in {64, 96, 128,
-192, 256} or (192, 128), every option, varlen; backward for D = Dv in {64, 96, 128} without a
+192, 256} or (192, 128), every option, varlen; backward for the same head sizes without a
 bias gradient), ``"flash_scalar"`` (fused CUDA-core kernel, no score memory, every dtype and
 option, D, Dv <= 1024, varlen, forward and backward), ``"composed"`` (GEMMs + masked softmax,
 scores in memory under ``max_score_bytes``; padded batches, forward only), ``"split_kv"``

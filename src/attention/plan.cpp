@@ -29,6 +29,7 @@ struct DeviceFacts {
   bool hopper_built = false;  // the Hopper forward holds sm_90a code the device runs
   bool split_kv_tc = false;   // kernel_tuning().split_kv_tensor_cores
   int64_t split_kv_keys = 0;  // kernel_tuning().split_kv_keys
+  size_t shared_optin = 0;    // the most dynamic shared memory a block can opt into
 };
 
 DeviceFacts device_facts(const PlanInput& in) {
@@ -39,7 +40,8 @@ DeviceFacts device_facts(const PlanInput& in) {
           info.compute_major >= 8 && attn::cuda::flash_kernels_built(in.device),
           info.compute_major == 9 && attn::cuda::flash_hopper_built(in.device),
           attn::cuda::kernel_tuning().split_kv_tensor_cores,
-          attn::cuda::kernel_tuning().split_kv_keys};
+          attn::cuda::kernel_tuning().split_kv_keys,
+          info.shared_bytes_per_block_optin};
 #else
   fail(ErrorCode::Unsupported, cat(in.op, ": ruDNN was built without CUDA"));
 #endif
@@ -75,8 +77,9 @@ std::string flash_backward_refusal(const PlanInput& in, const DeviceFacts& facts
     return cat("it takes f16 and bf16, got ", dtype_name(in.dtype), "; FlashScalar runs f32");
   }
   if (!flash_backward_takes_heads(in.dim_qk, in.dim_v)) {
-    return cat("its backward takes head sizes D = Dv in {64, 96, 128}, got D = ", in.dim_qk,
-               ", Dv = ", in.dim_v, "; FlashScalar takes up to ", kMaxScalarHeadDim);
+    return cat("its backward takes head sizes D = Dv in {64, 96, 128, 192, 256} and (D, Dv) = "
+               "(192, 128), got D = ",
+               in.dim_qk, ", Dv = ", in.dim_v, "; FlashScalar takes up to ", kMaxScalarHeadDim);
   }
   if (in.bias_grad) {
     return std::string(
@@ -89,6 +92,12 @@ std::string flash_backward_refusal(const PlanInput& in, const DeviceFacts& facts
   if (!in.device.is_cpu() && !facts.flash_built) {
     return cat("this build of ruDNN has no sm_80+ image of its kernels for ", in.device.str(),
                " (RUDNN_CUDA_ARCHS)");
+  }
+  const size_t shared = flash_backward_shared_bytes(in.dim_qk, in.dim_v);
+  if (!in.device.is_cpu() && shared > facts.shared_optin) {
+    return cat("its backward for D = ", in.dim_qk, ", Dv = ", in.dim_v, " needs ", shared,
+               " bytes of shared memory per block, ", in.device.str(), " allows ",
+               facts.shared_optin, "; FlashScalar takes it");
   }
   return {};
 }
@@ -325,7 +334,8 @@ AttentionPlan backward_plan(const PlanInput& in, const DeviceFacts& facts) {
            cat(in.op, ": strategy Composed has no backward yet; use FlashScalar or Auto"));
     case AttentionStrategy::Auto:
     case AttentionStrategy::Autotune:  // resolved by attention.cpp before planning
-      if (!in.device.is_cpu() && flash_backward_refusal(in, facts).empty())
+      if (!in.device.is_cpu() && in.dim_qk <= kAutoFlashBackwardMaxHead &&
+          flash_backward_refusal(in, facts).empty())
         return flash_backward_plan(in, facts);
       break;
     case AttentionStrategy::FlashScalar:
@@ -375,7 +385,9 @@ bool flash_hopper_view_ok(const void* data, int64_t batch, int64_t seq, int64_t 
 }
 
 bool flash_backward_takes_heads(int64_t dim_qk, int64_t dim_v) {
-  return dim_qk == dim_v && (dim_qk == 64 || dim_qk == 96 || dim_qk == 128);
+  if (dim_qk == 192 && dim_v == 128) return true;
+  return dim_qk == dim_v &&
+         (dim_qk == 64 || dim_qk == 96 || dim_qk == 128 || dim_qk == 192 || dim_qk == 256);
 }
 
 ComposedLayout composed_layout(const AttentionPlan& plan, int64_t len_k, DType dtype) {

@@ -51,8 +51,23 @@ bool split_kv_tc_takes_heads(int64_t dim_qk, int64_t dim_v);
 // nonzero (else the entry point passes a dense copy).
 bool flash_hopper_view_ok(const void* data, int64_t batch, int64_t seq, int64_t heads,
                           int64_t batch_stride, int64_t seq_stride, int64_t head_stride);
-// Whether Flash's backward has an instance: D = Dv in {64, 96, 128}.
+// Whether Flash's backward has an instance: D = Dv in {64, 96, 128, 192, 256}, or (D, Dv) =
+// (192, 128).
 bool flash_backward_takes_heads(int64_t dim_qk, int64_t dim_v);
+// The dynamic shared memory of the larger of Flash's two backward kernels (the dq kernel's
+// 64 query rows of Q and dO plus two stages of 64 keys of K and V; the dk/dv kernel's 64 keys
+// of K and V plus two stages of 32 query rows of Q and dO and their row statistics), rows
+// padded by 8 elements, 16-bit elements: flash_backward.cuh's BackwardConfig checks it.
+constexpr size_t flash_backward_shared_bytes(int64_t dim_qk, int64_t dim_v) {
+  const size_t q = static_cast<size_t>(dim_qk + 8), v = static_cast<size_t>(dim_v + 8);
+  const size_t dq = 2 * (64 * q + 64 * v + 2 * 64 * q + 2 * 64 * v);
+  const size_t dkv = 2 * (64 * q + 64 * v + 2 * 32 * q + 2 * 32 * v) + 4 * sizeof(float) * 32;
+  return dq > dkv ? dq : dkv;
+}
+// Largest head size Auto sends to Flash's backward: above it (the instances spill
+// registers) Auto keeps FlashScalar until the two are measured against each other;
+// strategy Flash and Autotune take the larger instances.
+constexpr int64_t kAutoFlashBackwardMaxHead = 128;
 
 // Largest head size of the CUDA-core kernels (FlashScalar, SplitKv).
 constexpr int64_t kMaxScalarHeadDim = 1024;

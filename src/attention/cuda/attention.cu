@@ -44,16 +44,13 @@ void flash_hopper_dispatch(const AttentionForward& p, const Stream& stream) {
 
 template <class T>
 void flash_backward_dispatch(const AttentionBackward& p, const Stream& stream) {
-  switch (p.sizes.dim_qk) {
-    case 64:
-      return flash_backward<T, 64, 64>(p, stream);
-    case 96:
-      return flash_backward<T, 96, 96>(p, stream);
-    case 128:
-      return flash_backward<T, 128, 128>(p, stream);
-    default:
-      return;
-  }
+  const int64_t d = p.sizes.dim_qk, dv = p.sizes.dim_v;
+  if (d == 64 && dv == 64) return flash_backward<T, 64, 64>(p, stream);
+  if (d == 96 && dv == 96) return flash_backward<T, 96, 96>(p, stream);
+  if (d == 128 && dv == 128) return flash_backward<T, 128, 128>(p, stream);
+  if (d == 192 && dv == 192) return flash_backward<T, 192, 192>(p, stream);
+  if (d == 192 && dv == 128) return flash_backward<T, 192, 128>(p, stream);
+  if (d == 256 && dv == 256) return flash_backward<T, 256, 256>(p, stream);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #pragma once
 
 #include "attention/cuda/flash_forward.cuh"
+#include "attention/plan.h"
 
 namespace rudnn::attn::cuda::flash {
 
@@ -39,7 +40,7 @@ struct FlashBackwardArgs {
 
 template <int D, int DV>
 struct BackwardConfig {
-  static_assert(D % 32 == 0 && DV % 32 == 0 && D <= 128 && DV <= 128);
+  static_assert(D % 32 == 0 && DV % 32 == 0 && D <= 256 && DV <= 256);
   static constexpr int kKeys = 64;     // dq: keys per tile; dk/dv: keys per block
   static constexpr int kQueries = 32;  // dk/dv: query rows per tile
   static constexpr int kLdQ = D + 8, kLdK = D + 8, kLdV = DV + 8, kLdO = DV + 8;
@@ -49,6 +50,9 @@ struct BackwardConfig {
       2 * static_cast<size_t>(kKeys * kLdK + kKeys * kLdV + 2 * kQueries * kLdQ +
                               2 * kQueries * kLdO) +
       4 * sizeof(float) * kQueries;
+  // The plan refuses devices without this much (attention/plan.h).
+  static_assert((kDqShared > kDkvShared ? kDqShared : kDkvShared) ==
+                flash_backward_shared_bytes(D, DV));
 };
 
 __device__ __forceinline__ int64_t stat_at(const RowStats& st, int64_t b, int h, int64_t row) {

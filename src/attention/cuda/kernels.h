@@ -23,8 +23,9 @@ void flash_forward(const AttentionForward& p, const Stream& stream);
 template <class T, int D>
 void flash_hopper_forward(const AttentionForward& p, const Stream& stream);
 
-// Flash's backward for D = Dv in {64, 96, 128} (attn::flash_backward_takes_heads), both 16-bit
-// dtypes instantiated in flash_backward_d<D>.cu.
+// Flash's backward for D = Dv in {64, 96, 128, 192, 256} and (D, Dv) = (192, 128)
+// (attn::flash_backward_takes_heads), both 16-bit dtypes instantiated in
+// flash_backward_d<D>.cu (the pair in flash_backward_d192.cu).
 template <class T, int D, int DV>
 void flash_backward(const AttentionBackward& p, const Stream& stream);
 
