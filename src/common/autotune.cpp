@@ -199,7 +199,6 @@ std::string key_prefix(const char* op, Device device) {
 std::string autotuned_choice(const OpCall& call, const std::string& key,
                              const std::vector<TuneCandidate>& candidates,
                              const std::string& untuned) {
-  if (candidates.size() == 1) return candidates.front().label;
   const Device device = call.device;
   const cuda_stream_t stream = call.stream.handle();
   return autotuned_choice(
@@ -219,13 +218,8 @@ std::string autotuned_choice(const std::string& key, const std::vector<TuneCandi
     return false;
   };
   if (candidates.size() == 1) return candidates.front().label;
-  Store& s = store();
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    attach_environment_file(s);
-    const auto found = s.records.find(key);
-    if (found != s.records.end() && known(found->second.choice)) return found->second.choice;
-  }
+  const std::string recorded = autotune_recorded(key);
+  if (known(recorded)) return recorded;
   // Asked on a miss only: a recorded class makes no CUDA call here.
   if (capturing()) return untuned;
 
@@ -252,6 +246,7 @@ std::string autotuned_choice(const std::string& key, const std::vector<TuneCandi
   }
   if (best == nullptr) std::rethrow_exception(last_error);
 
+  Store& s = store();
   std::lock_guard<std::mutex> lock(s.mutex);
   Record& r = s.records[key];
   ++r.measurements;
